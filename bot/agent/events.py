@@ -1,0 +1,70 @@
+"""Typed events a turn emits while it runs; the Slack reporter (or a terminal) renders them."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class TurnFinish(StrEnum):
+    STOP = "stop"
+    MAX_ITERATIONS = "max_iterations"
+    INTERRUPTED = "interrupted"
+    ERROR = "error"
+
+
+class ToolStatus(StrEnum):
+    OK = "ok"
+    FAILED = "failed"
+    DENIED = "denied"
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolStarted:
+    tool_call_id: str
+    name: str
+    args_summary: str
+
+
+@dataclass(frozen=True)
+class ToolFinished:
+    tool_call_id: str
+    name: str
+    status: ToolStatus
+    summary: str
+
+
+@dataclass(frozen=True)
+class RoundStarted:
+    round_index: int
+
+
+@dataclass(frozen=True)
+class TurnStats:
+    model: str
+    rounds: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tokens_estimated: bool = False
+    duration_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class TurnFinished:
+    finish: TurnFinish
+    answer: str
+    stats: TurnStats
+    # One sentence for the person when finish is ERROR.
+    error: str | None = None
+    evidence: list[str] = field(default_factory=list)
+
+
+TurnEvent = TextDelta | ToolStarted | ToolFinished | RoundStarted | TurnFinished
+EventSink = Callable[[TurnEvent], Awaitable[None]]

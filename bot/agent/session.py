@@ -1,0 +1,183 @@
+"""A session is one Slack thread (or DM thread). This module turns an accepted user message
+into a turn: it records the message, reloads the thread's history from the database,
+builds the prompt and the tool scope, runs the engine and hands events to a reporter.
+
+It knows no Slack: the adapter gives it an `IncomingMessage` and a `ChannelBinding`, and a
+`ReporterFactory` port shows progress wherever the message came from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Protocol
+
+from bot.agent.conversation import ConversationStore, Message, Role, SessionInfo
+from bot.agent.engine import Engine, TurnRequest
+from bot.agent.events import TurnEvent, TurnFinish, TurnFinished, TurnStats
+from bot.agent.prompt import PromptContext, system_prompt, user_message
+from bot.config import Config
+from bot.policy.decision import CallScope
+from bot.policy.roles import ChannelBinding, offered_tools
+from bot.tools.harness import ToolRegistry
+from bot.tools.spec import ToolContext
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ROUNDS = 6  # the low tier's round budget
+
+
+@dataclass(frozen=True)
+class IncomingMessage:
+    team_id: str
+    channel_id: str
+    channel_name: str | None
+    is_dm: bool
+    thread_ts: str  # the thread root: the session key's last part
+    ts: str  # this message
+    user: str
+    text: str
+
+    @property
+    def session_key(self) -> str:
+        return f"{self.team_id}:{self.channel_id}:{self.thread_ts}"
+
+
+class Reporter(Protocol):
+    async def emit(self, event: TurnEvent) -> None: ...
+
+    async def close(self, finished: TurnFinished) -> None: ...
+
+
+class ReporterFactory(Protocol):
+    async def open(self, session: SessionInfo, message: IncomingMessage) -> Reporter: ...
+
+
+class SessionStore(Protocol):
+    async def find(self, session_key: str) -> SessionInfo | None: ...
+
+    async def get_or_create(self, template: SessionInfo) -> SessionInfo: ...
+
+
+@dataclass(frozen=True)
+class AcceptedMessage:
+    session: SessionInfo
+    message: IncomingMessage
+    binding: ChannelBinding
+    turn_id: str
+
+
+class AgentSessions:
+    def __init__(
+        self,
+        config: Config,
+        sessions: SessionStore,
+        conversation: ConversationStore,
+        engine: Engine,
+        registry: ToolRegistry,
+        reporters: ReporterFactory,
+    ) -> None:
+        self._config = config
+        self._sessions = sessions
+        self._conversation = conversation
+        self._engine = engine
+        self._registry = registry
+        self._reporters = reporters
+
+    async def accept(self, message: IncomingMessage, binding: ChannelBinding) -> AcceptedMessage:
+        """Record the session and the user's message before anything else can fail."""
+        session = await self._sessions.get_or_create(
+            SessionInfo(
+                id=0,
+                session_key=message.session_key,
+                team_id=message.team_id,
+                channel_id=message.channel_id,
+                thread_ts=message.thread_ts,
+                is_dm=message.is_dm,
+                role=binding.role_name,
+                cluster=binding.cluster,
+                namespace=binding.namespace,
+                started_by=message.user,
+            )
+        )
+        turn_id = uuid.uuid4().hex
+        text = user_message(
+            message.text,
+            channel=message.channel_name or message.channel_id,
+            role_name=binding.role_name,
+            cluster=binding.cluster,
+            namespace=binding.namespace,
+            slack_user=message.user,
+        )
+        await self._conversation.append(
+            session.id,
+            turn_id,
+            [Message(Role.USER, text, slack_user=message.user, slack_ts=message.ts)],
+        )
+        return AcceptedMessage(session, message, binding, turn_id)
+
+    async def run_turn(self, accepted: AcceptedMessage, abort: asyncio.Event) -> None:
+        session, message, binding = accepted.session, accepted.message, accepted.binding
+        reporter = await self._reporters.open(session, message)
+        history = await self._conversation.history(
+            session.id, self._config.agent.history_messages + 1
+        )
+        # The newest stored message is this turn's own user message.
+        user = history.pop() if history and history[-1].role is Role.USER else None
+        if user is None:
+            log.error("session %s: the accepted message is missing from history", session.id)
+            return
+        tools = offered_tools(binding.role, self._registry.all())
+        cluster = next(c for c in self._config.kubernetes.clusters if c.name == binding.cluster)
+        prompt = system_prompt(
+            PromptContext(
+                role_name=binding.role_name,
+                cluster=binding.cluster,
+                cluster_description=cluster.description,
+                default_namespace=binding.namespace,
+                allowed_namespaces=list(binding.role.namespaces),
+                rules=self._config.agent.rules,
+            ),
+            tools,
+        )
+        scope = CallScope(
+            session_id=session.id,
+            session_key=session.session_key,
+            channel_id=session.channel_id,
+            slack_user=message.user,
+            role_name=binding.role_name,
+            role=binding.role,
+            tool_context=ToolContext(binding.cluster, binding.namespace),
+            offered=frozenset(tool.name for tool in tools),
+            abort=abort,
+            user_request=message.text,
+        )
+        request = TurnRequest(
+            session=session,
+            turn_id=accepted.turn_id,
+            system_prompt=prompt,
+            history=history,
+            user_message=user,
+            tools=tools,
+            scope=scope,
+            max_rounds=self._config.agent.max_iterations or DEFAULT_ROUNDS,
+        )
+        try:
+            finished = await self._engine.run_turn(request, reporter.emit)
+        except asyncio.CancelledError:
+            interrupted = TurnFinished(TurnFinish.INTERRUPTED, "", TurnStats(model=""))
+            await asyncio.shield(reporter.close(interrupted))
+            raise
+        except Exception:
+            log.exception("turn %s failed", accepted.turn_id)
+            failed = TurnFinished(
+                TurnFinish.ERROR,
+                "",
+                TurnStats(model=""),
+                error="Something went wrong on kelpie's side; the details are in its log.",
+            )
+            await reporter.close(failed)
+            return
+        await reporter.close(finished)

@@ -1,0 +1,163 @@
+"""The composition root: builds every object once and wires them by constructor.
+
+`kelpie run`, `kelpie check` and the tests all go through `build_kelpie`, so what the tests
+exercise is what runs in production. Nothing else in `bot/` constructs collaborators.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.agent.engine import Engine, RetryPolicy
+from bot.agent.session import AgentSessions
+from bot.agent.turns import TurnScheduler
+from bot.config import Config, OnNewMessage, Secrets, SlackMode
+from bot.model.gateway import LiteLLMGateway
+from bot.model.types import ModelGateway
+from bot.policy.pipeline import (
+    AbortStage,
+    PermissionStage,
+    Pipeline,
+    ProviderNativeStage,
+    RoleGateStage,
+)
+from bot.policy.roles import ChannelRoles
+from bot.slack.adapter import SlackAdapter
+from bot.slack.channels import ChannelDirectory
+from bot.slack.progress import SlackReporters
+from bot.store.db import Database
+from bot.store.repositories import EventLedger, MessageRepository, SessionRepository
+from bot.tools.harness import ToolHarness, ToolRegistry
+from bot.tools.kube.client import KubeClients
+from bot.tools.kube.read import read_tools
+
+log = logging.getLogger(__name__)
+
+
+def slack_client(config: Config, secrets: Secrets) -> AsyncWebClient:
+    """Every Slack client: the configured base URL, and 429s retried after Retry-After."""
+    return AsyncWebClient(
+        token=secrets.bot_token,
+        base_url=config.slack.api_url,
+        retry_handlers=[
+            AsyncConnectionErrorRetryHandler(),
+            AsyncRateLimitErrorRetryHandler(max_retry_count=3),
+        ],
+    )
+
+
+def model_gateway(config: Config, secrets: Secrets, profile_name: str) -> LiteLLMGateway:
+    profile = config.models.profiles[profile_name]
+    return LiteLLMGateway(
+        model=profile.model,
+        api_base=profile.api_base,
+        api_key=secrets.model_api_key(profile_name),
+        temperature=profile.temperature,
+        max_tokens=profile.max_tokens,
+        timeout_s=profile.timeout_s,
+        extra=dict(profile.options),
+    )
+
+
+def kube_clients(config: Config) -> KubeClients:
+    return KubeClients.from_config(config.kubernetes.clusters)
+
+
+@dataclass
+class Kelpie:
+    """The running bot: start/stop, and handles the tests use to look inside."""
+
+    config: Config
+    db: Database
+    slack_app: AsyncApp
+    scheduler: TurnScheduler
+    messages: MessageRepository
+    sessions: SessionRepository
+    kube: KubeClients
+    app_token: str | None
+    _socket: AsyncSocketModeHandler | None = None
+    _runner: web.AppRunner | None = None
+    http_port: int | None = None
+
+    async def start(self) -> None:
+        await self.db.create_schema()
+        if self.config.slack.mode is SlackMode.SOCKET:
+            self._socket = AsyncSocketModeHandler(self.slack_app, app_token=self.app_token)
+            await self._socket.connect_async()
+            log.info("connected to Slack in socket mode")
+        else:
+            await self._start_http()
+
+    async def _start_http(self) -> None:
+        settings = self.config.slack.http
+        web_app = web.Application()
+
+        async def slack_events(request: web.Request) -> web.Response:
+            bolt_request = await to_bolt_request(request)
+            bolt_response = await self.slack_app.async_dispatch(bolt_request)
+            return await to_aiohttp_response(bolt_response)
+
+        web_app.router.add_post(settings.path, slack_events)
+        self._runner = web.AppRunner(web_app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, settings.host, settings.port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.http_port = sockets[0].getsockname()[1] if sockets else settings.port
+        log.info("listening for Slack events on %s:%s%s", settings.host, self.http_port, settings.path)
+
+    async def stop(self) -> None:
+        if self._socket is not None:
+            await self._socket.close_async()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.scheduler.close()
+        self.kube.close()
+        await self.db.close()
+
+
+def build_kelpie(config: Config, secrets: Secrets) -> Kelpie:
+    db = Database(config.database.url)
+    messages = MessageRepository(db)
+    sessions = SessionRepository(db)
+    client = slack_client(config, secrets)
+    signing_secret = secrets.signing_secret if config.slack.mode is SlackMode.HTTP else ""
+    slack_app = AsyncApp(client=client, signing_secret=signing_secret)
+    kube = kube_clients(config)
+    registry = ToolRegistry(read_tools(kube))
+    pipeline = Pipeline(
+        [AbortStage(), ProviderNativeStage(), RoleGateStage(), PermissionStage()],
+    )
+    harness = ToolHarness(registry, pipeline, timeout_s=config.agent.tool_timeout_s)
+    engine = Engine(
+        model_gateway(config, secrets, config.models.active),
+        harness,
+        messages,
+        RetryPolicy(retries=config.agent.llm_retries, delay_s=config.agent.llm_retry_delay_s),
+    )
+    agent = AgentSessions(config, sessions, messages, engine, registry, SlackReporters(client))
+    scheduler = TurnScheduler(interrupt=config.slack.on_new_message is OnNewMessage.INTERRUPT)
+    SlackAdapter(
+        slack_app,
+        config.slack,
+        ChannelDirectory(client),
+        ChannelRoles(config),
+        EventLedger(db),
+        sessions,
+        agent,
+        scheduler,
+    ).register()
+    app_token = secrets.app_token if config.slack.mode is SlackMode.SOCKET else None
+    return Kelpie(config, db, slack_app, scheduler, messages, sessions, kube, app_token)

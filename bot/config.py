@@ -1,0 +1,416 @@
+"""The configuration schema (pydantic), YAML loading and secret resolution from env vars.
+
+Names follow `config/kelpie.example.yaml`. Secrets never live in the file: every `*_env`
+key names an environment variable, read by `Secrets`. Validation errors become one line per
+problem naming the key path and the fix, raised as `ConfigError`.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from bot.errors import ConfigError
+
+TOOL_KINDS = ("present", "read", "diagnose", "write")
+MAX_ITERATIONS_CEILING = 40
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SlackMode(StrEnum):
+    SOCKET = "socket"
+    HTTP = "http"
+
+
+class StreamingMode(StrEnum):
+    AUTO = "auto"
+    NATIVE = "native"
+    UPDATE = "update"
+
+
+class OnNewMessage(StrEnum):
+    INTERRUPT = "interrupt"
+    QUEUE = "queue"
+
+
+class HttpListen(_Strict):
+    host: str = "0.0.0.0"
+    port: int = Field(default=3000, ge=1, le=65535)
+    path: str = "/slack/events"
+
+
+class SlackConfig(_Strict):
+    mode: SlackMode = SlackMode.SOCKET
+    bot_token_env: str = "SLACK_BOT_TOKEN"
+    app_token_env: str = "SLACK_APP_TOKEN"
+    signing_secret_env: str = "SLACK_SIGNING_SECRET"
+    api_url: str = "https://slack.com/api/"
+    http: HttpListen = HttpListen()
+    streaming: StreamingMode = StreamingMode.AUTO
+    thread_followups: bool = True
+    on_new_message: OnNewMessage = OnNewMessage.INTERRUPT
+    status_reactions: bool = True
+
+
+class DatabaseConfig(_Strict):
+    url: str = "sqlite:///./kelpie.db"
+
+
+class ClusterConfig(_Strict):
+    name: str
+    kubeconfig: str | None = None
+    in_cluster: bool = False
+    context: str | None = None
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ClusterConfig:
+        if not self.in_cluster and not self.kubeconfig:
+            raise ValueError("set kubeconfig: <path> or in_cluster: true")
+        return self
+
+
+class KubernetesConfig(_Strict):
+    clusters: list[ClusterConfig] = Field(min_length=1)
+    default: str | None = None
+
+    @model_validator(mode="after")
+    def _default_exists(self) -> KubernetesConfig:
+        names = [c.name for c in self.clusters]
+        if len(set(names)) != len(names):
+            raise ValueError("cluster names must be unique")
+        if self.default is not None and self.default not in names:
+            raise ValueError(f'default "{self.default}" is not a cluster name ({", ".join(names)})')
+        return self
+
+    @property
+    def default_cluster(self) -> str:
+        return self.default or self.clusters[0].name
+
+
+class AuthMethod(StrEnum):
+    NONE = "none"
+    ENVIRONMENT = "environment"
+    PROVIDER_DEFAULT = "provider-default"
+
+
+class ModelAuth(_Strict):
+    method: AuthMethod = AuthMethod.NONE
+    env: str | None = None
+
+    @model_validator(mode="after")
+    def _env_named(self) -> ModelAuth:
+        if self.method is AuthMethod.ENVIRONMENT and not self.env:
+            raise ValueError("auth method environment needs env: <VARIABLE_NAME>")
+        return self
+
+
+class Tier(StrEnum):
+    LOW = "low"
+    HIGH = "high"
+
+
+class ModelProfile(_Strict):
+    model: str
+    api_base: str | None = None
+    auth: ModelAuth = ModelAuth()
+    tier: Tier | None = None
+    temperature: float = Field(default=0.1, ge=0, le=2)
+    max_tokens: int = Field(default=8192, ge=1)
+    timeout_s: float = Field(default=120, gt=0)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelsConfig(_Strict):
+    active: str = "default"
+    profiles: dict[str, ModelProfile] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _active_exists(self) -> ModelsConfig:
+        if self.active not in self.profiles:
+            raise ValueError(
+                f'active "{self.active}" is not a profile ({", ".join(self.profiles)})'
+            )
+        return self
+
+    @property
+    def active_profile(self) -> ModelProfile:
+        return self.profiles[self.active]
+
+
+class Thinking(StrEnum):
+    NONE = "none"
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+
+class AgentConfig(_Strict):
+    max_iterations: int | None = Field(default=None, ge=1, le=MAX_ITERATIONS_CEILING)
+    tool_timeout_s: float = Field(default=300, gt=0)
+    history_messages: int = Field(default=100, ge=1)
+    thinking: Thinking = Thinking.NONE
+    rules: str = ""
+    llm_retries: int = Field(default=2, ge=0, le=10)
+    llm_retry_delay_s: float = Field(default=1.0, ge=0)
+
+
+class Approvers(_Strict):
+    users: list[str] = Field(default_factory=list)
+    usergroups: list[str] = Field(default_factory=list)
+
+
+class ApprovalConfig(_Strict):
+    approvers: Approvers = Approvers()
+    allow_requester: bool = False
+    timeout_s: float = Field(default=300, gt=0)
+
+
+def _tool_pattern(pattern: str) -> str:
+    if pattern == "*":
+        return pattern
+    kind, _, name = pattern.partition("/")
+    if not name:
+        raise ValueError(f'"{pattern}" must look like <kind>/<name>, e.g. read/*')
+    if kind != "*" and kind not in TOOL_KINDS:
+        raise ValueError(f'unknown kind "{kind}" ({", ".join(TOOL_KINDS)})')
+    return pattern
+
+
+ToolPattern = Annotated[str, AfterValidator(_tool_pattern)]
+
+
+class RoleConfig(_Strict):
+    tools: list[ToolPattern]
+    namespaces: list[str] = Field(default_factory=lambda: ["*"])
+    approval: ApprovalConfig = ApprovalConfig()
+
+
+class ChannelMatch(_Strict):
+    id: str | None = None
+    name: str | None = None
+    im: bool | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ChannelMatch:
+        given = [k for k in ("id", "name", "im") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("match needs exactly one of id, name or im")
+        return self
+
+
+class ChannelConfig(_Strict):
+    match: ChannelMatch
+    role: str
+    cluster: str | None = None
+    namespace: str | None = None
+
+
+class FirewallConfig(_Strict):
+    deny_namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
+    deny_kinds: list[str] = Field(default_factory=lambda: ["Secret"])
+    deny_names: list[str] = Field(default_factory=list)
+
+
+class GuardianConfig(_Strict):
+    enabled: bool = False
+    model_profile: str = "default"
+
+
+class HookConfig(_Strict):
+    match: str = "*"
+    command: list[str] = Field(min_length=1)
+    timeout_s: float = Field(default=10, gt=0)
+
+
+class HooksConfig(_Strict):
+    pre_tool_use: list[HookConfig] = Field(default_factory=list)
+    post_tool_use: list[HookConfig] = Field(default_factory=list)
+    session_start: list[HookConfig] = Field(default_factory=list)
+    session_end: list[HookConfig] = Field(default_factory=list)
+
+
+class UrlConfig(_Strict):
+    url: str | None = None
+
+
+class ObservabilityConfig(_Strict):
+    prometheus: UrlConfig = UrlConfig()
+    loki: UrlConfig = UrlConfig()
+
+
+class ListenConfig(_Strict):
+    host: str = "0.0.0.0"
+    port: int = Field(default=8080, ge=0, le=65535)
+
+
+class ServerConfig(_Strict):
+    health: ListenConfig = ListenConfig()
+
+
+NO_ROLE = "none"
+
+
+class Config(_Strict):
+    slack: SlackConfig = SlackConfig()
+    database: DatabaseConfig = DatabaseConfig()
+    kubernetes: KubernetesConfig
+    models: ModelsConfig
+    agent: AgentConfig = AgentConfig()
+    roles: dict[str, RoleConfig] = Field(default_factory=dict)
+    channels: list[ChannelConfig] = Field(default_factory=list)
+    default_role: str = NO_ROLE
+    firewall: FirewallConfig = FirewallConfig()
+    guardian: GuardianConfig = GuardianConfig()
+    hooks: HooksConfig = HooksConfig()
+    observability: ObservabilityConfig = ObservabilityConfig()
+    server: ServerConfig = ServerConfig()
+
+    @model_validator(mode="after")
+    def _references(self) -> Config:
+        problems: list[str] = []
+        role_names = ", ".join(self.roles) or "no roles defined"
+        clusters = [c.name for c in self.kubernetes.clusters]
+        if self.default_role != NO_ROLE and self.default_role not in self.roles:
+            problems.append(f'default_role: unknown role "{self.default_role}" ({role_names}, none)')
+        for i, channel in enumerate(self.channels):
+            if channel.role != NO_ROLE and channel.role not in self.roles:
+                problems.append(f'channels[{i}].role: unknown role "{channel.role}" ({role_names})')
+            if channel.cluster is not None and channel.cluster not in clusters:
+                problems.append(
+                    f'channels[{i}].cluster: unknown cluster "{channel.cluster}" '
+                    f"({', '.join(clusters)})"
+                )
+        if self.guardian.enabled and self.guardian.model_profile not in self.models.profiles:
+            problems.append(
+                f'guardian.model_profile: unknown profile "{self.guardian.model_profile}"'
+            )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part.startswith(("function-", "value_error")):
+            continue
+        else:
+            path += f".{part}" if path else part
+    return path or "(top level)"
+
+
+def _problems(error: ValidationError) -> list[str]:
+    problems: list[str] = []
+    for item in error.errors():
+        message = str(item["msg"]).removeprefix("Value error, ")
+        path = _key_path(tuple(item["loc"]))
+        if item["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling against config/kelpie.example.yaml)"
+        elif item["type"] == "missing":
+            message = "is required"
+        for line in message.split("\n"):
+            # Cross-reference problems already carry their own key path.
+            prefixed = path == "(top level)" and ":" in line.split(" ")[0]
+            problems.append(line if prefixed else f"{path}: {line}")
+    return problems
+
+
+def parse_config(data: Any) -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError(["(top level): the config must be a YAML mapping of sections"])
+    try:
+        return Config.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(_problems(error)) from None
+
+
+def load_config(path: Path) -> Config:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError([f"{path}: cannot read the config file ({error.strerror})"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError([f"{path}{where}: not valid YAML"]) from None
+    return parse_config(data)
+
+
+def resolve_config_path(cli_value: str | None) -> Path:
+    return Path(cli_value or os.environ.get("KELPIE_CONFIG") or "config/kelpie.yaml")
+
+
+class Secrets:
+    """Reads the secrets a config names from the environment, and never logs them."""
+
+    def __init__(self, config: Config, environ: dict[str, str] | None = None) -> None:
+        self._config = config
+        self._environ = dict(os.environ if environ is None else environ)
+
+    def _need(self, env: str, key_path: str) -> str:
+        value = self._environ.get(env, "")
+        if not value:
+            raise ConfigError([f"{key_path}: environment variable {env} is not set"])
+        return value
+
+    @property
+    def bot_token(self) -> str:
+        return self._need(self._config.slack.bot_token_env, "slack.bot_token_env")
+
+    @property
+    def app_token(self) -> str:
+        return self._need(self._config.slack.app_token_env, "slack.app_token_env")
+
+    @property
+    def signing_secret(self) -> str:
+        return self._need(self._config.slack.signing_secret_env, "slack.signing_secret_env")
+
+    def model_api_key(self, profile_name: str) -> str | None:
+        auth = self._config.models.profiles[profile_name].auth
+        if auth.method is AuthMethod.ENVIRONMENT and auth.env:
+            return self._need(auth.env, f"models.profiles.{profile_name}.auth.env")
+        return None
+
+    def check_all(self) -> list[str]:
+        """Every missing secret, one line each, for startup and `kelpie check`."""
+        problems: list[str] = []
+        needed: list[tuple[str, str]] = [(self._config.slack.bot_token_env, "slack.bot_token_env")]
+        if self._config.slack.mode is SlackMode.SOCKET:
+            needed.append((self._config.slack.app_token_env, "slack.app_token_env"))
+        else:
+            needed.append((self._config.slack.signing_secret_env, "slack.signing_secret_env"))
+        names = {self._config.models.active}
+        if self._config.guardian.enabled:
+            names.add(self._config.guardian.model_profile)
+        for name in sorted(names):
+            auth = self._config.models.profiles[name].auth
+            if auth.method is AuthMethod.ENVIRONMENT and auth.env:
+                needed.append((auth.env, f"models.profiles.{name}.auth.env"))
+        for env, key_path in needed:
+            if not self._environ.get(env):
+                problems.append(f"{key_path}: environment variable {env} is not set")
+        return problems
+
+
+def sqlalchemy_async_url(url: str) -> str:
+    """`sqlite:///x.db` → `sqlite+aiosqlite:///x.db`; `postgresql://` → asyncpg."""
+    if url.startswith("sqlite:"):
+        return "sqlite+aiosqlite:" + url.removeprefix("sqlite:")
+    if url.startswith("postgresql://"):
+        return "postgresql+asyncpg://" + url.removeprefix("postgresql://")
+    return url
+
+

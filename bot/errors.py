@@ -1,0 +1,15 @@
+"""One error tree. Each error carries a sentence a person can act on; tracebacks go to logs."""
+
+from __future__ import annotations
+
+
+class KelpieError(Exception):
+    """Base class: `str(error)` is the user-facing sentence."""
+
+
+class ConfigError(KelpieError):
+    """The configuration is invalid; `problems` holds one line per problem (key path: fix)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems

@@ -1,0 +1,377 @@
+"""The LiteLLM implementation of `ModelGateway`: one streamed HTTP request per call.
+
+This is the only module that imports litellm. It imports it lazily (the import costs
+seconds and hundreds of MB) and never lets LiteLLM or the openai client retry on their
+own: the engine owns the retry policy. It owns turning a stream of deltas into a
+`ModelReply` and provider failures into a `ModelError` a person can act on. It does not
+mask or size-limit what is sent (that is `outbound.py`) and it does not choose models.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from bot.model.types import (
+    FinishReason,
+    ModelError,
+    ModelReply,
+    ModelRequest,
+    TextSink,
+    ToolCallRequest,
+    Usage,
+)
+
+log = logging.getLogger(__name__)
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+
+
+def _import_litellm() -> ModuleType:
+    # Without this, `import litellm` fetches the model cost map from GitHub first.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+class LiteLLMGateway:
+    """Talks to one model through LiteLLM; built from plain configuration values."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        timeout_s: float = 120.0,
+        extra: dict[str, Any] | None = None,
+        profile: str = "default",
+    ) -> None:
+        self._model = model
+        self._api_base = api_base
+        self._api_key = api_key
+        self._temperature = temperature
+        self._max_tokens = max_tokens
+        self._timeout_s = timeout_s
+        self._extra = dict(extra or {})
+        self._profile = profile
+
+    def __repr__(self) -> str:  # never show the key
+        return f"LiteLLMGateway(model={self._model!r}, api_base={self._api_base!r})"
+
+    @property
+    def model_name(self) -> str:
+        return self._model
+
+    async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelReply:
+        litellm = _import_litellm()
+        kwargs = self._call_options(stream=True)
+        kwargs["messages"] = request.messages
+        if request.tools:
+            kwargs["tools"] = request.tools
+        kwargs["stream_options"] = {"include_usage": True}
+        if self._max_tokens is not None:
+            kwargs["max_tokens"] = self._max_tokens
+
+        try:
+            stream = await litellm.acompletion(**kwargs)
+        except Exception as exc:
+            raise self._model_error(exc, litellm) from exc
+
+        assembly = _Assembly()
+        think = ThinkFilter()
+        try:
+            iterator = stream.__aiter__()
+            while True:
+                try:
+                    chunk = await iterator.__anext__()
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:
+                    raise self._model_error(exc, litellm, midway=True) from exc
+                # on_text runs outside the try: its failures are not the model's.
+                visible = think.feed(assembly.take(chunk))
+                if visible:
+                    await on_text(visible)
+            tail = think.finish()
+            if tail:
+                await on_text(tail)
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                try:
+                    await aclose()
+                except Exception:  # closing a broken stream may fail again; nothing to add
+                    log.debug("closing the model stream failed", exc_info=True)
+
+        if assembly.finish_reason is None:
+            raise ModelError(
+                "The model's answer broke off before it finished.",
+                retryable=True,
+                detail="stream ended without a finish_reason",
+            )
+        return ModelReply(
+            text=think.text,
+            tool_calls=assembly.tool_calls(),
+            finish_reason=assembly.finish(),
+            usage=self._usage(request, assembly, _provider_usage(stream, assembly)),
+            model=self._model,
+        )
+
+    async def ping(self) -> None:
+        """One non-streamed, one-token request: proves the address, the key and the model."""
+        litellm = _import_litellm()
+        kwargs = self._call_options(stream=False)
+        kwargs["messages"] = [{"role": "user", "content": "Reply with OK."}]
+        kwargs["max_tokens"] = 1
+        try:
+            await litellm.acompletion(**kwargs)
+        except Exception as exc:
+            raise self._model_error(exc, litellm) from exc
+
+    # internals
+
+    def _call_options(self, *, stream: bool) -> dict[str, Any]:
+        # drop_params: local servers reject options they do not know; `extra` may say otherwise.
+        options: dict[str, Any] = {"drop_params": True, **self._extra}
+        options.update(
+            model=self._model,
+            stream=stream,
+            timeout=self._timeout_s,
+            max_retries=0,  # the openai client would retry 5xx and 429 twice
+            num_retries=0,  # and LiteLLM has its own retry loop
+        )
+        if self._api_base:
+            options["api_base"] = self._api_base
+        if self._api_key:
+            options["api_key"] = self._api_key
+        if self._temperature is not None:
+            options["temperature"] = self._temperature
+        return options
+
+    def _usage(
+        self, request: ModelRequest, assembly: _Assembly, provider_usage: Any | None
+    ) -> Usage:
+        if provider_usage is not None:
+            return Usage(
+                input_tokens=int(getattr(provider_usage, "prompt_tokens", 0) or 0),
+                output_tokens=int(getattr(provider_usage, "completion_tokens", 0) or 0),
+            )
+        sent = json.dumps(request.messages) + (json.dumps(request.tools) if request.tools else "")
+        received = assembly.raw_text + "".join(c.arguments for c in assembly.tool_calls())
+        return Usage(
+            input_tokens=_chars_to_tokens(sent),
+            output_tokens=_chars_to_tokens(received),
+            estimated=True,
+        )
+
+    def _model_error(self, exc: Exception, litellm: Any, *, midway: bool = False) -> ModelError:
+        detail = self._redact(f"{type(exc).__name__}: {exc}")
+        log.warning("model call to %s failed: %s", self._model, detail)
+        status = getattr(exc, "status_code", None)
+        where = f"models.profiles.{self._profile}"
+
+        def err(message: str, retryable: bool) -> ModelError:
+            return ModelError(message, retryable=retryable, detail=detail)
+
+        if isinstance(exc, litellm.Timeout):
+            return err(f"The model server did not answer within {self._timeout_s:g} s.", True)
+        if isinstance(exc, litellm.RateLimitError):
+            return err("The model server is rate limiting requests (HTTP 429).", True)
+        if isinstance(exc, litellm.AuthenticationError):
+            return err(f"The model rejected the API key: check {where}.auth.", False)
+        if isinstance(exc, litellm.PermissionDeniedError):
+            return err(f"The model server refused access (HTTP 403): check {where}.auth.", False)
+        if isinstance(exc, litellm.NotFoundError):
+            return err(
+                f"The model server does not know model {self._model!r} (HTTP 404): "
+                f"check {where}.model and api_base.",
+                False,
+            )
+        if isinstance(exc, litellm.ContextWindowExceededError):
+            return err(
+                "The conversation no longer fits the model's context window: "
+                "start a new thread.",
+                False,
+            )
+        if midway:
+            return err("The model's answer broke off before it finished.", True)
+        if isinstance(exc, litellm.BadRequestError) or status in (400, 422):
+            return err(
+                f"The model server rejected the request (HTTP {status or 400}): "
+                f"check {where}.model and its options.",
+                False,
+            )
+        if isinstance(exc, litellm.APIConnectionError) and status is None:
+            return err("The model server could not be reached.", True)
+        if isinstance(status, int) and status >= 500:
+            return err(f"The model server did not answer (HTTP {status}).", True)
+        if isinstance(status, int) and 400 <= status < 500:
+            return err(f"The model server refused the request (HTTP {status}).", False)
+        return err("The model server could not be reached.", True)
+
+    def _redact(self, text: str) -> str:
+        if self._api_key:
+            text = text.replace(self._api_key, "***")
+        return text
+
+
+@dataclass
+class _ToolCallParts:
+    id: str | None = None
+    name: str | None = None
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Assembly:
+    """Accumulates streamed deltas: content, tool-call fragments by index, finish_reason."""
+
+    raw_text: str = ""
+    calls: dict[int, _ToolCallParts] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: Any | None = None
+
+    def take(self, chunk: Any) -> str:
+        """Record one chunk; return its content delta."""
+        if getattr(chunk, "usage", None) is not None:
+            self.usage = chunk.usage
+        choices = getattr(chunk, "choices", None) or []
+        if not choices:
+            return ""
+        choice = choices[0]
+        if getattr(choice, "finish_reason", None):
+            self.finish_reason = choice.finish_reason
+        delta = getattr(choice, "delta", None)
+        if delta is None:
+            return ""
+        for fragment in getattr(delta, "tool_calls", None) or []:
+            self._take_tool_fragment(fragment)
+        content = getattr(delta, "content", None) or ""
+        self.raw_text += content
+        return content
+
+    def _take_tool_fragment(self, fragment: Any) -> None:
+        index = getattr(fragment, "index", None)
+        if index is None:  # some servers omit it: a fragment with an id starts a new call
+            if getattr(fragment, "id", None) or not self.calls:
+                index = len(self.calls)
+            else:
+                index = max(self.calls)
+        parts = self.calls.setdefault(index, _ToolCallParts())
+        if getattr(fragment, "id", None) and parts.id is None:
+            parts.id = fragment.id
+        function = getattr(fragment, "function", None)
+        if function is not None:
+            if getattr(function, "name", None) and parts.name is None:
+                parts.name = function.name
+            if getattr(function, "arguments", None):
+                parts.arguments.append(function.arguments)
+
+    def tool_calls(self) -> list[ToolCallRequest]:
+        return [
+            ToolCallRequest(
+                id=parts.id or f"call_{index}",
+                name=parts.name or "",
+                arguments="".join(parts.arguments),
+            )
+            for index, parts in sorted(self.calls.items())
+        ]
+
+    def finish(self) -> FinishReason:
+        if self.finish_reason == "length":
+            return FinishReason.LENGTH
+        if self.calls or self.finish_reason in ("tool_calls", "function_call"):
+            return FinishReason.TOOL_CALLS
+        return FinishReason.STOP
+
+
+class ThinkFilter:
+    """Removes `<think>...</think>` blocks from streamed text, whatever the delta boundaries.
+
+    Text that could be the start of a tag is held back until the next delta decides; a
+    block still open when the stream ends is dropped.
+    """
+
+    def __init__(self) -> None:
+        self._pending = ""
+        self._inside = False
+        self._after_block = False
+        self.text = ""
+
+    def feed(self, delta: str) -> str:
+        self._pending += delta
+        out: list[str] = []
+        while self._pending:
+            if self._inside:
+                end = self._pending.find(THINK_CLOSE)
+                if end < 0:
+                    keep = _partial_tag(self._pending, THINK_CLOSE)
+                    self._pending = self._pending[len(self._pending) - keep :]
+                    break
+                self._pending = self._pending[end + len(THINK_CLOSE) :]
+                self._inside = False
+                self._after_block = True
+                continue
+            if self._after_block:  # the answer after a thought usually starts with blank lines
+                self._pending = self._pending.lstrip()
+                if not self._pending:
+                    break
+                self._after_block = False
+            start = self._pending.find(THINK_OPEN)
+            if start >= 0:
+                out.append(self._pending[:start])
+                self._pending = self._pending[start + len(THINK_OPEN) :]
+                self._inside = True
+                continue
+            keep = _partial_tag(self._pending, THINK_OPEN)
+            out.append(self._pending[: len(self._pending) - keep])
+            self._pending = self._pending[len(self._pending) - keep :]
+            break
+        visible = "".join(out)
+        self.text += visible
+        return visible
+
+    def finish(self) -> str:
+        """Flush held-back text at the end of the stream; an unclosed block is dropped."""
+        visible = "" if self._inside else self._pending
+        self._pending = ""
+        self.text += visible
+        return visible
+
+
+def _partial_tag(text: str, tag: str) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of `tag`."""
+    for size in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:size]):
+            return size
+    return 0
+
+
+def _provider_usage(stream: Any, assembly: _Assembly) -> Any | None:
+    """The usage the provider itself reported, or None.
+
+    LiteLLM always yields a usage chunk when `include_usage` is set, counting tokens
+    itself when the provider sent none; the chunks it kept from the wire tell them apart.
+    """
+    received = getattr(stream, "chunks", None)
+    if not isinstance(received, list):  # a LiteLLM without that list: trust what it yielded
+        return assembly.usage
+    for chunk in reversed(received):
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            return usage
+    return None
+
+
+def _chars_to_tokens(text: str) -> int:
+    return (len(text) + 3) // 4

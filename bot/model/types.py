@@ -1,0 +1,82 @@
+"""The typed boundary between the agent engine and a model provider.
+
+The engine depends only on `ModelGateway`; the LiteLLM implementation lives in
+`bot/model/gateway.py`, and unit tests use an in-process scripted gateway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+
+class FinishReason(StrEnum):
+    STOP = "stop"
+    TOOL_CALLS = "tool_calls"
+    LENGTH = "length"
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    """One complete tool call the model asked for; `arguments` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int
+    output_tokens: int
+    estimated: bool = False
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """What the engine asks for: OpenAI-format messages and tool schemas."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """A response whose stream ended normally, assembled."""
+
+    text: str
+    tool_calls: list[ToolCallRequest]
+    finish_reason: FinishReason
+    usage: Usage
+    model: str
+
+
+class ModelError(Exception):
+    """The model could not be reached or its stream broke.
+
+    `retryable` says whether trying again may help (5xx, timeouts, cut streams);
+    `user_message` is one sentence a person can act on.
+    """
+
+    def __init__(self, user_message: str, *, retryable: bool, detail: str = "") -> None:
+        super().__init__(detail or user_message)
+        self.user_message = user_message
+        self.retryable = retryable
+
+
+TextSink = Callable[[str], Awaitable[None]]
+
+
+class ModelGateway(Protocol):
+    @property
+    def model_name(self) -> str: ...
+
+    async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelReply:
+        """Stream one completion, calling `on_text` for each text delta as it arrives.
+
+        Returns only when the stream ended normally; raises ModelError otherwise. Makes
+        exactly one HTTP request (no hidden retries: the engine owns the retry policy).
+        """
+        ...

@@ -1,0 +1,76 @@
+"""Channel → role binding, and what a role allows (tool patterns and namespace globs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from bot.config import NO_ROLE, Config, RoleConfig
+from bot.tools.spec import Tool
+
+
+@dataclass(frozen=True)
+class ChannelBinding:
+    """What a channel may do: its role, which cluster it talks to, its default namespace."""
+
+    role_name: str
+    role: RoleConfig
+    cluster: str
+    namespace: str | None
+
+
+class ChannelRoles:
+    def __init__(self, config: Config) -> None:
+        self._config = config
+
+    def bind(self, channel_id: str, channel_name: str | None, is_im: bool) -> ChannelBinding | None:
+        """First matching channel entry wins; unmatched channels get `default_role`.
+
+        None means kelpie is not enabled in this channel.
+        """
+        for entry in self._config.channels:
+            match = entry.match
+            matched = (
+                (match.id is not None and match.id == channel_id)
+                or (match.im is not None and match.im == is_im)
+                or (
+                    match.name is not None
+                    and channel_name is not None
+                    and fnmatchcase(channel_name, match.name)
+                )
+            )
+            if matched:
+                return self._binding(entry.role, entry.cluster, entry.namespace)
+        return self._binding(self._config.default_role, None, None)
+
+    def _binding(
+        self, role_name: str, cluster: str | None, namespace: str | None
+    ) -> ChannelBinding | None:
+        if role_name == NO_ROLE:
+            return None
+        return ChannelBinding(
+            role_name=role_name,
+            role=self._config.roles[role_name],
+            cluster=cluster or self._config.kubernetes.default_cluster,
+            namespace=namespace,
+        )
+
+
+def tool_allowed(role: RoleConfig, tool: Tool) -> bool:
+    return any(fnmatchcase(tool.pattern_name, pattern) for pattern in role.tools)
+
+
+def namespace_allowed(role: RoleConfig, namespace: str | None) -> bool:
+    """Cluster-scoped objects are namespace "": allowed only by "*" or an explicit "".
+
+    None (all namespaces) is allowed only by "*".
+    """
+    if namespace is None:
+        return "*" in role.namespaces
+    if namespace == "":
+        return "*" in role.namespaces or "" in role.namespaces
+    return any(fnmatchcase(namespace, pattern) for pattern in role.namespaces if pattern)
+
+
+def offered_tools(role: RoleConfig, tools: list[Tool]) -> list[Tool]:
+    return [tool for tool in tools if tool_allowed(role, tool)]

@@ -1,0 +1,35 @@
+"""Channel names for role matching, looked up with conversations.info and cached briefly so a
+renamed channel is picked up (and forgotten at once on a channel_rename event)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+log = logging.getLogger(__name__)
+
+
+class ChannelDirectory:
+    def __init__(self, client: AsyncWebClient, ttl_s: float = 300.0) -> None:
+        self._client = client
+        self._ttl_s = ttl_s
+        self._names: dict[str, tuple[float, str | None]] = {}
+
+    async def name(self, channel_id: str) -> str | None:
+        cached = self._names.get(channel_id)
+        if cached is not None and time.monotonic() - cached[0] < self._ttl_s:
+            return cached[1]
+        try:
+            response = await self._client.conversations_info(channel=channel_id)
+            name = response["channel"].get("name")
+        except SlackApiError as error:
+            log.warning("conversations.info %s failed: %s", channel_id, error.response.get("error"))
+            name = None
+        self._names[channel_id] = (time.monotonic(), name)
+        return name
+
+    def forget(self, channel_id: str) -> None:
+        self._names.pop(channel_id, None)

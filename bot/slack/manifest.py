@@ -1,0 +1,50 @@
+"""The Slack app manifest: exactly the scopes, events and features the bot uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+# Each scope is here because a listener or Web API call below needs it.
+BOT_SCOPES = [
+    "app_mentions:read",  # app_mention events
+    "channels:history",  # thread follow-ups without a mention (message.channels)
+    "groups:history",  # the same in private channels (message.groups)
+    "im:history",  # DMs (message.im)
+    "channels:read",  # conversations.info: channel names for role matching
+    "groups:read",  # conversations.info for private channels
+    "chat:write",  # replies, progress edits
+]
+BOT_EVENTS = ["app_mention", "message.channels", "message.groups", "message.im", "channel_rename"]
+
+
+def manifest(mode: str, request_url: str = "https://kelpie.example.com/slack/events") -> dict[str, Any]:
+    socket = mode == "socket"
+    events: dict[str, Any] = {"bot_events": list(BOT_EVENTS)}
+    interactivity: dict[str, Any] = {"is_enabled": True}
+    if not socket:
+        events["request_url"] = request_url
+        interactivity["request_url"] = request_url
+    return {
+        "display_information": {
+            "name": "kelpie",
+            "description": "Kubernetes chat-ops: ask about your cluster, approve changes.",
+        },
+        "features": {
+            "bot_user": {"display_name": "kelpie", "always_online": True},
+            "app_home": {"messages_tab_enabled": True, "messages_tab_read_only_enabled": False},
+        },
+        "oauth_config": {"scopes": {"bot": list(BOT_SCOPES)}},
+        "settings": {
+            "event_subscriptions": events,
+            "interactivity": interactivity,
+            "org_deploy_enabled": False,
+            "socket_mode_enabled": socket,
+            "token_rotation_enabled": False,
+        },
+    }
+
+
+def manifest_yaml(mode: str) -> str:
+    return yaml.safe_dump(manifest(mode), sort_keys=False)

@@ -1,0 +1,177 @@
+"""Repositories: the only code that writes SQL. Each method is one short transaction."""
+
+from __future__ import annotations
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, select
+
+from bot.agent.conversation import (
+    Message,
+    Role,
+    SessionInfo,
+    tool_calls_from_json,
+    tool_calls_to_json,
+)
+from bot.model.types import Usage
+from bot.store.db import Database
+from bot.store.tables import MessageRow, ProcessedEventRow, SessionRow, UsageRow
+
+
+def _session_info(row: SessionRow, *, created: bool = False) -> SessionInfo:
+    assert row.id is not None
+    return SessionInfo(
+        id=row.id,
+        session_key=row.session_key,
+        team_id=row.team_id,
+        channel_id=row.channel_id,
+        thread_ts=row.thread_ts,
+        is_dm=row.is_dm,
+        role=row.role,
+        cluster=row.cluster,
+        namespace=row.namespace,
+        started_by=row.started_by,
+        created=created,
+    )
+
+
+class EventLedger:
+    """Remembers processed Slack event ids so a retried delivery runs nothing twice."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def claim(self, event_id: str) -> bool:
+        """True the first time an event id is seen (ever, across restarts), else False."""
+        async with self._db.sessions() as session:
+            session.add(ProcessedEventRow(event_id=event_id))
+            try:
+                await session.commit()
+            except IntegrityError:
+                return False
+        return True
+
+
+class SessionRepository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def find(self, session_key: str) -> SessionInfo | None:
+        async with self._db.sessions() as session:
+            row = (
+                await session.exec(select(SessionRow).where(SessionRow.session_key == session_key))
+            ).first()
+            return _session_info(row) if row else None
+
+    async def get_or_create(self, template: SessionInfo) -> SessionInfo:
+        """The existing session for the key, or a new row from `template` (its id ignored)."""
+        existing = await self.find(template.session_key)
+        if existing is not None:
+            return existing
+        row = SessionRow(
+            session_key=template.session_key,
+            team_id=template.team_id,
+            channel_id=template.channel_id,
+            thread_ts=template.thread_ts,
+            is_dm=template.is_dm,
+            role=template.role,
+            cluster=template.cluster,
+            namespace=template.namespace,
+            started_by=template.started_by,
+        )
+        async with self._db.sessions() as session:
+            session.add(row)
+            try:
+                await session.commit()
+            except IntegrityError:
+                # Two events raced to create the same thread's session: the first one wins.
+                await session.rollback()
+                found = await self.find(template.session_key)
+                assert found is not None
+                return found
+            await session.refresh(row)
+            return _session_info(row, created=True)
+
+
+class MessageRepository:
+    """Implements the agent's ConversationStore port."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def append(self, session_id: int, turn_id: str, messages: list[Message]) -> None:
+        if not messages:
+            return
+        async with self._db.sessions() as session:
+            for message in messages:
+                session.add(
+                    MessageRow(
+                        session_id=session_id,
+                        turn_id=turn_id,
+                        role=str(message.role),
+                        content=message.content,
+                        tool_calls_json=tool_calls_to_json(message.tool_calls),
+                        tool_call_id=message.tool_call_id,
+                        tool_name=message.tool_name,
+                        slack_user=message.slack_user,
+                        slack_ts=message.slack_ts,
+                        complete=message.complete,
+                    )
+                )
+            await session.commit()
+
+    async def history(self, session_id: int, limit: int) -> list[Message]:
+        async with self._db.sessions() as session:
+            rows = (
+                await session.exec(
+                    select(MessageRow)
+                    .where(MessageRow.session_id == session_id, col(MessageRow.complete))
+                    .order_by(col(MessageRow.id).desc())
+                    .limit(limit)
+                )
+            ).all()
+        messages = [_message(row) for row in reversed(rows)]
+        # A cut at the limit may start with tool results whose call was cut off: drop them.
+        while messages and messages[0].role is Role.TOOL:
+            messages.pop(0)
+        return messages
+
+    async def all_for_session(self, session_id: int) -> list[Message]:
+        async with self._db.sessions() as session:
+            rows = (
+                await session.exec(
+                    select(MessageRow)
+                    .where(MessageRow.session_id == session_id)
+                    .order_by(col(MessageRow.id))
+                )
+            ).all()
+        return [_message(row) for row in rows]
+
+    async def record_usage(
+        self, session_id: int, turn_id: str, round_index: int, model: str, usage: Usage
+    ) -> None:
+        async with self._db.sessions() as session:
+            session.add(
+                UsageRow(
+                    session_id=session_id,
+                    turn_id=turn_id,
+                    round_index=round_index,
+                    model=model,
+                    input_tokens=usage.input_tokens,
+                    output_tokens=usage.output_tokens,
+                    estimated=usage.estimated,
+                )
+            )
+            await session.commit()
+
+
+def _message(row: MessageRow) -> Message:
+    return Message(
+        role=Role(row.role),
+        content=row.content,
+        tool_calls=tool_calls_from_json(row.tool_calls_json),
+        tool_call_id=row.tool_call_id,
+        tool_name=row.tool_name,
+        slack_user=row.slack_user,
+        slack_ts=row.slack_ts,
+        complete=row.complete,
+    )

@@ -1,0 +1,69 @@
+"""Database tables (SQLModel). Append-mostly: rows are added as a turn goes, never rewritten
+except where a state machine needs it (approvals, later)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class SessionRow(SQLModel, table=True):
+    __tablename__ = "sessions"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_key: str = Field(unique=True, index=True)
+    team_id: str
+    channel_id: str
+    thread_ts: str
+    is_dm: bool = False
+    role: str
+    cluster: str
+    namespace: str | None = None
+    started_by: str
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class MessageRow(SQLModel, table=True):
+    """One conversation message in OpenAI shape (role, content, tool_calls, tool_call_id)."""
+
+    __tablename__ = "messages"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: int = Field(foreign_key="sessions.id", index=True)
+    turn_id: str = Field(index=True)
+    role: str
+    content: str | None = None
+    tool_calls_json: str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    slack_user: str | None = None
+    slack_ts: str | None = None
+    # False for a partial answer of an interrupted/failed turn: stored, never replayed.
+    complete: bool = True
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ProcessedEventRow(SQLModel, table=True):
+    __tablename__ = "processed_events"
+
+    event_id: str = Field(primary_key=True)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class UsageRow(SQLModel, table=True):
+    __tablename__ = "usage"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: int = Field(foreign_key="sessions.id", index=True)
+    turn_id: str = Field(index=True)
+    round_index: int
+    model: str
+    input_tokens: int
+    output_tokens: int
+    estimated: bool
+    created_at: datetime = Field(default_factory=utcnow)

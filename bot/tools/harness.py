@@ -1,0 +1,124 @@
+"""The tool harness: turns a model's tool call into a result the model can read.
+
+It parses and looks up the call, passes it through the policy pipeline (the ordered stages
+live in `bot/policy/pipeline.py`), runs the handler with a timeout and maps every failure to
+one sentence for the model. It never raises for problems the model can fix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from bot.agent.events import ToolStatus
+from bot.model.types import ToolCallRequest
+from bot.policy.decision import CallScope, Decision, ToolInvocation, Verdict
+from bot.tools.spec import Tool, ToolArgumentError, ToolFailure
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    status: ToolStatus
+    content: str  # what the model receives as the tool result
+    summary: str  # one line for the thread
+    attachment: str | None = None
+    stage: str | None = None  # the pipeline stage that denied, when denied
+
+
+class Gate(Protocol):
+    """The pipeline before execution: the first non-allow decision wins."""
+
+    async def decide(self, call: ToolInvocation) -> tuple[str, Decision]: ...
+
+    async def after(self, call: ToolInvocation, outcome: ToolOutcome) -> None: ...
+
+
+class ToolRegistry:
+    def __init__(self, tools: list[Tool]) -> None:
+        self._tools = {tool.name: tool for tool in tools}
+        if len(self._tools) != len(tools):
+            raise ValueError("tool names must be unique")
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def all(self) -> list[Tool]:
+        return list(self._tools.values())
+
+
+def summarize_args(args: dict[str, Any], limit: int = 80) -> str:
+    parts = []
+    for key, value in args.items():
+        short = {"namespace": "ns", "label_selector": "labels"}.get(key, key)
+        parts.append(f"{short}={value}")
+    text = " ".join(parts)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def parse_arguments(raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError as error:
+        raise ToolArgumentError(f"arguments are not valid JSON ({error.msg}).") from None
+    if not isinstance(value, dict):
+        raise ToolArgumentError("arguments must be a JSON object.")
+    return value
+
+
+class ToolHarness:
+    def __init__(self, registry: ToolRegistry, gate: Gate, timeout_s: float) -> None:
+        self._registry = registry
+        self._gate = gate
+        self._timeout_s = timeout_s
+
+    async def dispatch(self, call: ToolCallRequest, scope: CallScope) -> ToolOutcome:
+        tool = self._registry.get(call.name)
+        if tool is None:
+            return _failed(f'unknown tool "{call.name}"; use one of the tools offered.')
+        try:
+            args = parse_arguments(call.arguments)
+        except ToolArgumentError as error:
+            return _failed(f"{call.name}: {error}")
+        invocation = ToolInvocation(call.id, tool, args, scope)
+        stage, decision = await self._gate.decide(invocation)
+        if decision.verdict is not Verdict.ALLOW:
+            reason = decision.reason or "not allowed"
+            return ToolOutcome(
+                ToolStatus.DENIED,
+                f"Denied by {stage}: {reason}. The call was not run.",
+                f"denied: {reason}",
+                stage=stage,
+            )
+        outcome = await self._execute(invocation)
+        await self._gate.after(invocation, outcome)
+        return outcome
+
+    async def _execute(self, call: ToolInvocation) -> ToolOutcome:
+        name = call.tool.name
+        try:
+            result = await asyncio.wait_for(
+                call.tool.handler(call.args, call.scope.tool_context), self._timeout_s
+            )
+        except ToolArgumentError as error:
+            return _failed(f"{name}: invalid arguments: {error}")
+        except ToolFailure as error:
+            return _failed(f"{name} failed: {error}")
+        except TimeoutError:
+            return _failed(f"{name} timed out after {self._timeout_s:g} s.")
+        except Exception:
+            log.exception("tool %s crashed", name)
+            return _failed(f"{name} failed with an internal error (logged).")
+        return ToolOutcome(ToolStatus.OK, result.text, result.summary, result.attachment)
+
+
+def _failed(message: str) -> ToolOutcome:
+    summary = message if len(message) <= 120 else message[:119] + "…"
+    return ToolOutcome(ToolStatus.FAILED, f"Error: {message}", summary)
+
+
+__all__ = ["CallScope", "ToolHarness", "ToolOutcome", "ToolRegistry"]

@@ -1,0 +1,157 @@
+"""What a tool is: its kind, its JSON schema for the model, its handler and its result.
+
+This module owns the typed vocabulary every tool shares. It knows no Kubernetes and no
+Slack; the handlers live in `bot/tools/kube/` and are registered by the composition root.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class ToolKind(StrEnum):
+    PRESENT = "present"
+    READ = "read"
+    DIAGNOSE = "diagnose"
+    WRITE = "write"
+
+
+class ToolScope(StrEnum):
+    """Where a call lands: in one namespace, or on cluster-scoped objects (namespace "")."""
+
+    NAMESPACED = "namespaced"
+    CLUSTER = "cluster"
+
+
+class ToolArgumentError(ValueError):
+    """Arguments the model can correct; the message is one sentence sent back to it."""
+
+
+class ToolFailure(Exception):
+    """A call that reached the cluster and failed (404, 403, timeout, unreachable).
+
+    The message is one sentence for the model, e.g.
+    "Kubernetes answered 403 Forbidden to list pods in namespace shop."
+    """
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Where the question was asked: which cluster, which default namespace."""
+
+    cluster: str
+    default_namespace: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A successful result: `text` goes to the model, `summary` is one line for the thread."""
+
+    text: str
+    summary: str
+    # Raw output a person may want as a file (e.g. full logs); None when not applicable.
+    attachment: str | None = None
+
+
+ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    kind: ToolKind
+    description: str
+    parameters: dict[str, Any]  # JSON schema of the arguments object
+    handler: ToolHandler
+    scope: ToolScope = ToolScope.NAMESPACED
+    # Kubernetes kinds the tool touches, for the firewall (e.g. ["Pod"]).
+    resource_kinds: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def pattern_name(self) -> str:
+        """The name roles match against: `<kind>/<name>`."""
+        return f"{self.kind}/{self.name}"
+
+    def openai_schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+    def target_namespace(self, args: dict[str, Any], context: ToolContext) -> str | None:
+        """The namespace a call lands in: "" for cluster-scoped, None for all namespaces."""
+        if self.scope is ToolScope.CLUSTER:
+            return ""
+        namespace = args.get("namespace")
+        if namespace == "*":
+            return None
+        if isinstance(namespace, str) and namespace:
+            return namespace
+        return context.default_namespace
+
+
+# Kubernetes object names: RFC 1123 labels/subdomains.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def namespace_arg(args: dict[str, Any], context: ToolContext, *, allow_all: bool) -> str | None:
+    """Validate the `namespace` argument; None means all namespaces (only when allowed)."""
+    value = args.get("namespace")
+    if value is None or value == "":
+        value = context.default_namespace
+    if value is None or value == "*":
+        if allow_all:
+            return None
+        raise ToolArgumentError("namespace is required (no default namespace is set here).")
+    if not isinstance(value, str) or not _DNS_LABEL.match(value):
+        raise ToolArgumentError(f"namespace {value!r} is not a valid Kubernetes namespace name.")
+    return value
+
+
+def name_arg(args: dict[str, Any], key: str = "name", *, required: bool = True) -> str | None:
+    value = args.get(key)
+    if value is None or value == "":
+        if required:
+            raise ToolArgumentError(f"{key} is required.")
+        return None
+    if not isinstance(value, str) or not _DNS_SUBDOMAIN.match(value):
+        raise ToolArgumentError(f"{key} {value!r} is not a valid Kubernetes object name.")
+    return value
+
+
+def int_arg(
+    args: dict[str, Any], key: str, *, default: int | None, minimum: int, maximum: int
+) -> int | None:
+    value = args.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ToolArgumentError(f"{key} must be an integer between {minimum} and {maximum}.")
+    if not minimum <= value <= maximum:
+        raise ToolArgumentError(f"{key} must be between {minimum} and {maximum}, got {value}.")
+    return value
+
+
+def bool_arg(args: dict[str, Any], key: str, *, default: bool) -> bool:
+    value = args.get(key, default)
+    if not isinstance(value, bool):
+        raise ToolArgumentError(f"{key} must be true or false.")
+    return value
+
+
+def str_arg(args: dict[str, Any], key: str, *, max_len: int = 512) -> str | None:
+    value = args.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > max_len:
+        raise ToolArgumentError(f"{key} must be a string of at most {max_len} characters.")
+    return value
