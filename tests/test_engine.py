@@ -1,0 +1,194 @@
+"""Unit tests of the agent loop with the in-process scripted gateway and a real SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from bot.agent.conversation import Message, Role, SessionInfo
+from bot.agent.engine import INTERRUPTED_RESULT, Engine, RetryPolicy, TurnRequest
+from bot.agent.events import TextDelta, ToolFinished, ToolStarted, ToolStatus, TurnEvent, TurnFinish
+from bot.config import RoleConfig
+from bot.policy.decision import CallScope
+from bot.policy.pipeline import AbortStage, PermissionStage, Pipeline, RoleGateStage
+from bot.store.db import Database
+from bot.store.repositories import MessageRepository, SessionRepository
+from bot.tools.harness import ToolHarness, ToolRegistry
+from bot.tools.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
+from tests import scripted_gateway as script
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[TurnEvent] = []
+
+    async def __call__(self, event: TurnEvent) -> None:
+        self.events.append(event)
+
+
+def make_tool(name: str, kind: ToolKind = ToolKind.READ, *, block: asyncio.Event | None = None,
+              calls: list[dict[str, Any]] | None = None) -> Tool:
+    async def handler(args: dict[str, Any], context: ToolContext) -> ToolResult:
+        if calls is not None:
+            calls.append(args)
+        if block is not None:
+            await block.wait()
+        return ToolResult(text=f"{name} result for {args}", summary=f"{name} ok")
+
+    return Tool(
+        name=name,
+        kind=kind,
+        description=f"test tool {name}",
+        parameters={"type": "object", "properties": {"namespace": {"type": "string"}}},
+        handler=handler,
+        scope=ToolScope.NAMESPACED,
+    )
+
+
+@pytest.fixture
+async def store(tmp_path):
+    db = Database(f"sqlite:///{tmp_path}/k.db")
+    await db.create_schema()
+    yield db
+    await db.close()
+
+
+async def new_session(db: Database) -> SessionInfo:
+    return await SessionRepository(db).get_or_create(
+        SessionInfo(0, "T:C:1.0", "T", "C", "1.0", False, "viewer", "prod", "shop", "U1")
+    )
+
+
+def build(db: Database, gateway: script.ScriptedGateway, tools: list[Tool],
+          role: RoleConfig | None = None, retry: RetryPolicy | None = None):
+    registry = ToolRegistry(tools)
+    pipeline = Pipeline([AbortStage(), RoleGateStage(), PermissionStage()])
+    harness = ToolHarness(registry, pipeline, timeout_s=5)
+    engine = Engine(gateway, harness, MessageRepository(db), retry or RetryPolicy(2, 0.0))
+    role = role or RoleConfig(tools=["read/*"], namespaces=["*"])
+
+    def request(session: SessionInfo, abort: asyncio.Event | None = None) -> TurnRequest:
+        scope = CallScope(
+            session_id=session.id, session_key=session.session_key, channel_id="C",
+            slack_user="U1", role_name="viewer", role=role,
+            tool_context=ToolContext("prod", "shop"),
+            offered=frozenset(t.name for t in tools), abort=abort or asyncio.Event(),
+        )
+        return TurnRequest(session, "turn1", "system", [], Message(Role.USER, "why?"),
+                           tools, scope, max_rounds=3)
+
+    return engine, request
+
+
+async def test_tool_round_then_answer_persists_everything(store):
+    session = await new_session(store)
+    gateway = script.ScriptedGateway(
+        script.calls(("list_pods", {"namespace": "shop"})), script.text("All pods are fine.")
+    )
+    engine, request = build(store, gateway, [make_tool("list_pods")])
+    recorder = Recorder()
+    finished = await engine.run_turn(request(session), recorder)
+    assert finished.finish is TurnFinish.STOP
+    assert finished.answer == "All pods are fine."
+    assert finished.stats.rounds == 2 and finished.stats.tool_calls == 1
+    started = [e for e in recorder.events if isinstance(e, ToolStarted)]
+    ended = [e for e in recorder.events if isinstance(e, ToolFinished)]
+    assert [e.args_summary for e in started] == ["ns=shop"]
+    assert ended[0].status is ToolStatus.OK
+    assert "".join(e.text for e in recorder.events if isinstance(e, TextDelta)) == (
+        "All pods are fine."
+    )
+    # The second request carried the tool call and its result.
+    second = gateway.requests[1].messages
+    assert second[-2]["tool_calls"][0]["function"]["name"] == "list_pods"
+    assert second[-1]["role"] == "tool" and "list_pods result" in second[-1]["content"]
+    stored = await MessageRepository(store).all_for_session(session.id)
+    assert [m.role for m in stored] == [Role.ASSISTANT, Role.TOOL, Role.ASSISTANT]
+    gateway.assert_consumed()
+
+
+async def test_retries_then_answer(store):
+    session = await new_session(store)
+    gateway = script.ScriptedGateway(script.error(), script.error(), script.text("ok"))
+    engine, request = build(store, gateway, [])
+    finished = await engine.run_turn(request(session), Recorder())
+    assert finished.finish is TurnFinish.STOP and finished.answer == "ok"
+    assert len(gateway.requests) == 3
+
+
+async def test_retries_exhausted_gives_one_sentence(store):
+    session = await new_session(store)
+    gateway = script.ScriptedGateway(script.error(), script.error(), script.error())
+    engine, request = build(store, gateway, [])
+    finished = await engine.run_turn(request(session), Recorder())
+    assert finished.finish is TurnFinish.ERROR
+    assert finished.error == "The model server did not answer (HTTP 500)."
+    assert len(gateway.requests) == 3
+
+
+async def test_non_retryable_error_is_not_retried(store):
+    session = await new_session(store)
+    gateway = script.ScriptedGateway(script.error("Bad key.", retryable=False))
+    engine, request = build(store, gateway, [])
+    finished = await engine.run_turn(request(session), Recorder())
+    assert finished.finish is TurnFinish.ERROR and len(gateway.requests) == 1
+
+
+async def test_round_budget_ends_with_a_no_tools_answer(store):
+    session = await new_session(store)
+    gateway = script.ScriptedGateway(
+        *(script.calls(("list_pods", {"namespace": f"ns{i}"})) for i in range(3)),
+        script.text("Best effort answer."),
+    )
+    engine, request = build(store, gateway, [make_tool("list_pods")])
+    finished = await engine.run_turn(request(session), Recorder())
+    assert finished.finish is TurnFinish.MAX_ITERATIONS
+    assert finished.answer == "Best effort answer."
+    assert gateway.requests[-1].tools == []
+    gateway.assert_consumed()
+
+
+async def test_denied_call_is_not_run_and_model_told(store):
+    session = await new_session(store)
+    ran: list[dict[str, Any]] = []
+    gateway = script.ScriptedGateway(
+        script.calls(("delete_pod", {"namespace": "shop"})), script.text("I may not.")
+    )
+    # The model calls a write tool that exists but was not offered to this role.
+    engine, request = build(store, gateway, [make_tool("delete_pod", ToolKind.WRITE, calls=ran)])
+    recorder = Recorder()
+    await engine.run_turn(request(session), recorder)
+    assert ran == []
+    result = gateway.requests[1].messages[-1]["content"]
+    assert "channel role viewer may not run write/delete_pod" in result
+    assert [e.status for e in recorder.events if isinstance(e, ToolFinished)] == [
+        ToolStatus.DENIED
+    ]
+
+
+async def test_bad_arguments_come_back_as_a_tool_error(store):
+    session = await new_session(store)
+    gateway = script.ScriptedGateway(script.calls(("list_pods", "{not json")), script.text("ok"))
+    engine, request = build(store, gateway, [make_tool("list_pods")])
+    await engine.run_turn(request(session), Recorder())
+    assert "not valid JSON" in gateway.requests[1].messages[-1]["content"]
+
+
+async def test_interrupt_repairs_unanswered_calls(store):
+    session = await new_session(store)
+    block = asyncio.Event()
+    gateway = script.ScriptedGateway(script.calls(("list_pods", {"namespace": "shop"})))
+    engine, request = build(store, gateway, [make_tool("list_pods", block=block)])
+    recorder = Recorder()
+    task = asyncio.create_task(engine.run_turn(request(session), recorder))
+    while not any(isinstance(e, ToolStarted) for e in recorder.events):
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    stored = await MessageRepository(store).all_for_session(session.id)
+    assert stored[-1].role is Role.TOOL and stored[-1].content == INTERRUPTED_RESULT
+    calls = stored[-2].tool_calls
+    assert calls and calls[0].id == stored[-1].tool_call_id
