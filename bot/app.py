@@ -37,7 +37,12 @@ from bot.slack.adapter import SlackAdapter
 from bot.slack.channels import ChannelDirectory
 from bot.slack.progress import SlackReporters
 from bot.store.db import Database
-from bot.store.repositories import EventLedger, MessageRepository, SessionRepository
+from bot.store.repositories import (
+    EventLedger,
+    MessageRepository,
+    SessionRepository,
+    ToolAuditRepository,
+)
 from bot.tools.harness import ToolHarness, ToolRegistry
 from bot.tools.kube.client import KubeClients
 from bot.tools.kube.read import read_tools
@@ -140,7 +145,9 @@ def build_kelpie(config: Config, secrets: Secrets) -> Kelpie:
     pipeline = Pipeline(
         [AbortStage(), ProviderNativeStage(), RoleGateStage(), PermissionStage()],
     )
-    harness = ToolHarness(registry, pipeline, timeout_s=config.agent.tool_timeout_s)
+    harness = ToolHarness(
+        registry, pipeline, ToolAuditRepository(db), timeout_s=config.agent.tool_timeout_s
+    )
     engine = Engine(
         model_gateway(config, secrets, config.models.active),
         harness,

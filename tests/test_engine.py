@@ -14,7 +14,7 @@ from bot.config import RoleConfig
 from bot.policy.decision import CallScope
 from bot.policy.pipeline import AbortStage, PermissionStage, Pipeline, RoleGateStage
 from bot.store.db import Database
-from bot.store.repositories import MessageRepository, SessionRepository
+from bot.store.repositories import MessageRepository, SessionRepository, ToolAuditRepository
 from bot.tools.harness import ToolHarness, ToolRegistry
 from bot.tools.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
 from tests import scripted_gateway as script
@@ -65,7 +65,7 @@ def build(db: Database, gateway: script.ScriptedGateway, tools: list[Tool],
           role: RoleConfig | None = None, retry: RetryPolicy | None = None):
     registry = ToolRegistry(tools)
     pipeline = Pipeline([AbortStage(), RoleGateStage(), PermissionStage()])
-    harness = ToolHarness(registry, pipeline, timeout_s=5)
+    harness = ToolHarness(registry, pipeline, ToolAuditRepository(db), timeout_s=5)
     engine = Engine(gateway, harness, MessageRepository(db), retry or RetryPolicy(2, 0.0))
     role = role or RoleConfig(tools=["read/*"], namespaces=["*"])
 
@@ -166,6 +166,30 @@ async def test_denied_call_is_not_run_and_model_told(store):
     assert [e.status for e in recorder.events if isinstance(e, ToolFinished)] == [
         ToolStatus.DENIED
     ]
+    audit = await ToolAuditRepository(store).for_session(session.id)
+    assert [(row.stage, row.decision) for row in audit] == [
+        ("abort", "allow"),
+        ("channel role", "deny"),
+    ]
+    assert audit[-1].tool == "write/delete_pod" and audit[-1].slack_user == "U1"
+
+
+async def test_allowed_call_is_audited_with_masked_arguments(store):
+    session = await new_session(store)
+    gateway = script.ScriptedGateway(
+        script.calls(("list_pods", {"namespace": "shop", "note": "password=hunter2"})),
+        script.text("done"),
+    )
+    engine, request = build(store, gateway, [make_tool("list_pods")])
+    await engine.run_turn(request(session), Recorder())
+    audit = await ToolAuditRepository(store).for_session(session.id)
+    assert [(row.stage, row.decision) for row in audit] == [
+        ("abort", "allow"),
+        ("channel role", "allow"),
+        ("permission", "allow"),
+        ("execute", "ok"),
+    ]
+    assert "hunter2" not in audit[0].arguments_json and "[MASKED]" in audit[0].arguments_json
 
 
 async def test_bad_arguments_come_back_as_a_tool_error(store):

@@ -153,6 +153,7 @@ class AgentSessions:
             offered=frozenset(tool.name for tool in tools),
             abort=abort,
             user_request=message.text,
+            turn_id=accepted.turn_id,
         )
         request = TurnRequest(
             session=session,

@@ -199,8 +199,7 @@ class LiteLLMGateway:
             )
         if isinstance(exc, litellm.ContextWindowExceededError):
             return err(
-                "The conversation no longer fits the model's context window: "
-                "start a new thread.",
+                "The conversation no longer fits the model's context window: start a new thread.",
                 False,
             )
         if midway:
@@ -211,8 +210,11 @@ class LiteLLMGateway:
                 f"check {where}.model and its options.",
                 False,
             )
-        if isinstance(exc, litellm.APIConnectionError) and status is None:
-            return err("The model server could not be reached.", True)
+        # LiteLLM reports a refused connection as InternalServerError (500): look underneath.
+        if _caused_by_os_error(exc) or (
+            isinstance(exc, litellm.APIConnectionError) and status is None
+        ):
+            return err(f"The model server could not be reached: check {where}.api_base.", True)
         if isinstance(status, int) and status >= 500:
             return err(f"The model server did not answer (HTTP {status}).", True)
         if isinstance(status, int) and 400 <= status < 500:
@@ -371,6 +373,17 @@ def _provider_usage(stream: Any, assembly: _Assembly) -> Any | None:
         if usage is not None:
             return usage
     return None
+
+
+def _caused_by_os_error(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, OSError):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _chars_to_tokens(text: str) -> int:

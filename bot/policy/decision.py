@@ -50,6 +50,7 @@ class CallScope:
     offered: frozenset[str]
     abort: asyncio.Event = field(default_factory=asyncio.Event, compare=False)
     user_request: str = ""
+    turn_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,12 @@ class ToolInvocation:
     @property
     def namespace(self) -> str | None:
         return self.tool.target_namespace(self.args, self.scope.tool_context)
+
+
+@dataclass(frozen=True)
+class StageDecision:
+    stage: str
+    decision: Decision
 
 
 class Stage(Protocol):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from bot.policy.decision import Decision, Stage, ToolInvocation, Verdict
+from bot.policy.decision import Decision, Stage, StageDecision, ToolInvocation, Verdict
 from bot.policy.roles import namespace_allowed, tool_allowed
 from bot.tools.harness import ToolOutcome
 from bot.tools.spec import ToolKind
@@ -82,12 +82,15 @@ class Pipeline:
         self.stages = list(stages)
         self._post_hooks = list(post_hooks)
 
-    async def decide(self, call: ToolInvocation) -> tuple[str, Decision]:
+    async def decide(self, call: ToolInvocation) -> list[StageDecision]:
+        """Each stage's decision in order, up to and including the first that is not allow."""
+        trail: list[StageDecision] = []
         for stage in self.stages:
             decision = await stage.check(call)
+            trail.append(StageDecision(stage.name, decision))
             if decision.verdict is not Verdict.ALLOW:
-                return stage.name, decision
-        return "execute", Decision.allow()
+                break
+        return trail
 
     async def after(self, call: ToolInvocation, outcome: ToolOutcome) -> None:
         for hook in self._post_hooks:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
@@ -14,7 +16,14 @@ from bot.agent.conversation import (
 )
 from bot.model.types import Usage
 from bot.store.db import Database
-from bot.store.tables import MessageRow, ProcessedEventRow, SessionRow, UsageRow
+from bot.store.tables import (
+    MessageRow,
+    ProcessedEventRow,
+    SessionRow,
+    ToolAuditRow,
+    UsageRow,
+)
+from bot.tools.harness import AuditEntry
 
 
 def _session_info(row: SessionRow, *, created: bool = False) -> SessionInfo:
@@ -175,3 +184,37 @@ def _message(row: MessageRow) -> Message:
         slack_ts=row.slack_ts,
         complete=row.complete,
     )
+
+
+class ToolAuditRepository:
+    """Implements the harness's AuditLog port; append-only."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def record(self, entries: list[AuditEntry]) -> None:
+        async with self._db.sessions() as session:
+            for entry in entries:
+                session.add(
+                    ToolAuditRow(
+                        session_id=entry.session_id,
+                        turn_id=entry.turn_id,
+                        tool_call_id=entry.tool_call_id,
+                        tool=entry.tool,
+                        arguments_json=json.dumps(entry.arguments, sort_keys=True),
+                        stage=entry.stage,
+                        decision=entry.decision,
+                        reason=entry.reason,
+                        slack_user=entry.slack_user,
+                    )
+                )
+            await session.commit()
+
+    async def for_session(self, session_id: int) -> list[ToolAuditRow]:
+        async with self._db.sessions() as session:
+            rows = await session.exec(
+                select(ToolAuditRow)
+                .where(ToolAuditRow.session_id == session_id)
+                .order_by(col(ToolAuditRow.id))
+            )
+            return list(rows.all())

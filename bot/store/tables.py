@@ -67,3 +67,21 @@ class UsageRow(SQLModel, table=True):
     output_tokens: int
     estimated: bool
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class ToolAuditRow(SQLModel, table=True):
+    """One row per pipeline decision of a tool call (append-only): allows, denials, errors."""
+
+    __tablename__ = "tool_audit"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: int = Field(foreign_key="sessions.id", index=True)
+    turn_id: str = Field(index=True)
+    tool_call_id: str = Field(index=True)
+    tool: str
+    arguments_json: str  # secrets masked
+    stage: str
+    decision: str
+    reason: str = ""
+    slack_user: str
+    created_at: datetime = Field(default_factory=utcnow)

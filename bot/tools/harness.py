@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from bot.agent.events import ToolStatus
 from bot.model.types import ToolCallRequest
-from bot.policy.decision import CallScope, Decision, ToolInvocation, Verdict
+from bot.model.outbound import mask_value
+from bot.policy.decision import CallScope, Decision, StageDecision, ToolInvocation, Verdict
 from bot.tools.spec import Tool, ToolArgumentError, ToolFailure
 
 log = logging.getLogger(__name__)
@@ -33,9 +34,28 @@ class ToolOutcome:
 class Gate(Protocol):
     """The pipeline before execution: the first non-allow decision wins."""
 
-    async def decide(self, call: ToolInvocation) -> tuple[str, Decision]: ...
+    async def decide(self, call: ToolInvocation) -> list[StageDecision]: ...
 
     async def after(self, call: ToolInvocation, outcome: ToolOutcome) -> None: ...
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    session_id: int
+    turn_id: str
+    tool_call_id: str
+    tool: str
+    arguments: dict[str, Any]  # already masked
+    stage: str
+    decision: str
+    reason: str
+    slack_user: str
+
+
+class AuditLog(Protocol):
+    async def record(self, entries: list[AuditEntry]) -> None:
+        """Append the entries durably (one commit) before returning."""
+        ...
 
 
 class ToolRegistry:
@@ -71,9 +91,12 @@ def parse_arguments(raw: str) -> dict[str, Any]:
 
 
 class ToolHarness:
-    def __init__(self, registry: ToolRegistry, gate: Gate, timeout_s: float) -> None:
+    def __init__(
+        self, registry: ToolRegistry, gate: Gate, audit: AuditLog, timeout_s: float
+    ) -> None:
         self._registry = registry
         self._gate = gate
+        self._audit = audit
         self._timeout_s = timeout_s
 
     async def dispatch(self, call: ToolCallRequest, scope: CallScope) -> ToolOutcome:
@@ -85,18 +108,51 @@ class ToolHarness:
         except ToolArgumentError as error:
             return _failed(f"{call.name}: {error}")
         invocation = ToolInvocation(call.id, tool, args, scope)
-        stage, decision = await self._gate.decide(invocation)
-        if decision.verdict is not Verdict.ALLOW:
-            reason = decision.reason or "not allowed"
+        trail = await self._gate.decide(invocation)
+        final = trail[-1] if trail else StageDecision("pipeline", Decision.deny("no stages"))
+        if final.decision.verdict is not Verdict.ALLOW:
+            reason = final.decision.reason or "not allowed"
+            await self._record(invocation, trail)
             return ToolOutcome(
                 ToolStatus.DENIED,
-                f"Denied by {stage}: {reason}. The call was not run.",
-                f"denied: {reason}",
-                stage=stage,
+                f"Denied by {final.stage}: {reason}. The call was not run.",
+                f"denied by {final.stage}: {reason}",
+                stage=final.stage,
             )
         outcome = await self._execute(invocation)
+        result = Decision.allow("ok") if outcome.status is ToolStatus.OK else Decision.deny(
+            outcome.summary
+        )
+        verdict = "ok" if outcome.status is ToolStatus.OK else "error"
+        await self._record(
+            invocation, [*trail, StageDecision("execute", result)], final_verdict=verdict
+        )
         await self._gate.after(invocation, outcome)
         return outcome
+
+    async def _record(
+        self, call: ToolInvocation, trail: list[StageDecision], final_verdict: str | None = None
+    ) -> None:
+        arguments, _ = mask_value(call.args)
+        entries = [
+            AuditEntry(
+                session_id=call.scope.session_id,
+                turn_id=call.scope.turn_id,
+                tool_call_id=call.tool_call_id,
+                tool=call.tool.pattern_name,
+                arguments=arguments,
+                stage=step.stage,
+                decision=(
+                    final_verdict
+                    if final_verdict is not None and index == len(trail) - 1
+                    else str(step.decision.verdict)
+                ),
+                reason=step.decision.reason,
+                slack_user=call.scope.slack_user,
+            )
+            for index, step in enumerate(trail)
+        ]
+        await self._audit.record(entries)
 
     async def _execute(self, call: ToolInvocation) -> ToolOutcome:
         name = call.tool.name
