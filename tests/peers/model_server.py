@@ -1,0 +1,465 @@
+"""An OpenAI-compatible model server on 127.0.0.1 that plays a script.
+
+Each POST to `/v1/chat/completions` consumes one queued step. Streamed requests get
+server-sent events shaped like OpenAI's (`chat.completion.chunk` objects, an optional
+usage chunk with empty `choices`, then `data: [DONE]`); non-streamed requests get one
+`chat.completion` object. Every request is recorded so tests can assert what the model
+was sent. An empty script answers 500 "script exhausted" (and is remembered), unless a
+default step was set with `reply_default`.
+
+It knows nothing about kelpie: it only speaks the wire format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+UsageSpec = bool | tuple[int, int]
+ToolCallSpec = tuple[str, dict[str, Any] | str] | tuple[str, dict[str, Any] | str, str | None]
+
+
+# --- steps ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextStep:
+    """Answer with text, streamed `chunk_size` characters per delta.
+
+    `think` is put in front of the text as `<think>...</think>`, split across chunks
+    like any other content (the way some local models send their reasoning).
+    """
+
+    text: str
+    chunk_size: int = 4
+    usage: UsageSpec = True
+    think: str | None = None
+    finish_reason: str = "stop"
+
+
+@dataclass(frozen=True)
+class ToolCallsStep:
+    """Answer with tool calls; each call's arguments JSON is split over several deltas."""
+
+    calls: tuple[tuple[str, str, str], ...]  # (call_id, name, arguments_json)
+    text: str = ""
+    usage: UsageSpec = True
+    chunk_size: int = 6
+
+
+@dataclass(frozen=True)
+class ErrorStep:
+    status: int
+    message: str
+    error_type: str | None = None
+    code: str | None = None
+
+
+@dataclass(frozen=True)
+class CutStep:
+    """Send a few content chunks, then stop: no finish_reason, no [DONE].
+
+    `abort=True` drops the TCP connection mid-body (a crashed server); `abort=False` ends
+    the HTTP body cleanly (a proxy that closes the stream early).
+    """
+
+    text: str = "This answer is cut"
+    chunk_size: int = 4
+    abort: bool = True
+
+
+@dataclass(frozen=True)
+class HangStep:
+    """Hold the request for `seconds` without sending anything, then play `then` (or drop)."""
+
+    seconds: float
+    then: Step | None = None
+
+
+@dataclass(frozen=True)
+class DynamicStep:
+    """Let a function pick the step from the request body."""
+
+    decide: Callable[[dict[str, Any]], Step]
+
+
+Step = TextStep | ToolCallsStep | ErrorStep | CutStep | HangStep | DynamicStep
+
+
+def tool_calls_step(
+    calls: Sequence[ToolCallSpec], *, text: str = "", usage: UsageSpec = True, chunk_size: int = 6
+) -> ToolCallsStep:
+    """Build a ToolCallsStep from `(name, args)` or `(name, args, call_id)` tuples."""
+    normalized: list[tuple[str, str, str]] = []
+    for i, spec in enumerate(calls):
+        name, args = spec[0], spec[1]
+        call_id = spec[2] if len(spec) > 2 else None
+        arguments = args if isinstance(args, str) else json.dumps(args)
+        normalized.append((call_id or f"call_{i}_{uuid.uuid4().hex[:8]}", name, arguments))
+    return ToolCallsStep(tuple(normalized), text=text, usage=usage, chunk_size=chunk_size)
+
+
+_ERROR_TYPES = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", None),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+@dataclass
+class RecordedRequest:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    step: str = ""
+
+
+@dataclass
+class _Script:
+    steps: deque[Step] = field(default_factory=deque)
+    default: Step | None = None
+
+
+# --- server -----------------------------------------------------------------------
+
+
+class ModelServer:
+    """Scripted OpenAI-compatible server; `api_base` is `http://127.0.0.1:PORT/v1`."""
+
+    def __init__(self, *, model: str = "test-model") -> None:
+        self.model = model
+        self.requests: list[dict[str, Any]] = []
+        self.recorded: list[RecordedRequest] = []
+        self.exhausted: list[dict[str, Any]] = []
+        self._script = _Script()
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+        self._arrived = asyncio.Condition()
+        self._closing = asyncio.Event()
+
+    # lifecycle
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat_completions)
+        app.router.add_post("/chat/completions", self._chat_completions)
+        self._runner = web.AppRunner(app, shutdown_timeout=1.0, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        self._closing.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> ModelServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def api_base(self) -> str:
+        if self._port is None:
+            raise RuntimeError("ModelServer is not started")
+        return f"http://127.0.0.1:{self._port}/v1"
+
+    @property
+    def headers(self) -> list[dict[str, str]]:
+        return [r.headers for r in self.recorded]
+
+    # script
+
+    def enqueue(self, step: Step) -> None:
+        self._script.steps.append(step)
+
+    def reply_text(
+        self,
+        text: str,
+        *,
+        chunk_size: int = 4,
+        usage: UsageSpec = True,
+        think: str | None = None,
+        finish_reason: str = "stop",
+    ) -> None:
+        self.enqueue(TextStep(text, chunk_size, usage, think, finish_reason))
+
+    def reply_tool_calls(
+        self,
+        calls: Sequence[ToolCallSpec],
+        *,
+        text: str = "",
+        usage: UsageSpec = True,
+        chunk_size: int = 6,
+    ) -> None:
+        self.enqueue(tool_calls_step(calls, text=text, usage=usage, chunk_size=chunk_size))
+
+    def reply_error(
+        self,
+        status: int,
+        message: str = "upstream failure",
+        *,
+        error_type: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        self.enqueue(ErrorStep(status, message, error_type, code))
+
+    def reply_cut(
+        self, text: str = "This answer is cut", *, chunk_size: int = 4, abort: bool = True
+    ) -> None:
+        self.enqueue(CutStep(text, chunk_size, abort))
+
+    def reply_hang(self, seconds: float, *, then: Step | None = None) -> None:
+        self.enqueue(HangStep(seconds, then))
+
+    def reply_with(self, decide: Callable[[dict[str, Any]], Step]) -> None:
+        self.enqueue(DynamicStep(decide))
+
+    def reply_default(self, step: Step | None) -> None:
+        """Play `step` whenever the queue is empty (None restores "script exhausted")."""
+        self._script.default = step
+
+    # assertions
+
+    @property
+    def pending_steps(self) -> int:
+        return len(self._script.steps)
+
+    def assert_script_consumed(self) -> None:
+        assert not self.exhausted, (
+            f"{len(self.exhausted)} request(s) arrived after the script ran out; "
+            f"last messages: {self.exhausted[-1].get('messages')!r}"
+        )
+        assert not self._script.steps, f"{len(self._script.steps)} scripted step(s) never played"
+
+    # The shared peer API takes a timeout, like the other peers' wait_for_* helpers.
+    async def wait_for_requests(self, n: int, timeout: float = 10) -> list[dict[str, Any]]:  # noqa: ASYNC109
+        async with asyncio.timeout(timeout):
+            async with self._arrived:
+                await self._arrived.wait_for(lambda: len(self.requests) >= n)
+        return self.requests
+
+    # handler
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return _error_response(ErrorStep(400, "request body is not JSON"))
+        step: Step | None
+        if self._script.steps:
+            step = self._script.steps.popleft()
+        else:
+            step = self._script.default
+        while isinstance(step, DynamicStep):
+            step = step.decide(body)
+        self.recorded.append(
+            RecordedRequest(request.path, dict(request.headers), body, type(step).__name__)
+        )
+        self.requests.append(body)
+        if step is None:
+            self.exhausted.append(body)
+        async with self._arrived:
+            self._arrived.notify_all()
+
+        if step is None:
+            return _error_response(ErrorStep(500, "script exhausted", "server_error"))
+        return await self._play(request, body, step)
+
+    async def _play(
+        self, request: web.Request, body: dict[str, Any], step: Step
+    ) -> web.StreamResponse:
+        if isinstance(step, HangStep):
+            try:
+                await asyncio.wait_for(self._closing.wait(), step.seconds)
+            except TimeoutError:
+                pass
+            if step.then is None or self._closing.is_set():
+                _drop(request)
+                return web.Response(status=204)
+            return await self._play(request, body, step.then)
+        if isinstance(step, ErrorStep):
+            return _error_response(step)
+        if body.get("stream"):
+            return await self._stream(request, body, step)
+        return web.json_response(self._completion(body, step))
+
+    # non-streamed
+
+    def _completion(self, body: dict[str, Any], step: Step) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": None}
+        finish_reason = "stop"
+        out_text = ""
+        if isinstance(step, TextStep):
+            out_text = _visible(step)
+            message["content"] = out_text
+            finish_reason = step.finish_reason
+        elif isinstance(step, ToolCallsStep):
+            message["content"] = step.text or None
+            message["tool_calls"] = [
+                {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+                for cid, name, args in step.calls
+            ]
+            finish_reason = "tool_calls"
+            out_text = step.text + "".join(args for _, _, args in step.calls)
+        elif isinstance(step, CutStep):
+            message["content"] = step.text
+            out_text = step.text
+        result: dict[str, Any] = {
+            "id": _new_id(),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", self.model),
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
+            ],
+        }
+        usage_spec = getattr(step, "usage", True)
+        if usage_spec is not False:
+            result["usage"] = _usage(body, out_text, usage_spec)
+        return result
+
+    # streamed
+
+    async def _stream(
+        self, request: web.Request, body: dict[str, Any], step: Step
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            status=200,
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+        )
+        await response.prepare(request)
+        chunk_id = _new_id()
+        created = int(time.time())
+        model = body.get("model", self.model)
+
+        async def send(
+            delta: dict[str, Any] | None, finish_reason: str | None = None, **extra: Any
+        ) -> None:
+            obj: dict[str, Any] = {
+                "id": chunk_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "system_fingerprint": "fp_test",
+                "choices": []
+                if delta is None
+                else [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+                ],
+            }
+            obj.update(extra)
+            await response.write(f"data: {json.dumps(obj)}\n\n".encode())
+
+        await send({"role": "assistant", "content": ""})
+
+        if isinstance(step, CutStep):
+            for piece in _pieces(step.text, step.chunk_size)[:3]:
+                await send({"content": piece})
+            if step.abort:
+                _drop(request)
+            else:
+                await response.write_eof()
+            return response
+
+        out_text = ""
+        finish_reason = "stop"
+        usage_spec: UsageSpec = True
+        if isinstance(step, TextStep):
+            content = _visible(step)
+            for piece in _pieces(content, step.chunk_size):
+                await send({"content": piece})
+            out_text, finish_reason, usage_spec = content, step.finish_reason, step.usage
+        elif isinstance(step, ToolCallsStep):
+            for piece in _pieces(step.text, step.chunk_size):
+                await send({"content": piece})
+            for index, (call_id, name, args) in enumerate(step.calls):
+                await send(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "id": call_id,
+                                "type": "function",
+                                "function": {"name": name, "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+                for piece in _pieces(args, step.chunk_size):
+                    await send({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            out_text = step.text + "".join(args for _, _, args in step.calls)
+            finish_reason, usage_spec = "tool_calls", step.usage
+
+        await send({}, finish_reason)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if include_usage and usage_spec is not False:
+            await send(None, usage=_usage(body, out_text, usage_spec))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+# --- helpers ----------------------------------------------------------------------
+
+
+def _new_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    size = max(1, size)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _visible(step: TextStep) -> str:
+    if step.think is not None:
+        return f"<think>{step.think}</think>{step.text}"
+    return step.text
+
+
+def _usage(body: dict[str, Any], out_text: str, spec: UsageSpec) -> dict[str, int]:
+    if isinstance(spec, tuple):
+        prompt, completion = spec
+    else:
+        sent = json.dumps(body.get("messages", [])) + json.dumps(body.get("tools", []))
+        prompt, completion = max(1, len(sent) // 4), max(1, len(out_text) // 4)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _error_response(step: ErrorStep) -> web.Response:
+    default_type, default_code = _ERROR_TYPES.get(step.status, ("server_error", None))
+    payload = {
+        "error": {
+            "message": step.message,
+            "type": step.error_type or default_type,
+            "param": None,
+            "code": step.code if step.code is not None else default_code,
+        }
+    }
+    return web.json_response(payload, status=step.status)
+
+
+def _drop(request: web.Request) -> None:
+    """Close the TCP connection abruptly, the way a crashed or restarted server does."""
+    transport = request.transport
+    if transport is not None:
+        transport.abort()

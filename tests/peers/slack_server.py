@@ -1,0 +1,1634 @@
+"""A Slack-compatible peer on 127.0.0.1 for tests: Web API, Socket Mode, signed HTTP events.
+
+`SlackServer` speaks enough of Slack for the official SDKs (slack_sdk's `AsyncWebClient`,
+its aiohttp Socket Mode client, Bolt's `AsyncApp`) to talk to it unchanged:
+
+* the Web API methods the bot uses under `/api/<method>` (form, query and JSON bodies,
+  Bearer tokens checked), including the streaming trio chat.startStream / appendStream /
+  stopStream with the documented errors, and the three-step `files_upload_v2` dance;
+* a Socket Mode WebSocket at `/link` that greets with `hello`, delivers envelopes and
+  records their acks;
+* `response_url` endpoints at `/response/<id>` for interactive payloads and commands;
+* a client that POSTs signed HTTP events to an app, exactly as Slack signs them.
+
+It records every call so a test can assert what a person would see in a thread
+(`thread()`, `ephemerals()`, `reactions()`), and it injects faults on request
+(429 with Retry-After, `ok:false` errors, expired streams, dropped sockets).
+
+It deliberately does not emulate Slack's automatic rate-limit tiers, message events for
+the bot's own posts, modals (views.*), history methods or Enterprise Grid; unknown methods
+answer `unknown_method` so a test notices when the bot calls something it does not serve.
+"""
+
+# The wait helpers take `timeout=` by design: tests read `wait_ack(id, timeout=5)`.
+# ruff: noqa: ASYNC109
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+from urllib.parse import urlencode
+
+import aiohttp
+from aiohttp import web
+from slack_sdk.signature import SignatureVerifier
+
+TEAM_ID = "T0TEST"
+TEAM_DOMAIN = "kelpie-test"
+TEAM_NAME = "Kelpie Test"
+ENTERPRISE_ID = None
+APP_ID = "A0KELPIE"
+BOT_USER_ID = "U0KELPIE"
+BOT_ID = "B0KELPIE"
+BOT_NAME = "kelpie"
+BOT_TOKEN = "xoxb-test-token"
+APP_TOKEN = "xapp-test-token"
+SIGNING_SECRET = "kelpie-test-signing-secret"
+VERIFICATION_TOKEN = "kelpie-test-verification-token"
+
+EnvelopeType = Literal["events_api", "interactive", "slash_commands"]
+Json = dict[str, Any]
+
+# Fields slack_sdk (or a hand-written call) may send as JSON encoded strings.
+_JSON_STRING_FIELDS = frozenset(
+    {"blocks", "attachments", "chunks", "files", "metadata", "loading_messages", "view"}
+)
+_MENTION_RE = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
+_CHUNK_TYPES = frozenset({"markdown_text", "plan_update", "task_update", "blocks"})
+_MAX_MARKDOWN = 12_000
+_MAX_UPDATE_TEXT = 4_000
+_RESPONSE_URL_USES = 5
+
+
+@dataclass
+class RecordedCall:
+    """One Web API call as the server received it."""
+
+    method: str
+    params: Json
+    time: float
+    token: str | None
+    status: int = 200
+    response: Json = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the server answered `ok: true`."""
+        return bool(self.response.get("ok"))
+
+    @property
+    def error(self) -> str | None:
+        """The `error` the server answered, if any."""
+        return self.response.get("error")
+
+
+@dataclass
+class UploadedFile:
+    """A file uploaded through files.getUploadURLExternal + upload URL + completeUpload."""
+
+    id: str
+    filename: str
+    length: int
+    content: bytes = b""
+    title: str | None = None
+    alt_txt: str | None = None
+    snippet_type: str | None = None
+    channel: str | None = None
+    thread_ts: str | None = None
+    initial_comment: str | None = None
+    uploaded: bool = False
+    completed: bool = False
+
+    @property
+    def text(self) -> str:
+        """The content decoded as UTF-8 (replacement characters for bad bytes)."""
+        return self.content.decode("utf-8", errors="replace")
+
+    def to_slack(self) -> Json:
+        """The file object as Slack returns it."""
+        return {
+            "id": self.id,
+            "created": int(time.time()),
+            "timestamp": int(time.time()),
+            "name": self.filename,
+            "title": self.title or self.filename,
+            "mimetype": "text/plain",
+            "filetype": self.snippet_type or "text",
+            "pretty_type": "Plain Text",
+            "user": BOT_USER_ID,
+            "user_team": TEAM_ID,
+            "size": len(self.content),
+            "is_external": False,
+            "url_private": f"https://files.slack.com/files-pri/{TEAM_ID}-{self.id}/{self.filename}",
+            "permalink": f"https://{TEAM_DOMAIN}.slack.com/files/{BOT_USER_ID}/{self.id}",
+            "channels": [self.channel] if self.channel else [],
+            "shares": {},
+        }
+
+
+@dataclass
+class Message:
+    """A message as a person sees it in a channel or thread (after updates and streaming)."""
+
+    channel: str
+    ts: str
+    text: str = ""
+    user: str | None = None
+    bot_id: str | None = None
+    thread_ts: str | None = None
+    blocks: list[Json] = field(default_factory=list)
+    attachments: list[Json] = field(default_factory=list)
+    metadata: Json | None = None
+    kind: Literal["message", "stream", "file"] = "message"
+    # Streams: "streaming" while live, then "stopped", "expired" or "stopped_by_user".
+    stream_state: str | None = None
+    chunks: list[Json] = field(default_factory=list)
+    recipient_user_id: str | None = None
+    recipient_team_id: str | None = None
+    task_display_mode: str | None = None
+    files: list[UploadedFile] = field(default_factory=list)
+    updates: int = 0
+    deleted: bool = False
+
+    @property
+    def is_bot(self) -> bool:
+        """Whether the bot posted this message."""
+        return self.bot_id is not None
+
+    @property
+    def streaming(self) -> bool:
+        """Whether the stream behind this message is still live."""
+        return self.stream_state == "streaming"
+
+    @property
+    def tasks(self) -> dict[str, Json]:
+        """Streamed `task_update` chunks merged by task id, in first-seen order."""
+        merged: dict[str, Json] = {}
+        for chunk in self.chunks:
+            if chunk.get("type") == "task_update":
+                merged.setdefault(str(chunk.get("id")), {}).update(chunk)
+        return merged
+
+    @property
+    def plan_title(self) -> str | None:
+        """The latest streamed `plan_update` title, if any."""
+        titles = [c.get("title") for c in self.chunks if c.get("type") == "plan_update"]
+        return titles[-1] if titles else None
+
+    def to_slack(self) -> Json:
+        """The message object as the Web API and interactive payloads show it."""
+        msg: Json = {"type": "message", "text": self.text, "ts": self.ts, "team": TEAM_ID}
+        if self.user:
+            msg["user"] = self.user
+        if self.bot_id:
+            msg["bot_id"] = self.bot_id
+            msg["app_id"] = APP_ID
+            msg["bot_profile"] = {
+                "id": self.bot_id,
+                "app_id": APP_ID,
+                "name": BOT_NAME,
+                "team_id": TEAM_ID,
+                "deleted": False,
+            }
+        if self.thread_ts:
+            msg["thread_ts"] = self.thread_ts
+        if self.blocks:
+            msg["blocks"] = self.blocks
+        if self.attachments:
+            msg["attachments"] = self.attachments
+        if self.metadata:
+            msg["metadata"] = self.metadata
+        if self.files:
+            msg["files"] = [f.to_slack() for f in self.files]
+            msg["upload"] = True
+        if self.updates:
+            msg["edited"] = {"user": self.user or BOT_USER_ID, "ts": self.ts}
+        return msg
+
+
+@dataclass
+class Ephemeral:
+    """An ephemeral message: only `user` sees it."""
+
+    channel: str
+    user: str
+    ts: str
+    text: str = ""
+    blocks: list[Json] = field(default_factory=list)
+    thread_ts: str | None = None
+    source: Literal["api", "response_url"] = "api"
+
+
+@dataclass
+class Ack:
+    """A Socket Mode ack as the app sent it."""
+
+    envelope_id: str
+    payload: Json | None
+    time: float
+    raw: Json
+
+
+@dataclass
+class ResponseUrlPost:
+    """One POST the app made to a `response_url`."""
+
+    response_id: str
+    body: Json
+    time: float
+    status: int
+
+
+@dataclass
+class _ResponseTarget:
+    """Where a `response_url` points: the message or channel it acts on."""
+
+    channel: str
+    user: str
+    message_ts: str | None
+    thread_ts: str | None
+    uses: int = 0
+
+
+@dataclass
+class _Fault:
+    kind: Literal["rate_limit", "error"]
+    remaining: int | None
+    retry_after: int = 1
+    error: str = ""
+
+
+@dataclass
+class _Channel:
+    id: str
+    name: str
+    is_im: bool = False
+    user: str | None = None
+    is_private: bool = False
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def to_slack(self) -> Json:
+        if self.is_im:
+            return {
+                "id": self.id,
+                "created": self.created,
+                "is_im": True,
+                "is_org_shared": False,
+                "user": self.user,
+                "is_user_deleted": False,
+                "priority": 0,
+            }
+        return {
+            "id": self.id,
+            "name": self.name,
+            "name_normalized": self.name,
+            "is_channel": not self.is_private,
+            "is_group": self.is_private,
+            "is_im": False,
+            "is_mpim": False,
+            "is_private": self.is_private,
+            "is_archived": False,
+            "is_general": self.name == "general",
+            "is_shared": False,
+            "is_ext_shared": False,
+            "is_org_shared": False,
+            "is_member": True,
+            "created": self.created,
+            "creator": "U0ADMIN",
+            "context_team_id": TEAM_ID,
+            "topic": {"value": "", "creator": "", "last_set": 0},
+            "purpose": {"value": "", "creator": "", "last_set": 0},
+        }
+
+
+@dataclass
+class _User:
+    id: str
+    name: str
+    real_name: str
+    email: str | None = None
+    is_bot: bool = False
+    deleted: bool = False
+    tz: str = "Europe/Amsterdam"
+    tz_offset: int = 3600
+
+    def to_slack(self) -> Json:
+        return {
+            "id": self.id,
+            "team_id": TEAM_ID,
+            "name": self.name,
+            "deleted": self.deleted,
+            "real_name": self.real_name,
+            "tz": self.tz,
+            "tz_label": "Central European Time",
+            "tz_offset": self.tz_offset,
+            "profile": {
+                "real_name": self.real_name,
+                "display_name": self.name,
+                "real_name_normalized": self.real_name,
+                "display_name_normalized": self.name,
+                "email": self.email,
+                "team": TEAM_ID,
+                "image_48": "https://a.slack-edge.com/48.png",
+            },
+            "is_admin": False,
+            "is_owner": False,
+            "is_bot": self.is_bot,
+            "is_app_user": False,
+            "updated": int(time.time()),
+        }
+
+
+Handler = Callable[["SlackServer", RecordedCall], Json]
+
+
+class SlackServer:
+    """A Slack workspace on 127.0.0.1: Web API, Socket Mode, response URLs and signed events.
+
+    Use it as `async with SlackServer() as slack:` or call `start()` / `stop()`.
+    `api_url` is the `base_url` for `AsyncWebClient`.
+    """
+
+    team_id: ClassVar[str] = TEAM_ID
+    team_domain: ClassVar[str] = TEAM_DOMAIN
+    app_id: ClassVar[str] = APP_ID
+    bot_user_id: ClassVar[str] = BOT_USER_ID
+    bot_id: ClassVar[str] = BOT_ID
+    bot_token: ClassVar[str] = BOT_TOKEN
+    app_token: ClassVar[str] = APP_TOKEN
+    signing_secret: ClassVar[str] = SIGNING_SECRET
+    verification_token: ClassVar[str] = VERIFICATION_TOKEN
+
+    # Methods that take the app-level token; every other method takes the bot token.
+    _APP_TOKEN_METHODS: ClassVar[frozenset[str]] = frozenset({"apps.connections.open"})
+
+    def __init__(self) -> None:
+        self.calls: list[RecordedCall] = []
+        self.messages: dict[str, dict[str, Message]] = {}
+        self.ephemeral_messages: list[Ephemeral] = []
+        self.files: dict[str, UploadedFile] = {}
+        self.acks: dict[str, Ack] = {}
+        self.sent_envelopes: list[Json] = []
+        self.response_posts: list[ResponseUrlPost] = []
+        self.statuses: dict[tuple[str, str], list[str]] = {}
+        self._reactions: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        self._channels: dict[str, _Channel] = {}
+        self._users: dict[str, _User] = {}
+        self._usergroups: dict[str, list[str]] = {}
+        self._faults: dict[str, list[_Fault]] = {}
+        self._response_targets: dict[str, _ResponseTarget] = {}
+        self._sockets: list[web.WebSocketResponse] = []
+        self._socket_cursor = itertools.count()
+        self._ack_events: dict[str, asyncio.Event] = {}
+        self._changed = asyncio.Event()
+        self._last_ts_us = 0
+        self._ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._port: int | None = None
+        self.connections_opened = 0
+        self._handlers: dict[str, Handler] = {
+            "auth.test": SlackServer._auth_test,
+            "apps.connections.open": SlackServer._apps_connections_open,
+            "chat.postMessage": SlackServer._chat_post_message,
+            "chat.update": SlackServer._chat_update,
+            "chat.delete": SlackServer._chat_delete,
+            "chat.postEphemeral": SlackServer._chat_post_ephemeral,
+            "chat.startStream": SlackServer._chat_start_stream,
+            "chat.appendStream": SlackServer._chat_append_stream,
+            "chat.stopStream": SlackServer._chat_stop_stream,
+            "reactions.add": SlackServer._reactions_add,
+            "reactions.remove": SlackServer._reactions_remove,
+            "users.info": SlackServer._users_info,
+            "conversations.info": SlackServer._conversations_info,
+            "usergroups.users.list": SlackServer._usergroups_users_list,
+            "files.getUploadURLExternal": SlackServer._files_get_upload_url_external,
+            "files.completeUploadExternal": SlackServer._files_complete_upload_external,
+            "assistant.threads.setStatus": SlackServer._assistant_threads_set_status,
+        }
+        self.set_user(BOT_USER_ID, BOT_NAME, real_name="Kelpie", is_bot=True)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Bind a free port on 127.0.0.1 and start serving."""
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/api/{method}", self._handle_api)
+        app.router.add_get("/link", self._handle_socket)
+        app.router.add_post("/upload/v1/{file_id}", self._handle_upload)
+        app.router.add_post("/response/{response_id}", self._handle_response_url)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = int(self._runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        """Close sockets and the HTTP client, then stop serving."""
+        await self.disconnect_all()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> SlackServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def base_url(self) -> str:
+        """`http://127.0.0.1:PORT` of the running server."""
+        if self._port is None:
+            raise RuntimeError("SlackServer is not started")
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def api_url(self) -> str:
+        """The Web API base URL for `AsyncWebClient(base_url=...)`."""
+        return f"{self.base_url}/api/"
+
+    @property
+    def socket_url(self) -> str:
+        """The Socket Mode WebSocket URL that apps.connections.open hands out."""
+        return f"ws://127.0.0.1:{self._port}/link"
+
+    # ------------------------------------------------------------------ workspace setup
+
+    def set_channel(
+        self, channel_id: str, name: str, is_im: bool = False, *, user: str | None = None
+    ) -> None:
+        """Create or rename a conversation; conversations.info shows the change at once."""
+        existing = self._channels.get(channel_id)
+        self._channels[channel_id] = _Channel(
+            id=channel_id,
+            name=name,
+            is_im=is_im,
+            user=user,
+            is_private=channel_id.startswith("G"),
+            created=existing.created if existing else int(time.time()),
+        )
+
+    def set_user(
+        self,
+        user_id: str,
+        name: str,
+        *,
+        real_name: str | None = None,
+        email: str | None = None,
+        is_bot: bool = False,
+        deleted: bool = False,
+        tz: str = "Europe/Amsterdam",
+    ) -> None:
+        """Create or change a user that users.info returns."""
+        self._users[user_id] = _User(
+            id=user_id,
+            name=name,
+            real_name=real_name or name.title(),
+            email=email,
+            is_bot=is_bot,
+            deleted=deleted,
+            tz=tz,
+        )
+
+    def set_usergroup(self, usergroup_id: str, users: list[str]) -> None:
+        """Set the members usergroups.users.list returns for `usergroup_id` (S…)."""
+        self._usergroups[usergroup_id] = list(users)
+
+    def dm_channel(self, user: str) -> str:
+        """The DM channel id (D…) between the bot and `user`, created on first use."""
+        channel_id = "D" + user[1:]
+        if channel_id not in self._channels:
+            self.set_channel(channel_id, channel_id.lower(), is_im=True, user=user)
+        return channel_id
+
+    def _channel(self, channel_id: str) -> _Channel:
+        # Unknown ids are created on first use so tests need not declare every channel.
+        if channel_id not in self._channels:
+            if channel_id.startswith("D"):
+                self.set_channel(
+                    channel_id, channel_id.lower(), is_im=True, user="U" + channel_id[1:]
+                )
+            else:
+                self.set_channel(channel_id, channel_id.lower())
+        return self._channels[channel_id]
+
+    def _resolve_channel(self, channel: str | None) -> str | None:
+        """Map `#name`, a user id (opens a DM) or a channel id to a channel id."""
+        if not channel:
+            return None
+        if channel.startswith("#"):
+            for ch in self._channels.values():
+                if ch.name == channel[1:]:
+                    return ch.id
+            return None
+        if channel[0] in "UW":
+            return self.dm_channel(channel)
+        return self._channel(channel).id
+
+    # ------------------------------------------------------------------ fault injection
+
+    def rate_limit(self, method: str, retry_after: int = 1, times: int = 1) -> None:
+        """Answer the next `times` calls of `method` with HTTP 429 and `Retry-After`."""
+        self._faults.setdefault(method, []).append(
+            _Fault(kind="rate_limit", remaining=times, retry_after=retry_after)
+        )
+
+    def fail(self, method: str, error: str = "internal_error", times: int | None = None) -> None:
+        """Answer `method` with `{"ok": false, "error": error}`, `times` times (None: always)."""
+        self._faults.setdefault(method, []).append(
+            _Fault(kind="error", remaining=times, error=error)
+        )
+
+    def clear_faults(self, method: str | None = None) -> None:
+        """Remove injected faults for `method`, or for every method."""
+        if method is None:
+            self._faults.clear()
+        else:
+            self._faults.pop(method, None)
+
+    def expire_stream(self, ts: str) -> None:
+        """End the live stream at `ts` server-side: appends and stops then fail."""
+        self._set_stream_state(ts, "expired")
+
+    def stop_stream_by_user(self, ts: str) -> None:
+        """Simulate the user pressing stop: further appends answer `stopped_by_user`."""
+        self._set_stream_state(ts, "stopped_by_user")
+
+    def _set_stream_state(self, ts: str, state: str) -> None:
+        for channel_messages in self.messages.values():
+            msg = channel_messages.get(ts)
+            if msg is not None and msg.kind == "stream":
+                msg.stream_state = state
+                self._notify()
+                return
+        raise KeyError(f"no streamed message with ts {ts}")
+
+    def _take_fault(self, method: str) -> _Fault | None:
+        faults = self._faults.get(method)
+        if not faults:
+            return None
+        fault = faults[0]
+        if fault.remaining is not None:
+            fault.remaining -= 1
+            if fault.remaining <= 0:
+                faults.pop(0)
+        return fault
+
+    # ------------------------------------------------------------------ views for tests
+
+    def calls_to(self, method: str) -> list[RecordedCall]:
+        """Every recorded call of `method`, in arrival order."""
+        return [c for c in self.calls if c.method == method]
+
+    def get_message(self, channel: str, ts: str) -> Message | None:
+        """The stored message at `ts` in `channel` (deleted ones included)."""
+        return self.messages.get(channel, {}).get(ts)
+
+    def thread(self, channel: str, thread_ts: str) -> list[Message]:
+        """What a person sees in the thread: parent first, then replies, oldest first."""
+        found = [
+            m
+            for m in self.messages.get(channel, {}).values()
+            if not m.deleted and (m.ts == thread_ts or m.thread_ts == thread_ts)
+        ]
+        return sorted(found, key=lambda m: _ts_key(m.ts))
+
+    def channel_messages(self, channel: str) -> list[Message]:
+        """Top-level (non-reply) messages in `channel`, oldest first."""
+        found = [
+            m
+            for m in self.messages.get(channel, {}).values()
+            if not m.deleted and (m.thread_ts is None or m.thread_ts == m.ts)
+        ]
+        return sorted(found, key=lambda m: _ts_key(m.ts))
+
+    def ephemerals(self, channel: str, user: str | None = None) -> list[Ephemeral]:
+        """Ephemeral messages shown in `channel` (optionally to one `user`), in order."""
+        return [
+            e
+            for e in self.ephemeral_messages
+            if e.channel == channel and (user is None or e.user == user)
+        ]
+
+    def reactions(self, channel: str, ts: str) -> list[str]:
+        """Reaction names on the message at `ts`, in the order they were added."""
+        return [name for name, _user in self._reactions.get((channel, ts), [])]
+
+    def status(self, channel: str, thread_ts: str) -> str:
+        """The assistant thread status currently shown ("" when none)."""
+        history = self.statuses.get((channel, thread_ts))
+        return history[-1] if history else ""
+
+    @property
+    def connection_count(self) -> int:
+        """Open Socket Mode connections."""
+        return sum(1 for ws in self._sockets if not ws.closed)
+
+    # ------------------------------------------------------------------ waiting
+
+    def _notify(self) -> None:
+        self._changed.set()
+
+    async def wait_for(self, predicate: Callable[[SlackServer], Any], timeout: float = 10) -> Any:
+        """Wait until `predicate(self)` is truthy and return its value; TimeoutError if not."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._changed.clear()
+            value = predicate(self)
+            if value:
+                return value
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"SlackServer: condition not met within {timeout}s")
+            try:
+                # Wake on any change, and re-check periodically for state kept outside the server.
+                await asyncio.wait_for(self._changed.wait(), timeout=min(remaining, 0.05))
+            except TimeoutError:
+                pass
+
+    async def wait_for_call(
+        self,
+        method: str,
+        predicate: Callable[[RecordedCall], Any] | None = None,
+        timeout: float = 10,
+    ) -> RecordedCall:
+        """Wait for (or find) the first recorded call of `method` matching `predicate`."""
+
+        def match(server: SlackServer) -> RecordedCall | None:
+            for call in server.calls:
+                if call.method == method and (predicate is None or predicate(call)):
+                    return call
+            return None
+
+        try:
+            return await self.wait_for(match, timeout=timeout)
+        except TimeoutError:
+            seen = [c.method for c in self.calls]
+            raise TimeoutError(f"no matching {method} call within {timeout}s; saw {seen}") from None
+
+    async def wait_connected(self, timeout: float = 5, count: int = 1) -> None:
+        """Wait until at least `count` Socket Mode connections are open."""
+        await self.wait_for(lambda s: s.connection_count >= count, timeout=timeout)
+
+    async def wait_ack(self, envelope_id: str, timeout: float = 5) -> Ack:
+        """Wait for the app's ack of `envelope_id`; the ack carries any response payload."""
+        event = self._ack_events.setdefault(envelope_id, asyncio.Event())
+        try:
+            await asyncio.wait_for(event.wait(), timeout=timeout)
+        except TimeoutError:
+            raise TimeoutError(f"envelope {envelope_id} was not acked within {timeout}s") from None
+        return self.acks[envelope_id]
+
+    # ------------------------------------------------------------------ ids
+
+    def _next_ts(self) -> str:
+        """A unique, increasing Slack timestamp ("seconds.micros")."""
+        now_us = int(time.time() * 1_000_000)
+        self._last_ts_us = max(now_us, self._last_ts_us + 1)
+        return f"{self._last_ts_us // 1_000_000}.{self._last_ts_us % 1_000_000:06d}"
+
+    def _next_id(self, prefix: str) -> str:
+        return f"{prefix}0{next(self._ids):08d}"
+
+    # ------------------------------------------------------------------ Web API plumbing
+
+    async def _handle_api(self, request: web.Request) -> web.StreamResponse:
+        method = request.match_info["method"]
+        params = await _read_params(request)
+        token = _bearer_token(request) or params.pop("token", None)
+        params.pop("token", None)
+        call = RecordedCall(method=method, params=params, time=time.monotonic(), token=token)
+        self.calls.append(call)
+        response = self._dispatch(call)
+        call.response = response
+        self._notify()
+        headers = {}
+        if call.status == 429:
+            headers["Retry-After"] = str(response.pop("_retry_after"))
+        return web.json_response(response, status=call.status, headers=headers)
+
+    def _dispatch(self, call: RecordedCall) -> Json:
+        handler = self._handlers.get(call.method)
+        if handler is None:
+            return _error("unknown_method")
+        auth_error = self._check_token(call)
+        if auth_error:
+            return _error(auth_error)
+        fault = self._take_fault(call.method)
+        if fault is not None and fault.kind == "rate_limit":
+            call.status = 429
+            return {"ok": False, "error": "ratelimited", "_retry_after": fault.retry_after}
+        if fault is not None:
+            return _error(fault.error)
+        return handler(self, call)
+
+    def _check_token(self, call: RecordedCall) -> str | None:
+        if not call.token:
+            return "not_authed"
+        expected = APP_TOKEN if call.method in self._APP_TOKEN_METHODS else BOT_TOKEN
+        if call.token == expected:
+            return None
+        if call.token in (APP_TOKEN, BOT_TOKEN):
+            return "not_allowed_token_type"
+        return "invalid_auth"
+
+    def _store(self, msg: Message) -> Message:
+        self.messages.setdefault(msg.channel, {})[msg.ts] = msg
+        if msg.is_bot and msg.thread_ts:
+            # Slack clears the assistant status once the app replies in the thread.
+            self.statuses.pop((msg.channel, msg.thread_ts), None)
+        self._notify()
+        return msg
+
+    def post_user_message(
+        self,
+        channel: str,
+        user: str,
+        text: str,
+        *,
+        ts: str | None = None,
+        thread_ts: str | None = None,
+    ) -> Message:
+        """Store a message a person wrote (the event builders call this for you)."""
+        existing = self.get_message(channel, ts) if ts else None
+        if existing is not None:
+            return existing
+        return self._store(
+            Message(
+                channel=channel, ts=ts or self._next_ts(), text=text, user=user, thread_ts=thread_ts
+            )
+        )
+
+    # ------------------------------------------------------------------ Web API methods
+
+    def _auth_test(self, call: RecordedCall) -> Json:
+        return {
+            "ok": True,
+            "url": f"https://{TEAM_DOMAIN}.slack.com/",
+            "team": TEAM_NAME,
+            "user": BOT_NAME,
+            "team_id": TEAM_ID,
+            "user_id": BOT_USER_ID,
+            "bot_id": BOT_ID,
+            "is_enterprise_install": False,
+        }
+
+    def _apps_connections_open(self, call: RecordedCall) -> Json:
+        self.connections_opened += 1
+        return {"ok": True, "url": f"{self.socket_url}?ticket={uuid.uuid4()}&app_id={APP_ID}"}
+
+    def _bot_message_fields(self, p: Json) -> Json:
+        return {
+            "text": p.get("text") or p.get("markdown_text") or "",
+            "blocks": _as_list(p.get("blocks")),
+            "attachments": _as_list(p.get("attachments")),
+            "metadata": p.get("metadata") if isinstance(p.get("metadata"), dict) else None,
+        }
+
+    def _chat_post_message(self, call: RecordedCall) -> Json:
+        p = call.params
+        channel = self._resolve_channel(p.get("channel"))
+        if channel is None:
+            return _error("channel_not_found")
+        if not (p.get("text") or p.get("blocks") or p.get("attachments") or p.get("markdown_text")):
+            return _error("no_text")
+        if len(p.get("markdown_text") or "") > _MAX_MARKDOWN:
+            return _error("msg_too_long")
+        msg = self._store(
+            Message(
+                channel=channel,
+                ts=self._next_ts(),
+                user=BOT_USER_ID,
+                bot_id=BOT_ID,
+                thread_ts=p.get("thread_ts") or None,
+                **self._bot_message_fields(p),
+            )
+        )
+        return {"ok": True, "channel": channel, "ts": msg.ts, "message": msg.to_slack()}
+
+    def _chat_update(self, call: RecordedCall) -> Json:
+        p = call.params
+        msg = self.get_message(str(p.get("channel")), str(p.get("ts")))
+        if msg is None or msg.deleted:
+            return _error("message_not_found")
+        if not msg.is_bot:
+            return _error("cant_update_message")
+        if msg.streaming:
+            return _error("streaming_state_conflict")
+        if len(p.get("text") or "") > _MAX_UPDATE_TEXT:
+            return _error("msg_too_long")
+        if not (p.get("text") or p.get("blocks") or p.get("attachments") or p.get("markdown_text")):
+            return _error("no_text")
+        fields = self._bot_message_fields(p)
+        msg.text = fields["text"]
+        # chat.update keeps blocks/attachments unless new ones are given.
+        if "blocks" in p:
+            msg.blocks = fields["blocks"]
+        if "attachments" in p:
+            msg.attachments = fields["attachments"]
+        if fields["metadata"] is not None:
+            msg.metadata = fields["metadata"]
+        if msg.stream_state in ("expired", "stopped_by_user"):
+            msg.stream_state = "stopped"
+        msg.updates += 1
+        self._notify()
+        return {
+            "ok": True,
+            "channel": msg.channel,
+            "ts": msg.ts,
+            "text": msg.text,
+            "message": msg.to_slack(),
+        }
+
+    def _chat_delete(self, call: RecordedCall) -> Json:
+        p = call.params
+        msg = self.get_message(str(p.get("channel")), str(p.get("ts")))
+        if msg is None or msg.deleted:
+            return _error("message_not_found")
+        if not msg.is_bot:
+            return _error("cant_delete_message")
+        msg.deleted = True
+        self._notify()
+        return {"ok": True, "channel": msg.channel, "ts": msg.ts}
+
+    def _chat_post_ephemeral(self, call: RecordedCall) -> Json:
+        p = call.params
+        channel = self._resolve_channel(p.get("channel"))
+        if channel is None:
+            return _error("channel_not_found")
+        if not p.get("user"):
+            return _error("user_not_in_channel")
+        if not (p.get("text") or p.get("blocks") or p.get("attachments") or p.get("markdown_text")):
+            return _error("no_text")
+        eph = Ephemeral(
+            channel=channel,
+            user=str(p["user"]),
+            ts=self._next_ts(),
+            text=p.get("text") or p.get("markdown_text") or "",
+            blocks=_as_list(p.get("blocks")),
+            thread_ts=p.get("thread_ts") or None,
+        )
+        self.ephemeral_messages.append(eph)
+        self._notify()
+        return {"ok": True, "message_ts": eph.ts}
+
+    def _apply_stream_content(self, msg: Message, p: Json) -> str | None:
+        """Append `markdown_text` and `chunks` to a streamed message; an error code or None."""
+        markdown = p.get("markdown_text")
+        if markdown is not None and len(markdown) > _MAX_MARKDOWN:
+            return "msg_too_long"
+        chunks = p.get("chunks")
+        if chunks is not None:
+            if not isinstance(chunks, list):
+                return "invalid_chunks"
+            for chunk in chunks:
+                if not isinstance(chunk, dict) or chunk.get("type") not in _CHUNK_TYPES:
+                    return "invalid_chunks"
+                if (
+                    chunk["type"] == "markdown_text"
+                    and len(chunk.get("text") or "") > _MAX_MARKDOWN
+                ):
+                    return "msg_too_long"
+        if markdown:
+            msg.chunks.append({"type": "markdown_text", "text": markdown})
+            msg.text += markdown
+        for chunk in chunks or []:
+            msg.chunks.append(chunk)
+            if chunk["type"] == "markdown_text":
+                msg.text += chunk.get("text") or ""
+            elif chunk["type"] == "blocks":
+                msg.blocks.extend(_as_list(chunk.get("blocks")))
+        self._notify()
+        return None
+
+    def _chat_start_stream(self, call: RecordedCall) -> Json:
+        p = call.params
+        channel = self._resolve_channel(p.get("channel"))
+        if channel is None:
+            return _error("channel_not_found")
+        if not p.get("thread_ts"):
+            return _error("invalid_arguments")
+        if not self._channel(channel).is_im:
+            if not p.get("recipient_user_id"):
+                return _error("missing_recipient_user_id")
+            if not p.get("recipient_team_id"):
+                return _error("missing_recipient_team_id")
+        msg = Message(
+            channel=channel,
+            ts=self._next_ts(),
+            user=BOT_USER_ID,
+            bot_id=BOT_ID,
+            thread_ts=str(p["thread_ts"]),
+            kind="stream",
+            stream_state="streaming",
+            recipient_user_id=p.get("recipient_user_id"),
+            recipient_team_id=p.get("recipient_team_id"),
+            task_display_mode=p.get("task_display_mode"),
+        )
+        error = self._apply_stream_content(msg, p)
+        if error:
+            return _error(error)
+        self._store(msg)
+        return {"ok": True, "channel": channel, "ts": msg.ts}
+
+    def _live_stream(self, p: Json) -> Message | str:
+        msg = self.get_message(str(p.get("channel")), str(p.get("ts")))
+        if msg is None or msg.deleted:
+            return "message_not_found"
+        if msg.kind != "stream" or not msg.is_bot:
+            return (
+                "message_not_owned_by_app" if not msg.is_bot else "message_not_in_streaming_state"
+            )
+        if msg.stream_state == "stopped_by_user":
+            return "stopped_by_user"
+        if not msg.streaming:
+            return "message_not_in_streaming_state"
+        return msg
+
+    def _chat_append_stream(self, call: RecordedCall) -> Json:
+        found = self._live_stream(call.params)
+        if isinstance(found, str):
+            return _error(found)
+        error = self._apply_stream_content(found, call.params)
+        if error:
+            return _error(error)
+        return {"ok": True, "channel": found.channel, "ts": found.ts}
+
+    def _chat_stop_stream(self, call: RecordedCall) -> Json:
+        p = call.params
+        found = self._live_stream(p)
+        if isinstance(found, str):
+            return _error(found)
+        error = self._apply_stream_content(found, p)
+        if error:
+            return _error(error)
+        found.blocks.extend(_as_list(p.get("blocks")))
+        if isinstance(p.get("metadata"), dict):
+            found.metadata = p["metadata"]
+        found.stream_state = "stopped"
+        self._notify()
+        return {"ok": True, "channel": found.channel, "ts": found.ts, "message": found.to_slack()}
+
+    def _reactions_add(self, call: RecordedCall) -> Json:
+        p = call.params
+        channel, ts, name = str(p.get("channel")), str(p.get("timestamp")), p.get("name")
+        msg = self.get_message(channel, ts)
+        if msg is None or msg.deleted:
+            return _error("message_not_found")
+        if not name:
+            return _error("invalid_name")
+        reactions = self._reactions.setdefault((channel, ts), [])
+        if (name, BOT_USER_ID) in reactions:
+            return _error("already_reacted")
+        reactions.append((name, BOT_USER_ID))
+        self._notify()
+        return {"ok": True}
+
+    def _reactions_remove(self, call: RecordedCall) -> Json:
+        p = call.params
+        key = (str(p.get("channel")), str(p.get("timestamp")))
+        reactions = self._reactions.get(key, [])
+        entry = (p.get("name"), BOT_USER_ID)
+        if entry not in reactions:
+            return _error("no_reaction")
+        reactions.remove(entry)
+        self._notify()
+        return {"ok": True}
+
+    def _users_info(self, call: RecordedCall) -> Json:
+        user_id = str(call.params.get("user") or "")
+        if not user_id or user_id[0] not in "UW":
+            return _error("user_not_found")
+        if user_id not in self._users:
+            self.set_user(user_id, user_id.lower())
+        return {"ok": True, "user": self._users[user_id].to_slack()}
+
+    def _conversations_info(self, call: RecordedCall) -> Json:
+        channel_id = str(call.params.get("channel") or "")
+        if not channel_id or channel_id[0] not in "CGD":
+            return _error("channel_not_found")
+        return {"ok": True, "channel": self._channel(channel_id).to_slack()}
+
+    def _usergroups_users_list(self, call: RecordedCall) -> Json:
+        group = str(call.params.get("usergroup") or "")
+        if group not in self._usergroups:
+            return _error("no_such_subteam")
+        return {"ok": True, "users": list(self._usergroups[group])}
+
+    def _files_get_upload_url_external(self, call: RecordedCall) -> Json:
+        p = call.params
+        if not p.get("filename") or p.get("length") in (None, ""):
+            return _error("invalid_arguments")
+        file_id = self._next_id("F")
+        self.files[file_id] = UploadedFile(
+            id=file_id,
+            filename=str(p["filename"]),
+            length=int(p["length"]),
+            alt_txt=p.get("alt_txt"),
+            snippet_type=p.get("snippet_type"),
+        )
+        return {
+            "ok": True,
+            "upload_url": f"{self.base_url}/upload/v1/{file_id}",
+            "file_id": file_id,
+        }
+
+    def _files_complete_upload_external(self, call: RecordedCall) -> Json:
+        p = call.params
+        entries = p.get("files")
+        if not isinstance(entries, list) or not entries:
+            return _error("invalid_arguments")
+        uploaded: list[UploadedFile] = []
+        for entry in entries:
+            f = self.files.get(str(entry.get("id")))
+            if f is None or not f.uploaded:
+                return _error("file_not_found")
+            uploaded.append(f)
+        channel = self._resolve_channel(p.get("channel_id") or p.get("channels", "").split(",")[0])
+        thread_ts = p.get("thread_ts") or None
+        for entry, f in zip(entries, uploaded, strict=True):
+            f.title = entry.get("title") or f.filename
+            f.channel = channel
+            f.thread_ts = thread_ts
+            f.initial_comment = p.get("initial_comment")
+            f.completed = True
+        if channel is not None:
+            self._store(
+                Message(
+                    channel=channel,
+                    ts=self._next_ts(),
+                    user=BOT_USER_ID,
+                    bot_id=BOT_ID,
+                    thread_ts=thread_ts,
+                    text=p.get("initial_comment") or "",
+                    kind="file",
+                    files=uploaded,
+                )
+            )
+        return {"ok": True, "files": [f.to_slack() for f in uploaded]}
+
+    def _assistant_threads_set_status(self, call: RecordedCall) -> Json:
+        p = call.params
+        if not p.get("channel_id") or not p.get("thread_ts") or "status" not in p:
+            return _error("invalid_arguments")
+        loading = p.get("loading_messages")
+        if isinstance(loading, list) and len(loading) > 10:
+            return _error("invalid_arguments")
+        history = self.statuses.setdefault((str(p["channel_id"]), str(p["thread_ts"])), [])
+        history.append(str(p["status"]))
+        self._notify()
+        return {"ok": True}
+
+    # ------------------------------------------------------------------ uploads and response URLs
+
+    async def _handle_upload(self, request: web.Request) -> web.StreamResponse:
+        f = self.files.get(request.match_info["file_id"])
+        if f is None:
+            return web.Response(status=404, text="file_not_found")
+        if request.content_type.startswith("multipart/"):
+            form = await request.post()
+            part = next(iter(form.values()), b"")
+            data = part.file.read() if isinstance(part, web.FileField) else str(part).encode()
+        else:
+            data = await request.read()
+        f.content = data
+        f.uploaded = True
+        self._notify()
+        return web.Response(text=f"OK - {len(data)}")
+
+    async def _handle_response_url(self, request: web.Request) -> web.StreamResponse:
+        response_id = request.match_info["response_id"]
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            body = {"text": await request.text()}
+        target = self._response_targets.get(response_id)
+        status = 200
+        if target is None:
+            status = 404
+        elif target.uses >= _RESPONSE_URL_USES:
+            status = 404
+        post = ResponseUrlPost(
+            response_id=response_id, body=body, time=time.monotonic(), status=status
+        )
+        self.response_posts.append(post)
+        self._notify()
+        if target is None or status != 200:
+            return web.Response(status=status, text="expired_url" if target else "invalid_url")
+        target.uses += 1
+        self._apply_response(target, body)
+        self._notify()
+        return web.Response(text="ok")
+
+    def _apply_response(self, target: _ResponseTarget, body: Json) -> None:
+        """What Slack does with a response_url POST: replace, delete, post or whisper."""
+        original = (
+            self.get_message(target.channel, target.message_ts) if target.message_ts else None
+        )
+        if _truthy(body.get("delete_original")):
+            if original is not None:
+                original.deleted = True
+            return
+        if _truthy(body.get("replace_original")) and original is not None:
+            original.text = body.get("text") or ""
+            original.blocks = _as_list(body.get("blocks"))
+            original.attachments = _as_list(body.get("attachments"))
+            original.updates += 1
+            return
+        thread_ts = body.get("thread_ts") or target.thread_ts
+        if body.get("response_type") == "in_channel":
+            self._store(
+                Message(
+                    channel=target.channel,
+                    ts=self._next_ts(),
+                    user=BOT_USER_ID,
+                    bot_id=BOT_ID,
+                    thread_ts=thread_ts,
+                    text=body.get("text") or "",
+                    blocks=_as_list(body.get("blocks")),
+                )
+            )
+            return
+        self.ephemeral_messages.append(
+            Ephemeral(
+                channel=target.channel,
+                user=target.user,
+                ts=self._next_ts(),
+                text=body.get("text") or "",
+                blocks=_as_list(body.get("blocks")),
+                thread_ts=thread_ts,
+                source="response_url",
+            )
+        )
+
+    def _new_response_url(self, target: _ResponseTarget) -> str:
+        response_id = uuid.uuid4().hex
+        self._response_targets[response_id] = target
+        return f"{self.base_url}/response/{response_id}"
+
+    def responses_to(self, response_url: str) -> list[ResponseUrlPost]:
+        """POSTs the app made to one `response_url`."""
+        response_id = response_url.rstrip("/").rsplit("/", 1)[-1]
+        return [r for r in self.response_posts if r.response_id == response_id]
+
+    # ------------------------------------------------------------------ Socket Mode
+
+    async def _handle_socket(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        self._sockets.append(ws)
+        await ws.send_json(
+            {
+                "type": "hello",
+                "num_connections": self.connection_count,
+                "debug_info": {
+                    "host": "applink-kelpie-test",
+                    "build_number": 1,
+                    "approximate_connection_time": 18060,
+                },
+                "connection_info": {"app_id": APP_ID},
+            }
+        )
+        self._notify()
+        try:
+            async for raw in ws:
+                if raw.type != aiohttp.WSMsgType.TEXT:
+                    continue
+                try:
+                    message = json.loads(raw.data)
+                except json.JSONDecodeError:
+                    continue
+                envelope_id = message.get("envelope_id") if isinstance(message, dict) else None
+                if envelope_id:
+                    self.acks[envelope_id] = Ack(
+                        envelope_id=envelope_id,
+                        payload=message.get("payload"),
+                        time=time.monotonic(),
+                        raw=message,
+                    )
+                    self._ack_events.setdefault(envelope_id, asyncio.Event()).set()
+                    self._notify()
+        finally:
+            if ws in self._sockets:
+                self._sockets.remove(ws)
+            self._notify()
+        return ws
+
+    async def deliver(
+        self,
+        type: EnvelopeType,
+        payload: Json,
+        *,
+        envelope_id: str | None = None,
+        retry_attempt: int = 0,
+        retry_reason: str = "",
+        timeout: float = 5,
+    ) -> str:
+        """Send one envelope to one open connection (round robin); return its envelope_id."""
+        await self.wait_connected(timeout=timeout)
+        live = [ws for ws in self._sockets if not ws.closed]
+        ws = live[next(self._socket_cursor) % len(live)]
+        envelope_id = envelope_id or str(uuid.uuid4())
+        self._ack_events.setdefault(envelope_id, asyncio.Event())
+        envelope: Json = {
+            "envelope_id": envelope_id,
+            "payload": payload,
+            "type": type,
+            "accepts_response_payload": type != "events_api",
+        }
+        if type == "events_api":
+            envelope["retry_attempt"] = retry_attempt
+            envelope["retry_reason"] = retry_reason or ("timeout" if retry_attempt else "")
+        self.sent_envelopes.append(envelope)
+        await ws.send_json(envelope)
+        return envelope_id
+
+    async def deliver_event(
+        self, event: Json, *, event_id: str | None = None, retry_attempt: int = 0
+    ) -> str:
+        """Deliver `event` wrapped in an `event_callback` body over Socket Mode."""
+        return await self.deliver(
+            "events_api",
+            self.event_envelope_payload(event, event_id=event_id),
+            retry_attempt=retry_attempt,
+        )
+
+    async def disconnect_all(self, *, reason: str | None = None) -> None:
+        """Drop every Socket Mode connection.
+
+        With `reason` (e.g. "refresh_requested", "too_many_websockets") Slack's
+        `{"type": "disconnect"}` message goes first, as Slack does before rotating a socket;
+        without it the socket is simply closed.
+        """
+        for ws in list(self._sockets):
+            if ws.closed:
+                continue
+            if reason is not None:
+                await ws.send_json(
+                    {
+                        "type": "disconnect",
+                        "reason": reason,
+                        "debug_info": {"host": "applink-kelpie-test"},
+                    }
+                )
+            await ws.close()
+        self._notify()
+
+    # ------------------------------------------------------------------ payload builders
+
+    def event_envelope_payload(self, event: Json, event_id: str | None = None) -> Json:
+        """The Events API `event_callback` body around `event`."""
+        return {
+            "token": VERIFICATION_TOKEN,
+            "team_id": TEAM_ID,
+            "context_team_id": TEAM_ID,
+            "context_enterprise_id": None,
+            "api_app_id": APP_ID,
+            "event": event,
+            "type": "event_callback",
+            "event_id": event_id or f"Ev{uuid.uuid4().hex[:10].upper()}",
+            "event_time": int(time.time()),
+            "authorizations": [
+                {
+                    "enterprise_id": None,
+                    "team_id": TEAM_ID,
+                    "user_id": BOT_USER_ID,
+                    "is_bot": True,
+                    "is_enterprise_install": False,
+                }
+            ],
+            "is_ext_shared_channel": False,
+            "event_context": f"4-{uuid.uuid4().hex}",
+        }
+
+    def mention(
+        self,
+        channel: str,
+        user: str,
+        text: str,
+        ts: str | None = None,
+        thread_ts: str | None = None,
+    ) -> Json:
+        """An `app_mention` event (stored as the person's message); adds `<@U0KELPIE>` if absent."""
+        if f"<@{BOT_USER_ID}>" not in text:
+            text = f"<@{BOT_USER_ID}> {text}"
+        msg = self.post_user_message(channel, user, text, ts=ts, thread_ts=thread_ts)
+        event: Json = {
+            "type": "app_mention",
+            "user": user,
+            "text": text,
+            "ts": msg.ts,
+            "client_msg_id": str(uuid.uuid4()),
+            "team": TEAM_ID,
+            "blocks": _rich_text_blocks(text),
+            "channel": channel,
+            "event_ts": msg.ts,
+        }
+        if thread_ts:
+            event["thread_ts"] = thread_ts
+        return event
+
+    def message(
+        self,
+        channel: str,
+        user: str,
+        text: str,
+        ts: str | None = None,
+        thread_ts: str | None = None,
+        *,
+        channel_type: str | None = None,
+        subtype: str | None = None,
+    ) -> Json:
+        """A `message` event from a person (stored as their message)."""
+        msg = self.post_user_message(channel, user, text, ts=ts, thread_ts=thread_ts)
+        if channel_type is None:
+            channel_type = {"D": "im", "G": "group"}.get(channel[:1], "channel")
+        event: Json = {
+            "type": "message",
+            "user": user,
+            "text": text,
+            "ts": msg.ts,
+            "client_msg_id": str(uuid.uuid4()),
+            "team": TEAM_ID,
+            "blocks": _rich_text_blocks(text),
+            "channel": channel,
+            "event_ts": msg.ts,
+            "channel_type": channel_type,
+        }
+        if subtype:
+            event["subtype"] = subtype
+        if thread_ts:
+            event["thread_ts"] = thread_ts
+            parent = self.get_message(channel, thread_ts)
+            if parent is not None and parent.user:
+                event["parent_user_id"] = parent.user
+        return event
+
+    def im_message(
+        self,
+        user: str,
+        text: str,
+        ts: str | None = None,
+        thread_ts: str | None = None,
+        *,
+        channel: str | None = None,
+    ) -> Json:
+        """A `message` event in the DM between `user` and the bot (`channel_type: im`)."""
+        channel = channel or self.dm_channel(user)
+        return self.message(channel, user, text, ts=ts, thread_ts=thread_ts, channel_type="im")
+
+    def block_action(
+        self,
+        user: str,
+        channel: str,
+        message_ts: str,
+        action_id: str,
+        value: str,
+        *,
+        block_id: str | None = None,
+    ) -> Json:
+        """A `block_actions` payload for a button click on the message at `message_ts`."""
+        original = self.get_message(channel, message_ts)
+        message = (
+            original.to_slack()
+            if original
+            else {"type": "message", "ts": message_ts, "text": "", "team": TEAM_ID}
+        )
+        thread_ts = original.thread_ts if original else None
+        element = _find_action(original.blocks if original else [], action_id)
+        if block_id is None:
+            block_id = element[0] if element else "actions"
+        button_text = (element[1].get("text") if element else None) or {
+            "type": "plain_text",
+            "text": value,
+            "emoji": True,
+        }
+        container: Json = {
+            "type": "message",
+            "message_ts": message_ts,
+            "channel_id": channel,
+            "is_ephemeral": False,
+        }
+        if thread_ts:
+            container["thread_ts"] = thread_ts
+        response_url = self._new_response_url(
+            _ResponseTarget(channel=channel, user=user, message_ts=message_ts, thread_ts=thread_ts)
+        )
+        user_name = self._users[user].name if user in self._users else user.lower()
+        return {
+            "type": "block_actions",
+            "user": {"id": user, "username": user_name, "name": user_name, "team_id": TEAM_ID},
+            "api_app_id": APP_ID,
+            "token": VERIFICATION_TOKEN,
+            "container": container,
+            "trigger_id": f"{next(self._ids)}.{TEAM_ID}.{uuid.uuid4().hex}",
+            "team": {"id": TEAM_ID, "domain": TEAM_DOMAIN},
+            "enterprise": None,
+            "is_enterprise_install": False,
+            "channel": {"id": channel, "name": self._channel(channel).name},
+            "message": message,
+            "state": {"values": {}},
+            "response_url": response_url,
+            "actions": [
+                {
+                    "action_id": action_id,
+                    "block_id": block_id,
+                    "text": button_text,
+                    "value": value,
+                    "type": "button",
+                    "action_ts": f"{time.time():.6f}",
+                }
+            ],
+        }
+
+    def slash_command(self, command: str, text: str, user: str, channel: str) -> Json:
+        """A slash command payload (Socket Mode dict; `post_signed` form-encodes it)."""
+        response_url = self._new_response_url(
+            _ResponseTarget(channel=channel, user=user, message_ts=None, thread_ts=None)
+        )
+        user_name = self._users[user].name if user in self._users else user.lower()
+        return {
+            "token": VERIFICATION_TOKEN,
+            "team_id": TEAM_ID,
+            "team_domain": TEAM_DOMAIN,
+            "channel_id": channel,
+            "channel_name": self._channel(channel).name,
+            "user_id": user,
+            "user_name": user_name,
+            "command": command,
+            "text": text,
+            "api_app_id": APP_ID,
+            "is_enterprise_install": "false",
+            "response_url": response_url,
+            "trigger_id": f"{next(self._ids)}.{TEAM_ID}.{uuid.uuid4().hex}",
+        }
+
+    # ------------------------------------------------------------------ HTTP event delivery
+
+    @staticmethod
+    def encode_http_body(body: Json | str) -> tuple[str, str]:
+        """Encode a payload as Slack sends it over HTTP: (raw body, content type).
+
+        Interactive payloads go as a `payload=` form field, slash commands as a form,
+        Events API bodies as JSON; a `str` is sent as-is (form if it looks like one).
+        """
+        if isinstance(body, str):
+            looks_json = body.lstrip().startswith("{")
+            return body, "application/json" if looks_json else "application/x-www-form-urlencoded"
+        if "command" in body and "event" not in body:
+            return urlencode(
+                {k: str(v) for k, v in body.items()}
+            ), "application/x-www-form-urlencoded"
+        if body.get("type") in _INTERACTIVE_TYPES:
+            return urlencode({"payload": json.dumps(body)}), "application/x-www-form-urlencoded"
+        return json.dumps(body), "application/json"
+
+    async def post_signed(
+        self,
+        url: str,
+        body: Json | str,
+        *,
+        signing_secret: str | None = None,
+        timestamp: int | None = None,
+        content_type: str | None = None,
+        retry_num: int | None = None,
+        retry_reason: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[int, str]:
+        """POST `body` to the app at `url`, signed like Slack (`v0=` HMAC-SHA256).
+
+        `signing_secret` and `timestamp` (Unix seconds) default to the workspace secret and
+        now; pass others to send a bad or stale signature.
+        """
+        raw, detected_type = self.encode_http_body(body)
+        ts = str(int(time.time()) if timestamp is None else timestamp)
+        verifier = SignatureVerifier(signing_secret or SIGNING_SECRET)
+        signature = verifier.generate_signature(timestamp=ts, body=raw) or ""
+        request_headers = {
+            "Content-Type": content_type or detected_type,
+            "X-Slack-Request-Timestamp": ts,
+            "X-Slack-Signature": signature,
+            "User-Agent": "Slackbot 1.0 (+https://api.slack.com/robots)",
+        }
+        if retry_num is not None:
+            request_headers["X-Slack-Retry-Num"] = str(retry_num)
+            request_headers["X-Slack-Retry-Reason"] = retry_reason or "http_timeout"
+        request_headers.update(headers or {})
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        async with self._session.post(
+            url, data=raw.encode("utf-8"), headers=request_headers
+        ) as response:
+            return response.status, await response.text()
+
+
+_INTERACTIVE_TYPES = frozenset(
+    {
+        "block_actions",
+        "block_suggestion",
+        "view_submission",
+        "view_closed",
+        "shortcut",
+        "message_action",
+        "interactive_message",
+        "dialog_submission",
+    }
+)
+
+
+def _error(code: str) -> Json:
+    return {"ok": False, "error": code}
+
+
+def _truthy(value: Any) -> bool:
+    return value is True or str(value).lower() in ("1", "true")
+
+
+def _as_list(value: Any) -> list[Json]:
+    return list(value) if isinstance(value, list) else []
+
+
+def _ts_key(ts: str) -> tuple[int, int]:
+    seconds, _, micros = ts.partition(".")
+    return int(seconds), int(micros or 0)
+
+
+def _bearer_token(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    if header.lower().startswith("bearer "):
+        return header[7:].strip() or None
+    return None
+
+
+async def _read_params(request: web.Request) -> Json:
+    """Merge query string, form and JSON body, decoding fields sent as JSON strings."""
+    params: Json = dict(request.query)
+    if request.can_read_body:
+        if request.content_type == "application/json":
+            try:
+                body = await request.json()
+            except json.JSONDecodeError:
+                body = {}
+            if isinstance(body, dict):
+                params.update(body)
+        else:
+            form = await request.post()
+            for key, value in form.items():
+                if isinstance(value, web.FileField):
+                    params[key] = value.file.read()
+                elif isinstance(value, str):
+                    params[key] = value
+                else:
+                    params[key] = bytes(value)
+    for key in _JSON_STRING_FIELDS & params.keys():
+        value = params[key]
+        if isinstance(value, str) and value[:1] in ("[", "{"):
+            try:
+                params[key] = json.loads(value)
+            except json.JSONDecodeError:
+                pass
+    return params
+
+
+def _rich_text_blocks(text: str) -> list[Json]:
+    """The `rich_text` block Slack attaches to a typed message, with user mentions split out."""
+    elements: list[Json] = []
+    pos = 0
+    for match in _MENTION_RE.finditer(text):
+        if match.start() > pos:
+            elements.append({"type": "text", "text": text[pos : match.start()]})
+        elements.append({"type": "user", "user_id": match.group(1)})
+        pos = match.end()
+    if pos < len(text):
+        elements.append({"type": "text", "text": text[pos:]})
+    return [
+        {
+            "type": "rich_text",
+            "block_id": uuid.uuid4().hex[:5],
+            "elements": [{"type": "rich_text_section", "elements": elements}],
+        }
+    ]
+
+
+def _find_action(blocks: list[Json], action_id: str) -> tuple[str, Json] | None:
+    """(block_id, element) of the interactive element with `action_id`, if present."""
+    for block in blocks:
+        candidates = list(block.get("elements") or [])
+        if isinstance(block.get("accessory"), dict):
+            candidates.append(block["accessory"])
+        for element in candidates:
+            if isinstance(element, dict) and element.get("action_id") == action_id:
+                return str(block.get("block_id") or "actions"), element
+    return None
