@@ -7,7 +7,9 @@ exercise is what runs in production. Nothing else in `bot/` constructs collabora
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
@@ -24,7 +26,10 @@ from bot.agent.session import AgentSessions
 from bot.agent.turns import TurnScheduler
 from bot.config import Config, OnNewMessage, Secrets, SlackMode
 from bot.model.gateway import LiteLLMGateway
-from bot.model.types import ModelGateway
+from bot.policy.decision import Stage
+from bot.policy.firewall import FirewallStage
+from bot.policy.guardian import GuardianStage
+from bot.policy.hooks import PostToolUseHooks, PreToolUseStage, SessionHooks
 from bot.policy.pipeline import (
     AbortStage,
     PermissionStage,
@@ -76,7 +81,42 @@ def model_gateway(config: Config, secrets: Secrets, profile_name: str) -> LiteLL
 
 
 def kube_clients(config: Config) -> KubeClients:
-    return KubeClients.from_config(config.kubernetes.clusters)
+    return KubeClients.build(
+        (
+            cluster.name,
+            str(Path(cluster.kubeconfig).expanduser()) if cluster.kubeconfig else None,
+            cluster.context,
+            cluster.in_cluster,
+        )
+        for cluster in config.kubernetes.clusters
+    )
+
+
+def security_stages(config: Config, secrets: Secrets, messages: MessageRepository) -> list[Stage]:
+    """The pipeline's stages in the design brief's order (execution and PostToolUse hooks
+    follow in the harness)."""
+    stages: list[Stage] = [
+        AbortStage(),
+        ProviderNativeStage(),
+        RoleGateStage(),
+        PreToolUseStage(config.hooks.pre_tool_use),
+        FirewallStage(config.firewall),
+    ]
+    if config.guardian.enabled:
+        profile = config.guardian.model_profile
+        stages.append(
+            GuardianStage(
+                model_gateway(config, secrets, profile),
+                recent=messages.recent_texts,
+                timeout_s=config.models.profiles[profile].timeout_s,
+            )
+        )
+    stages.append(PermissionStage())
+    return stages
+
+
+class Drainable(Protocol):
+    async def drain(self) -> None: ...
 
 
 @dataclass
@@ -94,6 +134,7 @@ class Kelpie:
     _socket: AsyncSocketModeHandler | None = None
     _runner: web.AppRunner | None = None
     http_port: int | None = None
+    background: list[Drainable] = field(default_factory=list)
 
     async def start(self) -> None:
         await self.db.create_schema()
@@ -121,7 +162,9 @@ class Kelpie:
         server = site._server
         sockets = getattr(server, "sockets", None) or []
         self.http_port = sockets[0].getsockname()[1] if sockets else settings.port
-        log.info("listening for Slack events on %s:%s%s", settings.host, self.http_port, settings.path)
+        log.info(
+            "listening for Slack events on %s:%s%s", settings.host, self.http_port, settings.path
+        )
 
     async def stop(self) -> None:
         if self._socket is not None:
@@ -129,6 +172,8 @@ class Kelpie:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.scheduler.close()
+        for background in self.background:
+            await background.drain()
         self.kube.close()
         await self.db.close()
 
@@ -142,9 +187,9 @@ def build_kelpie(config: Config, secrets: Secrets) -> Kelpie:
     slack_app = AsyncApp(client=client, signing_secret=signing_secret)
     kube = kube_clients(config)
     registry = ToolRegistry(read_tools(kube))
-    pipeline = Pipeline(
-        [AbortStage(), ProviderNativeStage(), RoleGateStage(), PermissionStage()],
-    )
+    post_hooks = PostToolUseHooks(config.hooks.post_tool_use)
+    session_hooks = SessionHooks(config.hooks.session_start, config.hooks.session_end)
+    pipeline = Pipeline(security_stages(config, secrets, messages), post_hooks=[post_hooks])
     harness = ToolHarness(
         registry, pipeline, ToolAuditRepository(db), timeout_s=config.agent.tool_timeout_s
     )
@@ -154,7 +199,9 @@ def build_kelpie(config: Config, secrets: Secrets) -> Kelpie:
         messages,
         RetryPolicy(retries=config.agent.llm_retries, delay_s=config.agent.llm_retry_delay_s),
     )
-    agent = AgentSessions(config, sessions, messages, engine, registry, SlackReporters(client))
+    agent = AgentSessions(
+        config, sessions, messages, engine, registry, SlackReporters(client), session_hooks
+    )
     scheduler = TurnScheduler(interrupt=config.slack.on_new_message is OnNewMessage.INTERRUPT)
     SlackAdapter(
         slack_app,
@@ -167,4 +214,14 @@ def build_kelpie(config: Config, secrets: Secrets) -> Kelpie:
         scheduler,
     ).register()
     app_token = secrets.app_token if config.slack.mode is SlackMode.SOCKET else None
-    return Kelpie(config, db, slack_app, scheduler, messages, sessions, kube, app_token)
+    return Kelpie(
+        config,
+        db,
+        slack_app,
+        scheduler,
+        messages,
+        sessions,
+        kube,
+        app_token,
+        background=[post_hooks, session_hooks],
+    )

@@ -81,7 +81,7 @@ async def _slack(config: Config, secrets: Secrets) -> list[CheckResult]:
             )
     else:
         try:
-            secrets.signing_secret
+            _ = secrets.signing_secret
             results.append(CheckResult("slack signing secret", True, "set"))
         except ConfigError as error:
             results.append(CheckResult("slack signing secret", False, str(error)))
@@ -94,7 +94,7 @@ async def _clusters(config: Config) -> list[CheckResult]:
     results: list[CheckResult] = []
     try:
         clients = kube_clients(config)
-    except ToolFailure as error:
+    except (ToolFailure, ConfigError) as error:
         return [CheckResult("kubernetes", False, str(error))]
     try:
         for cluster in config.kubernetes.clusters:
@@ -105,7 +105,9 @@ async def _clusters(config: Config) -> list[CheckResult]:
             except ToolFailure as error:
                 results.append(
                     CheckResult(
-                        name, False, f"{error} Check kubernetes.clusters ({cluster.name}) kubeconfig"
+                        name,
+                        False,
+                        f"{error} Check kubernetes.clusters ({cluster.name}) kubeconfig",
                     )
                 )
     finally:

@@ -95,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         ("check", cmd_check, "validate the config and check every dependency for real"),
     ):
         sub = commands.add_parser(name, help=help_text)
-        sub.add_argument("--config", help="config file (default: $KELPIE_CONFIG or config/kelpie.yaml)")
+        sub.add_argument(
+            "--config", help="config file (default: $KELPIE_CONFIG or config/kelpie.yaml)"
+        )
         sub.set_defaults(handler=handler)
     manifest = commands.add_parser("manifest", help="print the Slack app manifest")
     manifest.add_argument("--mode", choices=["socket", "http"], default="socket")
@@ -106,4 +108,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

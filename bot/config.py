@@ -43,7 +43,7 @@ class OnNewMessage(StrEnum):
 
 class HttpListen(_Strict):
     host: str = "0.0.0.0"
-    port: int = Field(default=3000, ge=1, le=65535)
+    port: int = Field(default=3000, ge=0, le=65535)  # 0: any free port
     path: str = "/slack/events"
 
 
@@ -280,7 +280,9 @@ class Config(_Strict):
         role_names = ", ".join(self.roles) or "no roles defined"
         clusters = [c.name for c in self.kubernetes.clusters]
         if self.default_role != NO_ROLE and self.default_role not in self.roles:
-            problems.append(f'default_role: unknown role "{self.default_role}" ({role_names}, none)')
+            problems.append(
+                f'default_role: unknown role "{self.default_role}" ({role_names}, none)'
+            )
         for i, channel in enumerate(self.channels):
             if channel.role != NO_ROLE and channel.role not in self.roles:
                 problems.append(f'channels[{i}].role: unknown role "{channel.role}" ({role_names})')
@@ -412,5 +414,3 @@ def sqlalchemy_async_url(url: str) -> str:
     if url.startswith("postgresql://"):
         return "postgresql+asyncpg://" + url.removeprefix("postgresql://")
     return url
-
-

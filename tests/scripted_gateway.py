@@ -39,7 +39,9 @@ def calls(*items: tuple[str, dict[str, Any] | str], say: str = "") -> Step:
     return Step(text=say, calls=list(items))
 
 
-def error(message: str = "The model server did not answer (HTTP 500).", retryable: bool = True) -> Step:
+def error(
+    message: str = "The model server did not answer (HTTP 500).", retryable: bool = True
+) -> Step:
     return Step(error=ModelError(message, retryable=retryable))
 
 

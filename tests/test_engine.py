@@ -28,8 +28,13 @@ class Recorder:
         self.events.append(event)
 
 
-def make_tool(name: str, kind: ToolKind = ToolKind.READ, *, block: asyncio.Event | None = None,
-              calls: list[dict[str, Any]] | None = None) -> Tool:
+def make_tool(
+    name: str,
+    kind: ToolKind = ToolKind.READ,
+    *,
+    block: asyncio.Event | None = None,
+    calls: list[dict[str, Any]] | None = None,
+) -> Tool:
     async def handler(args: dict[str, Any], context: ToolContext) -> ToolResult:
         if calls is not None:
             calls.append(args)
@@ -61,8 +66,13 @@ async def new_session(db: Database) -> SessionInfo:
     )
 
 
-def build(db: Database, gateway: script.ScriptedGateway, tools: list[Tool],
-          role: RoleConfig | None = None, retry: RetryPolicy | None = None):
+def build(
+    db: Database,
+    gateway: script.ScriptedGateway,
+    tools: list[Tool],
+    role: RoleConfig | None = None,
+    retry: RetryPolicy | None = None,
+):
     registry = ToolRegistry(tools)
     pipeline = Pipeline([AbortStage(), RoleGateStage(), PermissionStage()])
     harness = ToolHarness(registry, pipeline, ToolAuditRepository(db), timeout_s=5)
@@ -71,13 +81,19 @@ def build(db: Database, gateway: script.ScriptedGateway, tools: list[Tool],
 
     def request(session: SessionInfo, abort: asyncio.Event | None = None) -> TurnRequest:
         scope = CallScope(
-            session_id=session.id, session_key=session.session_key, channel_id="C",
-            slack_user="U1", role_name="viewer", role=role,
+            session_id=session.id,
+            session_key=session.session_key,
+            channel_id="C",
+            slack_user="U1",
+            role_name="viewer",
+            role=role,
             tool_context=ToolContext("prod", "shop"),
-            offered=frozenset(t.name for t in tools), abort=abort or asyncio.Event(),
+            offered=frozenset(t.name for t in tools),
+            abort=abort or asyncio.Event(),
         )
-        return TurnRequest(session, "turn1", "system", [], Message(Role.USER, "why?"),
-                           tools, scope, max_rounds=3)
+        return TurnRequest(
+            session, "turn1", "system", [], Message(Role.USER, "why?"), tools, scope, max_rounds=3
+        )
 
     return engine, request
 
@@ -163,9 +179,7 @@ async def test_denied_call_is_not_run_and_model_told(store):
     assert ran == []
     result = gateway.requests[1].messages[-1]["content"]
     assert "channel role viewer may not run write/delete_pod" in result
-    assert [e.status for e in recorder.events if isinstance(e, ToolFinished)] == [
-        ToolStatus.DENIED
-    ]
+    assert [e.status for e in recorder.events if isinstance(e, ToolFinished)] == [ToolStatus.DENIED]
     audit = await ToolAuditRepository(store).for_session(session.id)
     assert [(row.stage, row.decision) for row in audit] == [
         ("abort", "allow"),

@@ -186,9 +186,7 @@ class Engine:
             await emit(ToolStarted(call.id, call.name, _args_summary(call)))
             outcome = await self._harness.dispatch(call, request.scope)
             state.stats_calls += 1
-            result = Message(
-                Role.TOOL, outcome.content, tool_call_id=call.id, tool_name=call.name
-            )
+            result = Message(Role.TOOL, outcome.content, tool_call_id=call.id, tool_name=call.name)
             await self._store.append(request.session.id, request.turn_id, [result])
             state.messages.append(result.to_openai())
             state.answered_call_ids.add(call.id)

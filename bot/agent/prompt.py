@@ -57,8 +57,9 @@ def system_prompt(context: PromptContext, tools: list[Tool]) -> str:
     return "\n\n".join(layers)
 
 
-def user_message(text: str, *, channel: str, role_name: str, cluster: str,
-                 namespace: str | None, slack_user: str) -> str:
+def user_message(
+    text: str, *, channel: str, role_name: str, cluster: str, namespace: str | None, slack_user: str
+) -> str:
     context = (
         f"[context] channel={channel} role={role_name} cluster={cluster} "
         f"default_namespace={namespace or '-'} asked_by=<@{slack_user}>"

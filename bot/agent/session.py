@@ -55,6 +55,12 @@ class ReporterFactory(Protocol):
     async def open(self, session: SessionInfo, message: IncomingMessage) -> Reporter: ...
 
 
+class SessionLifecycleHooks(Protocol):
+    async def session_start(self, info: dict[str, object]) -> None: ...
+
+    async def session_end(self, info: dict[str, object]) -> None: ...
+
+
 class SessionStore(Protocol):
     async def find(self, session_key: str) -> SessionInfo | None: ...
 
@@ -78,6 +84,7 @@ class AgentSessions:
         engine: Engine,
         registry: ToolRegistry,
         reporters: ReporterFactory,
+        hooks: SessionLifecycleHooks,
     ) -> None:
         self._config = config
         self._sessions = sessions
@@ -85,6 +92,7 @@ class AgentSessions:
         self._engine = engine
         self._registry = registry
         self._reporters = reporters
+        self._hooks = hooks
 
     async def accept(self, message: IncomingMessage, binding: ChannelBinding) -> AcceptedMessage:
         """Record the session and the user's message before anything else can fail."""
@@ -102,6 +110,8 @@ class AgentSessions:
                 started_by=message.user,
             )
         )
+        if session.created:
+            await self._hooks.session_start(_hook_info(session, message.user))
         turn_id = uuid.uuid4().hex
         text = user_message(
             message.text,
@@ -166,13 +176,19 @@ class AgentSessions:
             max_rounds=self._config.agent.max_iterations or DEFAULT_ROUNDS,
         )
         try:
+            await self._run(request, reporter)
+        finally:
+            await self._hooks.session_end(_hook_info(session, message.user, accepted.turn_id))
+
+    async def _run(self, request: TurnRequest, reporter: Reporter) -> None:
+        try:
             finished = await self._engine.run_turn(request, reporter.emit)
         except asyncio.CancelledError:
             interrupted = TurnFinished(TurnFinish.INTERRUPTED, "", TurnStats(model=""))
             await asyncio.shield(reporter.close(interrupted))
             raise
         except Exception:
-            log.exception("turn %s failed", accepted.turn_id)
+            log.exception("turn %s failed", request.turn_id)
             failed = TurnFinished(
                 TurnFinish.ERROR,
                 "",
@@ -182,3 +198,14 @@ class AgentSessions:
             await reporter.close(failed)
             return
         await reporter.close(finished)
+
+
+def _hook_info(session: SessionInfo, user: str, turn_id: str | None = None) -> dict[str, object]:
+    return {
+        "session": session.session_key,
+        "channel": session.channel_id,
+        "user": user,
+        "role": session.role,
+        "cluster": session.cluster,
+        "turn_id": turn_id,
+    }

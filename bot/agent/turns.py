@@ -60,7 +60,7 @@ class TurnScheduler:
             slot.waiting -= 1
         abort = asyncio.Event()
         slot.abort = abort
-        slot.running = asyncio.current_task()  # type: ignore[assignment]
+        slot.running = asyncio.current_task()
         try:
             await body(abort)
         except asyncio.CancelledError:

@@ -39,9 +39,7 @@ _RULES: list[tuple[str, re.Pattern[str], int]] = [
     # Kubernetes env entries as JSON: {"name": "DB_PASSWORD", "value": "..."}
     (
         "secret_env",
-        re.compile(
-            r'"name"\s*:\s*"' + _SECRET_NAME + r'"\s*,\s*"value"\s*:\s*"([^"]*)"'
-        ),
+        re.compile(r'"name"\s*:\s*"' + _SECRET_NAME + r'"\s*,\s*"value"\s*:\s*"([^"]*)"'),
         1,
     ),
     # NAME=value / NAME: value where the name says it is a secret (env, config, URLs).

@@ -19,7 +19,9 @@ BOT_SCOPES = [
 BOT_EVENTS = ["app_mention", "message.channels", "message.groups", "message.im", "channel_rename"]
 
 
-def manifest(mode: str, request_url: str = "https://kelpie.example.com/slack/events") -> dict[str, Any]:
+def manifest(
+    mode: str, request_url: str = "https://kelpie.example.com/slack/events"
+) -> dict[str, Any]:
     socket = mode == "socket"
     events: dict[str, Any] = {"bot_events": list(BOT_EVENTS)}
     interactivity: dict[str, Any] = {"is_enabled": True}

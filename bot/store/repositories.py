@@ -144,6 +144,15 @@ class MessageRepository:
             messages.pop(0)
         return messages
 
+    async def recent_texts(self, session_id: int) -> list[str]:
+        """The last user/assistant texts of a session, for the guardian's review."""
+        messages = await self.history(session_id, 20)
+        return [
+            f"{message.role}: {message.content}"
+            for message in messages
+            if message.role in (Role.USER, Role.ASSISTANT) and message.content
+        ]
+
     async def all_for_session(self, session_id: int) -> list[Message]:
         async with self._db.sessions() as session:
             rows = (

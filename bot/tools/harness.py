@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from bot.agent.events import ToolStatus
-from bot.model.types import ToolCallRequest
 from bot.model.outbound import mask_value
+from bot.model.types import ToolCallRequest
 from bot.policy.decision import CallScope, Decision, StageDecision, ToolInvocation, Verdict
 from bot.tools.spec import Tool, ToolArgumentError, ToolFailure
 
@@ -120,8 +120,10 @@ class ToolHarness:
                 stage=final.stage,
             )
         outcome = await self._execute(invocation)
-        result = Decision.allow("ok") if outcome.status is ToolStatus.OK else Decision.deny(
-            outcome.summary
+        result = (
+            Decision.allow("ok")
+            if outcome.status is ToolStatus.OK
+            else Decision.deny(outcome.summary)
         )
         verdict = "ok" if outcome.status is ToolStatus.OK else "error"
         await self._record(

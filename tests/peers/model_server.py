@@ -247,7 +247,7 @@ class ModelServer:
         assert not self._script.steps, f"{len(self._script.steps)} scripted step(s) never played"
 
     # The shared peer API takes a timeout, like the other peers' wait_for_* helpers.
-    async def wait_for_requests(self, n: int, timeout: float = 10) -> list[dict[str, Any]]:  # noqa: ASYNC109
+    async def wait_for_requests(self, n: int, timeout: float = 10) -> list[dict[str, Any]]:
         async with asyncio.timeout(timeout):
             async with self._arrived:
                 await self._arrived.wait_for(lambda: len(self.requests) >= n)

@@ -21,7 +21,6 @@ answer `unknown_method` so a test notices when the bot calls something it does n
 """
 
 # The wait helpers take `timeout=` by design: tests read `wait_ack(id, timeout=5)`.
-# ruff: noqa: ASYNC109
 
 from __future__ import annotations
 

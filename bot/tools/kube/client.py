@@ -174,7 +174,13 @@ class KubeClient:
                 raw = response.data
             finally:
                 response.release_conn()
-            return json.loads(raw) if raw else None
+            try:
+                return json.loads(raw) if raw else None
+            except ValueError as exc:
+                raise KubeFailure(
+                    f"Could not {describe}: the Kubernetes API at {self.host} answered "
+                    "something that is not JSON."
+                ) from exc
 
         return await self._in_thread(describe, fetch)
 

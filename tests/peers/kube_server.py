@@ -1,0 +1,1290 @@
+"""A Kubernetes-compatible API server on 127.0.0.1 for tests, written with aiohttp.
+
+It speaks the REST paths and JSON shapes of the real API server for the objects kelpie's
+tools touch (namespaces, pods and their logs, deployments and their scale subresource,
+replicasets, services, endpoints, nodes, core/v1 events) and SelfSubjectAccessReviews, so
+the official `kubernetes` client can talk to it through an ordinary kubeconfig.
+
+Objects live in memory with a uid, a monotonic resourceVersion and a creationTimestamp.
+Writes honour `dryRun=All` (validate, answer, persist nothing), delete preconditions and
+resourceVersion/uid preconditions in PATCH bodies (409 Conflict, like the real server).
+Every request is recorded so tests can assert what the cluster received; faults (403,
+any status, delays) can be injected per method and path.
+
+Deliberately absent: watch, authentication, TLS, admission, and controllers, except one
+shortcut: with `auto_reconcile` (the default) a changed Deployment reports its rollout as
+finished at once (status follows spec; a new pod template gets a new ReplicaSet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import json
+import re
+import socket
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+Obj = dict[str, Any]
+
+_BODY: web.RequestKey[Any] = web.RequestKey(
+    "kube_body", object
+)  # the decoded request body, parsed once
+SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+STRATEGIC = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+SERVICE_ACCOUNT = "system:serviceaccount:kelpie:kelpie"
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+@dataclass(frozen=True)
+class Resource:
+    plural: str
+    kind: str
+    api_version: str
+    namespaced: bool
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def qualified(self) -> str:
+        """How the real server names the resource in messages: `deployments.apps`."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+RESOURCES = {
+    r.plural: r
+    for r in (
+        Resource("namespaces", "Namespace", "v1", False),
+        Resource("nodes", "Node", "v1", False),
+        Resource("pods", "Pod", "v1", True),
+        Resource("services", "Service", "v1", True),
+        Resource("endpoints", "Endpoints", "v1", True),
+        Resource("events", "Event", "v1", True),
+        Resource("deployments", "Deployment", "apps/v1", True),
+        Resource("replicasets", "ReplicaSet", "apps/v1", True),
+    )
+}
+KIND_TO_PLURAL = {r.kind: r.plural for r in RESOURCES.values()}
+
+# The field selectors the real server accepts per resource (others answer 400).
+_FIELDS_COMMON = {"metadata.name", "metadata.namespace"}
+_FIELDS = {
+    "pods": {"status.phase", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName"}
+    | {"spec.serviceAccountName", "status.podIP", "status.nominatedNodeName"},
+    "events": {f"involvedObject.{f}" for f in ("kind", "namespace", "name", "uid")}
+    | {"involvedObject.apiVersion", "involvedObject.fieldPath", "reason", "type", "source"}
+    | {"reportingComponent"},
+    "nodes": {"spec.unschedulable"},
+    "namespaces": {"status.phase"},
+    "replicasets": {"status.replicas"},
+}
+_FIELD_ALIASES = {"source": "source.component"}
+
+
+@dataclass(frozen=True)
+class Demo:
+    """Names in the `seed_demo` world (namespace shop, deployment checkout-api)."""
+
+    crashing_pod: str
+    healthy_pods: tuple[str, str]
+    namespace: str = "shop"
+    deployment: str = "checkout-api"
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any | None
+    content_type: str | None
+    headers: dict[str, str] = field(default_factory=dict)
+    status: int | None = None  # filled in once answered
+
+
+@dataclass
+class _Fault:
+    method: str  # "*" matches any
+    pattern: re.Pattern[str]
+    status: int
+    remaining: int | None
+
+    def matches(self, method: str, path: str) -> bool:
+        return self.method in ("*", method) and self.pattern.search(path) is not None
+
+
+class _StatusError(Exception):
+    """Answered as a `kind: Status` failure body, the way the real server reports errors."""
+
+    def __init__(self, code: int, message: str, details: Obj | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.details = code, message, details
+
+
+@dataclass(frozen=True)
+class _Target:
+    resource: Resource
+    namespace: str | None
+    name: str | None
+    sub: str | None
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _status_body(code: int, message: str, details: Obj | None = None) -> Obj:
+    body: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+    body |= {"message": message, "reason": _REASONS.get(code, "Unknown"), "code": code}
+    if details:
+        body["details"] = details
+    return body
+
+
+def _parse_path(path: str) -> _Target | None:
+    parts = path.strip("/").split("/")
+    if parts[:2] == ["api", "v1"]:
+        version, rest = "v1", parts[2:]
+    elif parts[:3] == ["apis", "apps", "v1"]:
+        version, rest = "apps/v1", parts[3:]
+    else:
+        return None
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    resource = RESOURCES.get(rest[0]) if 1 <= len(rest) <= 3 else None
+    if resource is None or resource.api_version != version:
+        return None
+    name = rest[1] if len(rest) > 1 else None
+    if resource.namespaced and namespace is None and name is not None:
+        return None
+    if not resource.namespaced and namespace is not None:
+        return None
+    return _Target(resource, namespace, name, rest[2] if len(rest) > 2 else None)
+
+
+def _split_outside_parens(text: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += char == "("
+        depth -= char == ")"
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    return [*parts, current]
+
+
+_LABEL_REQ = re.compile(
+    r"^\s*(?P<bang>!)?\s*(?P<key>[A-Za-z0-9][-A-Za-z0-9_./]*)\s*"
+    r"(?:(?P<op>==|=|!=)\s*(?P<value>[-A-Za-z0-9_.]*)"
+    r"|\s(?P<set_op>in|notin)\s*\((?P<values>[^)]*)\))?\s*$"
+)
+
+
+def label_selector_matches(selector: str, labels: dict[str, str]) -> bool:
+    """Evaluate a label selector (`a=b`, `a!=b`, `a in (x,y)`, `a notin (x)`, `a`, `!a`)."""
+    for requirement in _split_outside_parens(selector):
+        if not requirement.strip():
+            continue
+        m = _LABEL_REQ.match(requirement)
+        if m is None or (m["bang"] and (m["op"] or m["set_op"])):
+            raise _StatusError(400, f"unable to parse requirement: {requirement!r}")
+        key, present = m["key"], m["key"] in labels
+        if m["bang"]:
+            ok = not present
+        elif m["op"] in ("=", "=="):
+            ok = labels.get(key) == m["value"]
+        elif m["op"] == "!=":
+            ok = labels.get(key) != m["value"]
+        elif m["set_op"] == "in":
+            ok = present and labels[key] in {v.strip() for v in m["values"].split(",")}
+        elif m["set_op"] == "notin":
+            ok = not present or labels[key] not in {v.strip() for v in m["values"].split(",")}
+        else:
+            ok = present
+        if not ok:
+            return False
+    return True
+
+
+def _field_value(obj: Obj, path: str) -> str:
+    value: Any = obj
+    for part in _FIELD_ALIASES.get(path, path).split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def field_selector_matches(plural: str, selector: str, obj: Obj) -> bool:
+    for requirement in filter(None, (r.strip() for r in selector.split(","))):
+        m = re.fullmatch(r"([A-Za-z.]+)\s*(==|=|!=)\s*(.*)", requirement)
+        if m is None:
+            raise _StatusError(400, f"invalid field selector: {requirement!r}")
+        key, op, expected = m.groups()
+        if key not in _FIELDS_COMMON | _FIELDS.get(plural, set()):
+            raise _StatusError(400, f'field label not supported: "{key}"')
+        if (_field_value(obj, key) == expected) != (op != "!="):
+            return False
+    return True
+
+
+def merge_patch(target: Any, patch: Any, *, strategic: bool) -> Any:
+    """Apply a JSON merge patch; strategic patches also merge lists of named items by name."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if key.startswith("$"):  # strategic directives ($patch, $setElementOrder/...)
+            continue
+        old: Any = result.get(key)
+        if value is None:
+            result.pop(key, None)
+        elif strategic and _named_list(value) and _named_list(old):
+            by_name = {item["name"]: item for item in old}
+            for item in value:
+                by_name[item["name"]] = merge_patch(by_name.get(item["name"]), item, strategic=True)
+            result[key] = list(by_name.values())
+        else:
+            result[key] = merge_patch(old, value, strategic=strategic)
+    return result
+
+
+def _named_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(i, dict) and "name" in i for i in value)
+
+
+def _template_hash(namespace: str, name: str, template: Any) -> str:
+    digest = hashlib.sha256(json.dumps([namespace, name, template], sort_keys=True).encode())
+    return digest.hexdigest()[:10]
+
+
+def _owner_ref(owner: Obj) -> Obj:
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+class KubeServer:
+    """The fake API server. Seed it, `await start()`, point a kubeconfig at it."""
+
+    def __init__(self) -> None:
+        self.requests: list[RecordedRequest] = []
+        self.auto_reconcile = True
+        self._objects: dict[str, dict[tuple[str, str], Obj]] = {p: {} for p in RESOURCES}
+        self._logs: dict[tuple[str, str, str, bool], list[tuple[datetime, str]]] = {}
+        self._rv = 100
+        self._ips = 10
+        self._faults: list[_Fault] = []
+        self._delays: list[tuple[re.Pattern[str], float]] = []
+        self._deny_rules: list[dict[str, str]] = []
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        app = web.Application(middlewares=[self._middleware])
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        # A short shutdown timeout: stop() must not wait on requests held by `delay`.
+        self._runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        self._port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def url(self) -> str:
+        assert self._port is not None, "start() the server first"
+        return f"http://127.0.0.1:{self._port}"
+
+    def write_kubeconfig(self, path: str | Path, context: str = "test") -> Path:
+        """Write a kubeconfig (JSON is YAML) whose `context` points at this server."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": f"{context}-cluster", "cluster": {"server": self.url}}],
+            "users": [{"name": f"{context}-user", "user": {"token": "test-token"}}],
+            "contexts": [
+                {
+                    "name": context,
+                    "context": {"cluster": f"{context}-cluster", "user": f"{context}-user"},
+                }
+            ],
+            "current-context": context,
+        }
+        target = Path(path)
+        target.write_text(json.dumps(config, indent=2))
+        return target
+
+    # --- fault injection and inspection --------------------------------------------
+
+    def forbid(self, method: str, path_regex: str) -> None:
+        """Answer 403 Forbidden (with an RBAC-style message) to matching requests.
+
+        `method` is an HTTP method or "*"; `path_regex` is searched in the request path.
+        """
+        self._faults.append(_Fault(method.upper(), re.compile(path_regex), 403, None))
+
+    def fail(self, method: str, path_regex: str, status: int, times: int | None = None) -> None:
+        """Answer `status` to the next `times` matching requests (None: all of them)."""
+        self._faults.append(_Fault(method.upper(), re.compile(path_regex), status, times))
+
+    def delay(self, path_regex: str, seconds: float) -> None:
+        self._delays.append((re.compile(path_regex), seconds))
+
+    def deny_access(
+        self, *, verb: str | None = None, resource: str | None = None, namespace: str | None = None
+    ) -> None:
+        """Make SelfSubjectAccessReviews matching every given field answer allowed: false."""
+        rule = {"verb": verb, "resource": resource, "namespace": namespace}
+        self._deny_rules.append({k: v for k, v in rule.items() if v is not None})
+
+    def clear_faults(self) -> None:
+        self._faults.clear()
+        self._delays.clear()
+        self._deny_rules.clear()
+
+    def writes(self) -> list[RecordedRequest]:
+        """Write attempts received (dry runs and refused ones included), SSARs excluded."""
+        return [r for r in self.requests if r.method in WRITE_METHODS and r.path != SSAR_PATH]
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        """A copy of a stored object (namespace "" for cluster-scoped kinds), or None."""
+        obj = self._objects[KIND_TO_PLURAL[kind]].get((namespace, name))
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def objects(self, kind: str) -> list[Obj]:
+        return [copy.deepcopy(o) for _, o in sorted(self._objects[KIND_TO_PLURAL[kind]].items())]
+
+    # --- seeding ---------------------------------------------------------------------
+
+    def put(self, kind: str, obj: Obj, *, age: float = 0.0) -> Obj:
+        """Store (create or replace) an object, filling in the server-owned metadata.
+
+        Like every seeding helper it answers a copy: changing it does not change the world.
+        """
+        return copy.deepcopy(self._store(kind, copy.deepcopy(obj), age=age))
+
+    def _store(self, kind: str, obj: Obj, *, age: float = 0.0) -> Obj:
+        resource = RESOURCES[KIND_TO_PLURAL[kind]]
+        meta = obj.setdefault("metadata", {})
+        namespace = meta.get("namespace", "") if resource.namespaced else ""
+        old = self._objects[resource.plural].get((namespace, meta["name"]))
+        obj["kind"], obj["apiVersion"] = resource.kind, resource.api_version
+        meta.setdefault("uid", old["metadata"]["uid"] if old else str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", _stamp(_now() - timedelta(seconds=age)))
+        meta["resourceVersion"] = self._next_rv()
+        if resource.namespaced:
+            meta["namespace"] = namespace
+        self._objects[resource.plural][(namespace, meta["name"])] = obj
+        return obj
+
+    def add_namespace(self, name: str, *, labels: dict[str, str] | None = None) -> Obj:
+        labels = {"kubernetes.io/metadata.name": name, **(labels or {})}
+        obj = {"metadata": {"name": name, "labels": labels}, "spec": {"finalizers": ["kubernetes"]}}
+        return self.put("Namespace", obj | {"status": {"phase": "Active"}}, age=86400 * 30)
+
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        labels: dict[str, str] | None = None,
+        phase: str = "Running",
+        ready: bool = True,
+        restarts: int = 0,
+        node: str | None = "node-a",
+        logs: str = "",
+        previous_logs: str | None = None,
+        waiting_reason: str | None = None,
+        last_termination_reason: str | None = None,
+        containers: Iterable[str] = ("app",),
+        image: str = "registry.example.com/app:1.0",
+        owner: Obj | None = None,
+        age: float = 3600.0,
+    ) -> Obj:
+        """A pod; `ready`, restarts and reasons apply to each of its containers."""
+        start = _stamp(_now() - timedelta(seconds=age))
+        names = list(containers)
+        running = phase == "Running" and waiting_reason is None
+        ready = ready and running
+        statuses = []
+        for container in names:
+            state: Obj
+            if waiting_reason is not None:
+                message = {
+                    "CrashLoopBackOff": "back-off 5m0s restarting failed "
+                    f"container={container} pod={name}",
+                    "ImagePullBackOff": f'Back-off pulling image "{image}"',
+                }.get(waiting_reason)
+                state = {"waiting": {"reason": waiting_reason}}
+                if message:
+                    state["waiting"]["message"] = message
+            elif phase == "Running":
+                state = {"running": {"startedAt": start}}
+            elif phase in ("Succeeded", "Failed"):
+                exit_code = 0 if phase == "Succeeded" else 1
+                reason = "Completed" if phase == "Succeeded" else "Error"
+                finished = {"startedAt": start, "finishedAt": _stamp(_now())}
+                state = {"terminated": {"exitCode": exit_code, "reason": reason, **finished}}
+            else:
+                state = {"waiting": {"reason": "ContainerCreating"}}
+            last: Obj = {}
+            if last_termination_reason is not None:
+                code = 137 if last_termination_reason == "OOMKilled" else 1
+                when = {"startedAt": start, "finishedAt": _stamp(_now() - timedelta(seconds=40))}
+                last = {"terminated": {"exitCode": code, "reason": last_termination_reason, **when}}
+            statuses.append(
+                {
+                    "name": container,
+                    "image": image,
+                    "imageID": f"{image}@sha256:{'0' * 64}",
+                    "ready": ready,
+                    "started": running,
+                    "restartCount": restarts,
+                    "state": state,
+                    "lastState": last,
+                }
+            )
+        spec_containers = [
+            {
+                "name": container,
+                "image": image,
+                "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "128Mi"},
+                    "limits": {"memory": "256Mi"},
+                },
+                # A secret reference: tools must never resolve it.
+                "env": [
+                    {"name": "LOG_LEVEL", "value": "info"},
+                    {
+                        "name": "DB_PASSWORD",
+                        "valueFrom": {"secretKeyRef": {"name": "db-credentials", "key": "pw"}},
+                    },
+                ],
+            }
+            for container in names
+        ]
+
+        def condition(kind: str, ok: bool) -> Obj:
+            cond = {"type": kind, "status": "True" if ok else "False", "lastTransitionTime": start}
+            return cond if ok else cond | {"reason": "ContainersNotReady"}
+
+        scheduled = node is not None
+        self._ips += 1
+        status: Obj = {
+            "phase": phase,
+            "conditions": [
+                condition("PodScheduled", scheduled),
+                condition("Initialized", scheduled),
+                condition("ContainersReady", ready),
+                condition("Ready", ready),
+            ],
+            "startTime": start,
+            "qosClass": "Burstable",
+        }
+        if scheduled:
+            status |= {"containerStatuses": statuses, "hostIP": "192.168.1.10"}
+            status["podIP"] = f"10.244.{self._ips // 250}.{self._ips % 250}"
+        else:
+            status["conditions"][0] |= {
+                "reason": "Unschedulable",
+                "message": "0/2 nodes are available: 2 Insufficient memory.",
+            }
+        meta: Obj = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
+        if owner is not None:
+            meta["ownerReferences"] = [_owner_ref(owner)]
+        spec: Obj = {"containers": spec_containers, "restartPolicy": "Always"}
+        spec |= {"serviceAccountName": "default", "schedulerName": "default-scheduler"}
+        if node is not None:
+            spec["nodeName"] = node
+        pod = self.put("Pod", {"metadata": meta, "spec": spec, "status": status}, age=age)
+        self.set_logs(namespace, name, logs, container=names[0])
+        if previous_logs is not None:
+            self.set_logs(namespace, name, previous_logs, container=names[0], previous=True)
+        return pod
+
+    def set_logs(
+        self,
+        namespace: str,
+        pod: str,
+        text: str,
+        *,
+        container: str = "app",
+        previous: bool = False,
+        seconds_apart: float = 1.0,
+    ) -> None:
+        """Set a container's log; the last line is stamped now, earlier ones further back."""
+        lines = text.splitlines(keepends=True)
+        now = datetime.now(UTC)
+        stamped = [
+            (now - timedelta(seconds=seconds_apart * (len(lines) - 1 - i)), line)
+            for i, line in enumerate(lines)
+        ]
+        self._logs[(namespace, pod, container, previous)] = stamped
+
+    def add_deployment(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        replicas: int = 1,
+        ready: int | None = None,
+        labels: dict[str, str] | None = None,
+        image: str = "registry.example.com/app:1.0",
+        revision: int = 1,
+        pods: bool = False,
+        age: float = 86400.0,
+    ) -> Obj:
+        """A deployment and its current ReplicaSet (with the revision annotation).
+
+        With `pods`, also `replicas` pods owned by the ReplicaSet, the first `ready` ready.
+        """
+        ready = replicas if ready is None else ready
+        labels = labels or {"app": name}
+        container: Obj = {"name": "app", "image": image, "ports": [{"containerPort": 8080}]}
+        container["resources"] = {"requests": {"cpu": "100m", "memory": "128Mi"}}
+        template = {"metadata": {"labels": dict(labels)}, "spec": {"containers": [container]}}
+        spec = {
+            "replicas": replicas,
+            "selector": {"matchLabels": dict(labels)},
+            "template": template,
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"},
+            },
+            "revisionHistoryLimit": 10,
+            "progressDeadlineSeconds": 600,
+        }
+        meta = {"name": name, "namespace": namespace, "labels": dict(labels), "generation": 1}
+        meta["annotations"] = {"deployment.kubernetes.io/revision": str(revision)}
+        deployment = self._store("Deployment", {"metadata": meta, "spec": spec}, age=age)
+        self._set_deployment_status(deployment, ready=ready)
+        deployment = copy.deepcopy(deployment)
+        rs = self._add_replicaset(deployment, revision, replicas, ready, age=age)
+        if pods:
+            pod_labels = rs["spec"]["selector"]["matchLabels"]
+            for i in range(replicas):
+                pod_name = f"{rs['metadata']['name']}-{uuid.uuid4().hex[:5]}"
+                ok = i < ready
+                self.add_pod(
+                    namespace,
+                    pod_name,
+                    labels=pod_labels,
+                    ready=ok,
+                    restarts=0 if ok else 5,
+                    waiting_reason=None if ok else "CrashLoopBackOff",
+                    image=image,
+                    owner=rs,
+                    node=("node-a", "node-b")[i % 2],
+                    logs=f"{name} started\nlistening on :8080\n",
+                    age=age,
+                )
+        return deployment
+
+    def add_service(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        selector: dict[str, str] | None = None,
+        ports: Iterable[tuple[int, int]] = ((80, 8080),),
+        type: str = "ClusterIP",
+        cluster_ip: str = "10.96.0.10",
+    ) -> Obj:
+        port_specs: list[Obj] = [
+            {"name": f"p{port}", "port": port, "targetPort": target, "protocol": "TCP"}
+            for port, target in ports
+        ]
+        if type in ("NodePort", "LoadBalancer"):
+            for offset, spec in enumerate(port_specs):
+                spec["nodePort"] = 30080 + offset
+        spec = {"type": type, "clusterIP": cluster_ip, "clusterIPs": [cluster_ip]}
+        spec |= {"ports": port_specs, "selector": dict(selector or {"app": name})}
+        status: Obj = {"loadBalancer": {}}
+        if type == "LoadBalancer":
+            status = {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
+        obj = {"metadata": {"name": name, "namespace": namespace}, "spec": spec, "status": status}
+        return self.put("Service", obj, age=86400)
+
+    def add_endpoints(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        ready: Iterable[tuple[str, str]] = (),
+        not_ready: Iterable[tuple[str, str]] = (),
+        port: int = 8080,
+    ) -> Obj:
+        """Endpoints for a service; addresses are (ip, pod name) pairs."""
+
+        def address(ip: str, pod: str) -> Obj:
+            return {"ip": ip, "targetRef": {"kind": "Pod", "name": pod, "namespace": namespace}}
+
+        subset: Obj = {"ports": [{"name": f"p{port}", "port": port, "protocol": "TCP"}]}
+        if ready_list := [address(ip, pod) for ip, pod in ready]:
+            subset["addresses"] = ready_list
+        if not_ready_list := [address(ip, pod) for ip, pod in not_ready]:
+            subset["notReadyAddresses"] = not_ready_list
+        obj = {"metadata": {"name": name, "namespace": namespace}, "subsets": [subset]}
+        return self.put("Endpoints", obj)
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        ready: bool = True,
+        memory_pressure: bool = False,
+        disk_pressure: bool = False,
+        unschedulable: bool = False,
+        taints: Iterable[Obj] = (),
+        cpu: str = "4",
+        memory: str = "16Gi",
+        pods: str = "110",
+    ) -> Obj:
+        def condition(kind: str, on: bool, reason: str) -> Obj:
+            stamp = _stamp(_now() - timedelta(seconds=30))
+            return {"type": kind, "status": "True" if on else "False", "reason": reason} | {
+                "lastHeartbeatTime": stamp,
+                "lastTransitionTime": stamp,
+            }
+
+        status = {
+            "conditions": [
+                condition("MemoryPressure", memory_pressure, "KubeletHasSufficientMemory"),
+                condition("DiskPressure", disk_pressure, "KubeletHasNoDiskPressure"),
+                condition("PIDPressure", False, "KubeletHasSufficientPID"),
+                condition("Ready", ready, "KubeletReady" if ready else "NodeStatusUnknown"),
+            ],
+            "capacity": {"cpu": cpu, "memory": memory, "pods": pods},
+            "allocatable": {"cpu": f"{int(cpu) * 1000 - 100}m", "memory": memory, "pods": pods},
+            "addresses": [{"type": "InternalIP", "address": "192.168.1.10"}],
+            "nodeInfo": {
+                key: "x"
+                for key in ("bootID", "machineID", "systemUUID", "kernelVersion", "osImage")
+            }
+            | {
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "containerRuntimeVersion": "containerd://1.7.22",
+                "kubeletVersion": "v1.33.1",
+                "kubeProxyVersion": "",
+            },
+        }
+        spec: Obj = {"podCIDR": "10.244.0.0/24"}
+        if unschedulable:
+            spec["unschedulable"] = True
+        if taints := list(taints):
+            spec["taints"] = taints
+        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+        obj = {"metadata": {"name": name, "labels": labels}, "spec": spec, "status": status}
+        return self.put("Node", obj, age=86400 * 10)
+
+    def add_event(
+        self,
+        namespace: str,
+        kind: str,
+        name: str,
+        reason: str,
+        message: str,
+        *,
+        type: str = "Warning",
+        count: int = 1,
+        age: float = 60.0,
+        component: str = "kubelet",
+    ) -> Obj:
+        """A core/v1 event about an object (its uid is filled in when the object exists)."""
+        involved: Obj = {"kind": kind, "name": name, "namespace": namespace}
+        plural = KIND_TO_PLURAL.get(kind)
+        target = self._objects[plural].get((namespace, name)) if plural else None
+        if target is None and plural:
+            target = self._objects[plural].get(("", name))
+        if target is not None:
+            involved["uid"] = target["metadata"]["uid"]
+            involved["apiVersion"] = target["apiVersion"]
+        last = _now() - timedelta(seconds=age)
+        obj = {
+            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "type": type,
+            "count": count,
+            "firstTimestamp": _stamp(last - timedelta(minutes=count)),
+            "lastTimestamp": _stamp(last),
+            "source": {"component": component},
+            "reportingComponent": component,
+        }
+        return self.put("Event", obj, age=age)
+
+    def replace_object(self, kind: str, namespace: str, name: str) -> Obj:
+        """Recreate an object under the same name: new uid, new resourceVersion."""
+        key = (namespace if RESOURCES[KIND_TO_PLURAL[kind]].namespaced else "", name)
+        obj = copy.deepcopy(self._objects[KIND_TO_PLURAL[kind]][key])
+        obj["metadata"]["uid"] = str(uuid.uuid4())
+        obj["metadata"]["creationTimestamp"] = _stamp(_now())
+        return self.put(kind, obj)
+
+    def seed_demo(self) -> Demo:
+        """A small realistic world: a shop whose checkout-api has one pod crash-looping.
+
+        Answers the generated names tests need (pod names carry a pod-template-hash).
+        """
+        for namespace in ("default", "kube-system", "shop", "team-checkout", "dev-a"):
+            self.add_namespace(namespace)
+        self.add_node("node-a")
+        self.add_node("node-b", taints=[{"key": "dedicated", "value": "batch"} | _NO_SCHEDULE])
+        labels = {"app": "checkout-api", "tier": "backend"}
+        deployment = self.add_deployment(
+            "shop", "checkout-api", replicas=3, ready=2, labels=labels, revision=2
+        )
+        old_template = copy.deepcopy(deployment["spec"]["template"])
+        old_template["spec"]["containers"][0]["image"] = "registry.example.com/app:0.9"
+        self._add_replicaset(deployment, 1, 0, 0, template=old_template, age=86400 * 3)
+        rs = self.get("ReplicaSet", "shop", self._rs_name(deployment))
+        assert rs is not None
+        pod_labels = rs["spec"]["selector"]["matchLabels"]
+        base = rs["metadata"]["name"]
+        good_logs = "started checkout-api\nlistening on :8080\nGET /healthz 200\n"
+        for suffix, node in (("x2x9q", "node-a"), ("b7kfm", "node-b")):
+            self.add_pod("shop", f"{base}-{suffix}", labels=pod_labels, node=node, owner=rs)
+            self.set_logs("shop", f"{base}-{suffix}", good_logs)
+        crashing = f"{base}-m4n8p"
+        self.add_pod(
+            "shop",
+            crashing,
+            labels=pod_labels,
+            ready=False,
+            restarts=7,
+            node="node-a",
+            owner=rs,
+            waiting_reason="CrashLoopBackOff",
+            last_termination_reason="OOMKilled",
+            logs="starting checkout-api\nloading catalog cache\n",
+            previous_logs="starting checkout-api\nloading catalog cache\n"
+            "java.lang.OutOfMemoryError: Java heap space\n"
+            "\tat com.shop.checkout.Cache.load(Cache.java:88)\n",
+        )
+        self.add_deployment("shop", "frontend", replicas=2, pods=True)
+        self.add_service("shop", "checkout-api", selector=labels, cluster_ip="10.96.12.34")
+        self.add_endpoints(
+            "shop",
+            "checkout-api",
+            ready=[("10.244.0.11", f"{base}-x2x9q"), ("10.244.0.12", f"{base}-b7kfm")],
+            not_ready=[("10.244.0.13", crashing)],
+        )
+        back_off = f"Back-off restarting failed container app in pod {crashing}_shop"
+        self.add_event("shop", "Pod", crashing, "BackOff", back_off, count=42, age=20)
+        self.add_event(
+            "shop",
+            "Pod",
+            crashing,
+            "Unhealthy",
+            "Readiness probe failed: HTTP probe failed with statuscode: 503",
+            count=12,
+            age=90,
+        )
+        pulled = "Container image already present on machine"
+        self.add_event("shop", "Pod", crashing, "Pulled", pulled, type="Normal", count=8)
+        self.add_event(
+            "shop",
+            "Deployment",
+            "checkout-api",
+            "ScalingReplicaSet",
+            f"Scaled up replica set {base} to 3",
+            type="Normal",
+            age=3000,
+            component="deployment-controller",
+        )
+        self.add_deployment(
+            "kube-system", "coredns", replicas=2, pods=True, labels={"k8s-app": "kube-dns"}
+        )
+        self.add_deployment("team-checkout", "checkout-worker", replicas=1, pods=True)
+        self.add_pod("dev-a", "sandbox", phase="Pending", ready=False, node=None, age=600)
+        self.add_event(
+            "dev-a",
+            "Pod",
+            "sandbox",
+            "FailedScheduling",
+            "0/2 nodes are available: 2 Insufficient memory.",
+            count=9,
+            component="default-scheduler",
+        )
+        return Demo(crashing_pod=crashing, healthy_pods=(f"{base}-x2x9q", f"{base}-b7kfm"))
+
+    # --- internals: objects ----------------------------------------------------------
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    @staticmethod
+    def _rs_name(deployment: Obj) -> str:
+        meta = deployment["metadata"]
+        template = deployment["spec"]["template"]
+        return f"{meta['name']}-{_template_hash(meta['namespace'], meta['name'], template)}"
+
+    def _add_replicaset(
+        self,
+        deployment: Obj,
+        revision: int,
+        replicas: int,
+        ready: int,
+        *,
+        template: Obj | None = None,
+        age: float = 0.0,
+    ) -> Obj:
+        meta = deployment["metadata"]
+        template = copy.deepcopy(template or deployment["spec"]["template"])
+        hash_ = _template_hash(meta["namespace"], meta["name"], template)
+        template["metadata"].setdefault("labels", {})["pod-template-hash"] = hash_
+        labels = dict(template["metadata"]["labels"])
+        annotations = {"deployment.kubernetes.io/revision": str(revision)}
+        annotations["deployment.kubernetes.io/desired-replicas"] = str(replicas)
+        rs_meta = {"name": f"{meta['name']}-{hash_}", "namespace": meta["namespace"]}
+        rs_meta |= {"labels": labels, "annotations": annotations, "generation": 1}
+        rs_meta["ownerReferences"] = [_owner_ref(deployment)]
+        status = {"replicas": replicas, "readyReplicas": ready, "availableReplicas": ready}
+        status |= {"fullyLabeledReplicas": replicas, "observedGeneration": 1}
+        spec = {"replicas": replicas, "selector": {"matchLabels": labels}, "template": template}
+        return self.put(
+            "ReplicaSet", {"metadata": rs_meta, "spec": spec, "status": status}, age=age
+        )
+
+    def _set_deployment_status(self, deployment: Obj, *, ready: int) -> None:
+        replicas = deployment["spec"]["replicas"]
+        stamp = _stamp(_now())
+        available = ready >= replicas - replicas // 4  # maxUnavailable 25%, rounded down
+        name = self._rs_name(deployment)
+        deployment["status"] = {
+            "observedGeneration": deployment["metadata"].get("generation", 1),
+            "replicas": replicas,
+            "updatedReplicas": replicas,
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+            "conditions": [
+                {
+                    "type": "Available",
+                    "status": "True" if available else "False",
+                    "reason": "MinimumReplicasAvailable"
+                    if available
+                    else "MinimumReplicasUnavailable",
+                    "message": "Deployment has minimum availability."
+                    if available
+                    else "Deployment does not have minimum availability.",
+                    "lastUpdateTime": stamp,
+                    "lastTransitionTime": stamp,
+                },
+                {
+                    "type": "Progressing",
+                    "status": "True",
+                    "reason": "NewReplicaSetAvailable",
+                    "message": f'ReplicaSet "{name}" has successfully progressed.',
+                    "lastUpdateTime": stamp,
+                    "lastTransitionTime": stamp,
+                },
+            ],
+        }
+        if replicas > ready:
+            deployment["status"]["unavailableReplicas"] = replicas - ready
+
+    def _reconcile_deployment(self, before: Obj, after: Obj) -> None:
+        """Stand in for the deployment controller: the rollout finishes at once."""
+        replicas = after["spec"]["replicas"]
+        self._set_deployment_status(after, ready=replicas)
+        namespace = after["metadata"]["namespace"]
+        if before["spec"]["template"] != after["spec"]["template"]:
+            annotations = after["metadata"].setdefault("annotations", {})
+            revision = int(annotations.get("deployment.kubernetes.io/revision", "1")) + 1
+            annotations["deployment.kubernetes.io/revision"] = str(revision)
+            for rs in self._owned_replicasets(after):
+                rs["spec"]["replicas"] = 0
+                rs["status"] |= {"replicas": 0, "readyReplicas": 0, "availableReplicas": 0}
+                self._store("ReplicaSet", rs)
+            self._add_replicaset(after, revision, replicas, replicas)
+        elif current := self._objects["replicasets"].get((namespace, self._rs_name(after))):
+            current["spec"]["replicas"] = replicas
+            current["status"] |= {"replicas": replicas, "readyReplicas": replicas}
+            self._store("ReplicaSet", current)
+
+    def _owned_replicasets(self, deployment: Obj) -> list[Obj]:
+        uid = deployment["metadata"]["uid"]
+        return [
+            rs
+            for rs in self._objects["replicasets"].values()
+            if any(ref["uid"] == uid for ref in rs["metadata"].get("ownerReferences", []))
+        ]
+
+    # --- internals: HTTP -------------------------------------------------------------
+
+    @web.middleware
+    async def _middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Any]
+    ) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode(errors="replace")
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
+        record = RecordedRequest(
+            request.method,
+            request.path,
+            dict(request.query),
+            body,
+            request.headers.get("Content-Type"),
+            headers,
+        )
+        self.requests.append(record)
+        request[_BODY] = body
+        for pattern, seconds in self._delays:
+            if pattern.search(request.path):
+                await asyncio.sleep(seconds)
+                break
+        response = self._fault_response(request)
+        if response is None:
+            try:
+                response = await handler(request)
+            except _StatusError as exc:
+                response = web.json_response(
+                    _status_body(exc.code, exc.message, exc.details), status=exc.code
+                )
+        record.status = response.status
+        return response
+
+    def _fault_response(self, request: web.Request) -> web.Response | None:
+        for fault in self._faults:
+            if not fault.matches(request.method, request.path):
+                continue
+            if fault.remaining is not None:
+                if fault.remaining <= 0:
+                    continue
+                fault.remaining -= 1
+            if fault.status == 403:
+                message = self._forbidden_message(request)
+            else:
+                message = f"injected failure {fault.status} for {request.method} {request.path}"
+            headers = {"Retry-After": "1"} if fault.status == 429 else None
+            return web.json_response(
+                _status_body(fault.status, message), status=fault.status, headers=headers
+            )
+        return None
+
+    @staticmethod
+    def _forbidden_message(request: web.Request) -> str:
+        target = _parse_path(request.path)
+        if target is None:
+            return f'User "{SERVICE_ACCOUNT}" cannot {request.method.lower()} path "{request.path}"'
+        verb = {"GET": "get" if target.name else "list", "PATCH": "patch", "PUT": "update"}.get(
+            request.method, "delete" if request.method == "DELETE" else "create"
+        )
+        res = target.resource
+        resource = f"{res.plural}/{target.sub}" if target.sub else res.plural
+        subject = f'{res.qualified} "{target.name}"' if target.name else res.qualified
+        where = f'in the namespace "{target.namespace}"' if target.namespace else ""
+        where = where or "at the cluster scope"
+        return (
+            f'{subject} is forbidden: User "{SERVICE_ACCOUNT}" cannot {verb} resource '
+            f'"{resource}" in API group "{res.group}" {where}'
+        )
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        method, path = request.method, request.path
+        if path.rstrip("/") == "/version" and method == "GET":
+            return web.json_response(_VERSION)
+        if path == SSAR_PATH and method == "POST":
+            return web.json_response(self._access_review(request[_BODY] or {}), status=201)
+        target = _parse_path(path)
+        if target is None:
+            raise _StatusError(404, "the server could not find the requested resource")
+        body = request[_BODY]
+        if target.sub == "log" and target.resource.plural == "pods" and method == "GET":
+            return self._log(request, target)
+        if target.sub == "scale" and target.resource.plural == "deployments":
+            if method == "GET":
+                return web.json_response(self._scale(self._require(target)))
+            if method in ("PATCH", "PUT"):
+                return web.json_response(self._patch_scale(request, target, body))
+        if target.sub is not None:
+            raise _StatusError(404, "the server could not find the requested resource")
+        if target.name is None and method == "GET":
+            return web.json_response(self._list(request, target))
+        if target.name is not None and method == "GET":
+            return web.json_response(self._require(target))
+        if target.name is not None and method == "PATCH":
+            return web.json_response(self._patch(request, target, body))
+        if target.name is not None and method == "DELETE":
+            return web.json_response(self._delete(request, target, body))
+        raise _StatusError(405, f"{method} is not supported on {path} by this test server")
+
+    def _require(self, target: _Target) -> Obj:
+        assert target.name is not None
+        key = (target.namespace or "", target.name)
+        obj = self._objects[target.resource.plural].get(key)
+        if obj is None:
+            details = {"name": target.name, "group": target.resource.group}
+            details["kind"] = target.resource.plural
+            raise _StatusError(
+                404, f'{target.resource.qualified} "{target.name}" not found', details
+            )
+        return copy.deepcopy(obj)
+
+    def _list(self, request: web.Request, target: _Target) -> Obj:
+        res = target.resource
+        labels = request.query.get("labelSelector", "")
+        fields = request.query.get("fieldSelector", "")
+        items = [
+            copy.deepcopy(obj)
+            for (namespace, _), obj in sorted(self._objects[res.plural].items())
+            if target.namespace is None or namespace == target.namespace
+        ]
+        items = [
+            obj
+            for obj in items
+            if label_selector_matches(labels, obj["metadata"].get("labels") or {})
+            and field_selector_matches(res.plural, fields, obj)
+        ]
+        meta: Obj = {"resourceVersion": str(self._rv)}
+        offset = int(request.query.get("continue") or 0)
+        limit = int(request.query.get("limit") or 0)
+        if limit:
+            rest = items[offset + limit :]
+            items = items[offset : offset + limit]
+            if rest:
+                meta |= {"continue": str(offset + limit), "remainingItemCount": len(rest)}
+        return {"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta} | {
+            "items": items
+        }
+
+    def _log(self, request: web.Request, target: _Target) -> web.Response:
+        pod = self._require(target)
+        names = [c["name"] for c in pod["spec"]["containers"]]
+        container = request.query.get("container")
+        if container is None:
+            if len(names) > 1:
+                choices = " ".join(names)
+                message = f"a container name must be specified for pod {target.name}, "
+                raise _StatusError(400, message + f"choose one of: [{choices}]")
+            container = names[0]
+        if container not in names:
+            raise _StatusError(400, f"container {container} is not valid for pod {target.name}")
+        previous = request.query.get("previous") == "true"
+        key = (target.namespace or "", target.name or "", container, previous)
+        if previous and key not in self._logs:
+            message = f'previous terminated container "{container}" in pod "{target.name}" '
+            raise _StatusError(400, message + "not found")
+        lines = self._logs.get(key, [])
+        if since := request.query.get("sinceSeconds"):
+            cutoff = datetime.now(UTC) - timedelta(seconds=int(since))
+            lines = [entry for entry in lines if entry[0] >= cutoff]
+        if request.query.get("timestamps") == "true":
+            text_lines = [f"{stamp.isoformat().replace('+00:00', 'Z')} {ln}" for stamp, ln in lines]
+        else:
+            text_lines = [line for _, line in lines]
+        if tail := request.query.get("tailLines"):
+            text_lines = text_lines[-int(tail) :] if int(tail) > 0 else []
+        data = "".join(text_lines).encode()
+        if limit := request.query.get("limitBytes"):
+            data = data[: int(limit)]
+        return web.Response(body=data, content_type="text/plain", charset="utf-8")
+
+    @staticmethod
+    def _dry_run(request: web.Request, body: Any = None) -> bool:
+        values = request.query.getall("dryRun", [])
+        if isinstance(body, dict) and isinstance(body.get("dryRun"), list):
+            values = [*values, *body["dryRun"]]
+        for value in values:
+            if value != "All":
+                raise _StatusError(400, f'Invalid dryRun value "{value}": supported is "All"')
+        return bool(values)
+
+    @staticmethod
+    def _check_preconditions(target: _Target, current: Obj, uid: Any, version: Any) -> None:
+        meta = current["metadata"]
+        if uid is not None and uid != meta["uid"]:
+            message = f"Precondition failed: UID in precondition: {uid}, "
+            raise _StatusError(409, message + f"UID in object meta: {meta['uid']}")
+        if version is not None and version != meta["resourceVersion"]:
+            raise _StatusError(
+                409,
+                f'Operation cannot be fulfilled on {target.resource.qualified} "{target.name}": '
+                "the object has been modified; please apply your changes to the latest "
+                "version and try again",
+            )
+
+    def _patch(self, request: web.Request, target: _Target, body: Any) -> Obj:
+        if request.content_type not in (STRATEGIC, MERGE):
+            message = f"the body of the request was in an unknown format - {request.content_type}"
+            raise _StatusError(415, message)
+        if not isinstance(body, dict):
+            raise _StatusError(400, "the patch body must be a JSON object")
+        dry_run = self._dry_run(request)
+        current = self._require(target)
+        patch_meta = body.get("metadata") or {}
+        self._check_preconditions(
+            target, current, patch_meta.get("uid"), patch_meta.get("resourceVersion")
+        )
+        merged = merge_patch(current, body, strategic=request.content_type == STRATEGIC)
+        merged["metadata"] = current["metadata"] | {
+            k: v for k, v in merged["metadata"].items() if k in ("labels", "annotations")
+        }
+        return self._commit(target, current, merged, dry_run)
+
+    def _commit(self, target: _Target, current: Obj, merged: Obj, dry_run: bool) -> Obj:
+        """Validate and (unless dry run) store a changed object; answer the result."""
+        kind = target.resource.kind
+        self._validate(target, merged)
+        if kind == "Deployment" and merged["spec"] != current["spec"]:
+            merged["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
+            if self.auto_reconcile and not dry_run:
+                self._reconcile_deployment(current, merged)
+        if dry_run:
+            return merged
+        return self.put(kind, merged)
+
+    @staticmethod
+    def _validate(target: _Target, obj: Obj) -> None:
+        def invalid(field_path: str, value: Any, why: str) -> _StatusError:
+            res = target.resource
+            kind = f"{res.kind}.{res.group}" if res.group else res.kind
+            message = f'{kind} "{target.name}" is invalid: {field_path}: Invalid value: '
+            return _StatusError(422, message + f"{json.dumps(value)}: {why}")
+
+        spec = obj.get("spec") or {}
+        if target.resource.kind == "Deployment":
+            replicas = spec.get("replicas")
+            if isinstance(replicas, bool) or not isinstance(replicas, int):
+                raise invalid("spec.replicas", replicas, "must be an integer")
+            if replicas < 0:
+                raise invalid("spec.replicas", replicas, "must be greater than or equal to 0")
+        if target.resource.kind == "Node" and not isinstance(
+            spec.get("unschedulable", False), bool
+        ):
+            raise invalid("spec.unschedulable", spec["unschedulable"], "must be a boolean")
+
+    def _scale(self, deployment: Obj) -> Obj:
+        meta = deployment["metadata"]
+        keep = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+        selector = ",".join(
+            f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items()
+        )
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {k: meta[k] for k in keep if k in meta},
+            "spec": {"replicas": deployment["spec"]["replicas"]},
+            "status": {"replicas": deployment["status"]["replicas"], "selector": selector},
+        }
+
+    def _patch_scale(self, request: web.Request, target: _Target, body: Any) -> Obj:
+        if not isinstance(body, dict):
+            raise _StatusError(400, "the scale body must be a JSON object")
+        if request.method == "PATCH" and request.content_type not in (STRATEGIC, MERGE):
+            message = f"the body of the request was in an unknown format - {request.content_type}"
+            raise _StatusError(415, message)
+        dry_run = self._dry_run(request)
+        current = self._require(target)
+        meta = body.get("metadata") or {}
+        self._check_preconditions(target, current, meta.get("uid"), meta.get("resourceVersion"))
+        replicas = (body.get("spec") or {}).get("replicas", current["spec"]["replicas"])
+        merged = copy.deepcopy(current)
+        merged["spec"]["replicas"] = replicas
+        result = self._commit(target, current, merged, dry_run)
+        return self._scale(result)
+
+    def _delete(self, request: web.Request, target: _Target, body: Any) -> Obj:
+        dry_run = self._dry_run(request, body)
+        current = self._require(target)
+        options = body if isinstance(body, dict) else {}
+        pre = options.get("preconditions") or {}
+        if pre.get("uid") is not None and pre["uid"] != current["metadata"]["uid"]:
+            message = f"Precondition failed: UID in precondition: {pre['uid']}, "
+            raise _StatusError(409, message + f"UID in object meta: {current['metadata']['uid']}")
+        version = pre.get("resourceVersion")
+        if version is not None and version != current["metadata"]["resourceVersion"]:
+            message = f"Precondition failed: ResourceVersion in precondition: {version}, "
+            actual = current["metadata"]["resourceVersion"]
+            raise _StatusError(409, message + f"ResourceVersion in object meta: {actual}")
+        if not dry_run:
+            key = (target.namespace or "", target.name or "")
+            del self._objects[target.resource.plural][key]
+            self._next_rv()
+        if target.resource.kind == "Pod":
+            grace = options.get("gracePeriodSeconds", 30)
+            current["metadata"] |= {"deletionTimestamp": _stamp(_now())}
+            current["metadata"]["deletionGracePeriodSeconds"] = grace
+            return current
+        details = {"name": target.name, "group": target.resource.group}
+        details |= {"kind": target.resource.plural, "uid": current["metadata"]["uid"]}
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"} | {
+            "details": details
+        }
+
+    def _access_review(self, review: Obj) -> Obj:
+        attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+        denied = any(
+            all(attributes.get(key) == value for key, value in rule.items())
+            for rule in self._deny_rules
+        )
+        status: Obj = {"allowed": not denied}
+        if denied:
+            status |= {"denied": True, "reason": "denied by a test rule"}
+        return review | {"metadata": {}, "status": status}
+
+
+_NO_SCHEDULE = {"effect": "NoSchedule"}
+_VERSION = {
+    "major": "1",
+    "minor": "33",
+    "gitVersion": "v1.33.1",
+    "gitCommit": "8adc0f041b8e7ad1d30e29cc59c6ae7a15e19828",
+    "gitTreeState": "clean",
+    "buildDate": "2025-05-15T08:19:08Z",
+    "goVersion": "go1.24.2",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}

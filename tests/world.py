@@ -1,0 +1,154 @@
+"""A real world on localhost: the Slack, model and Kubernetes peers, and kelpie wired to them
+by the same composition root `kelpie run` uses. Tests drive it the way a person would."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bot.app import Kelpie, build_kelpie
+from bot.config import Config, Secrets, parse_config
+from tests.peers.kube_server import KubeServer
+from tests.peers.model_server import ModelServer
+from tests.peers.slack_server import SlackServer
+
+SHOP_CHANNEL = "C0SHOP"  # #shop-oncall → viewer, default namespace shop
+DEV_CHANNEL = "C0DEV1"  # #dev-payments → viewer by name glob
+RANDOM_CHANNEL = "C0RANDOM"  # #random → not enabled
+ALICE = "U0ALICE"
+BOB = "U0BOB"
+MODEL_KEY = "sk-test-model-key-0123456789"
+
+
+def base_config(
+    slack: SlackServer, model: ModelServer, kubeconfig: Path, db: Path
+) -> dict[str, Any]:
+    return {
+        "slack": {
+            "mode": "socket",
+            "api_url": slack.api_url,
+            "http": {"host": "127.0.0.1", "port": 0, "path": "/slack/events"},
+        },
+        "database": {"url": f"sqlite:///{db}"},
+        "kubernetes": {
+            "clusters": [
+                {"name": "prod", "kubeconfig": str(kubeconfig), "description": "test cluster"}
+            ]
+        },
+        "models": {
+            "active": "default",
+            "profiles": {
+                "default": {
+                    "model": "openai/test-model",
+                    "api_base": model.api_base,
+                    "auth": {"method": "environment", "env": "KELPIE_TEST_MODEL_KEY"},
+                    "timeout_s": 20,
+                }
+            },
+        },
+        "agent": {"llm_retry_delay_s": 0.2},
+        "roles": {
+            "viewer": {"tools": ["present/*", "read/*", "diagnose/*"], "namespaces": ["*"]},
+        },
+        "channels": [
+            {"match": {"id": SHOP_CHANNEL}, "role": "viewer", "namespace": "shop"},
+            {"match": {"name": "dev-*"}, "role": "viewer"},
+            {"match": {"im": True}, "role": "viewer"},
+        ],
+        "default_role": "none",
+    }
+
+
+def environ(slack: SlackServer) -> dict[str, str]:
+    return {
+        "SLACK_BOT_TOKEN": slack.bot_token,
+        "SLACK_APP_TOKEN": slack.app_token,
+        "SLACK_SIGNING_SECRET": slack.signing_secret,
+        "KELPIE_TEST_MODEL_KEY": MODEL_KEY,
+    }
+
+
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    result = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = merge(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
+@dataclass
+class World:
+    slack: SlackServer
+    model: ModelServer
+    kube: KubeServer
+    tmp: Path
+    config_data: dict[str, Any]
+    bots: list[Kelpie] = field(default_factory=list)
+
+    @property
+    def config(self) -> Config:
+        return parse_config(self.config_data)
+
+    async def start_bot(self, override: dict[str, Any] | None = None) -> Kelpie:
+        if override:
+            self.config_data = merge(self.config_data, override)
+        bot = build_kelpie(self.config, Secrets(self.config, environ(self.slack)))
+        await bot.start()
+        self.bots.append(bot)
+        if self.config.slack.mode.value == "socket":
+            await self.slack.wait_connected()
+        return bot
+
+    async def stop_bot(self, bot: Kelpie) -> None:
+        self.bots.remove(bot)
+        await bot.stop()
+
+    async def mention(self, channel: str, user: str, text: str, **kwargs: Any) -> dict[str, Any]:
+        event = self.slack.mention(channel, user, text, **kwargs)
+        await self.slack.deliver_event(event)
+        return event
+
+    async def wait_bot_replies(self, channel: str, thread_ts: str, count: int) -> list[Any]:
+        """The bot's messages in a thread, once there are at least `count` of them."""
+
+        def replies(server: SlackServer) -> list[Any] | None:
+            found = [m for m in server.thread(channel, thread_ts) if m.is_bot]
+            return found if len(found) >= count else None
+
+        result: list[Any] = await self.slack.wait_for(replies, timeout=20)
+        return result
+
+    async def drain(self) -> None:
+        for bot in self.bots:
+            await bot.scheduler.drain(timeout=20)
+
+
+@asynccontextmanager
+async def running_world(tmp_path: Path) -> AsyncIterator[World]:
+    slack, model, kube = SlackServer(), ModelServer(), KubeServer()
+    await slack.start()
+    await model.start()
+    await kube.start()
+    kube.seed_demo()
+    slack.set_channel(SHOP_CHANNEL, "shop-oncall")
+    slack.set_channel(DEV_CHANNEL, "dev-payments")
+    slack.set_channel(RANDOM_CHANNEL, "random")
+    kubeconfig = tmp_path / "kubeconfig"
+    kube.write_kubeconfig(kubeconfig)
+    world = World(
+        slack, model, kube, tmp_path, base_config(slack, model, kubeconfig, tmp_path / "k.db")
+    )
+    try:
+        yield world
+    finally:
+        for bot in list(world.bots):
+            await bot.stop()
+        await kube.stop()
+        await model.stop()
+        await slack.stop()
