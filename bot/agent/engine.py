@@ -52,7 +52,9 @@ class TurnRequest:
     turn_id: str
     system_prompt: str
     history: list[Message]
-    user_message: Message  # already persisted by the caller
+    # Already persisted by the caller; None when a turn resumes (e.g. after an approval
+    # decided while kelpie was restarting) from the stored conversation alone.
+    user_message: Message | None
     tools: list[Tool]
     scope: CallScope
     max_rounds: int
@@ -97,7 +99,7 @@ class Engine:
             messages=[
                 {"role": "system", "content": request.system_prompt},
                 *(m.to_openai() for m in request.history),
-                request.user_message.to_openai(),
+                *([request.user_message.to_openai()] if request.user_message else []),
             ]
         )
         tools = [tool.openai_schema() for tool in request.tools]
@@ -190,7 +192,11 @@ class Engine:
             await self._store.append(request.session.id, request.turn_id, [result])
             state.messages.append(result.to_openai())
             state.answered_call_ids.add(call.id)
-            await emit(ToolFinished(call.id, call.name, outcome.status, outcome.summary))
+            await emit(
+                ToolFinished(
+                    call.id, call.name, outcome.status, outcome.summary, outcome.attachment
+                )
+            )
         state.pending_calls = []
 
     async def _answer(self, request: TurnRequest, text: str) -> None:

@@ -38,6 +38,8 @@ class ToolFinished:
     name: str
     status: ToolStatus
     summary: str
+    # Full output a person may want as a file (e.g. logs); None when there is none.
+    attachment: str | None = None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 
 class ToolKind(StrEnum):
@@ -60,6 +60,64 @@ class ToolResult:
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
 
 
+class WriteConflict(ToolFailure):
+    """The target changed or was replaced since the preview: nothing was executed."""
+
+
+@dataclass(frozen=True)
+class WriteTarget:
+    """The exact object a write is bound to, as read before the preview."""
+
+    kind: str  # e.g. "Deployment", "Pod", "Node"
+    namespace: str  # "" for cluster-scoped objects
+    name: str
+    uid: str
+    resource_version: str
+
+    @property
+    def key(self) -> str:
+        """One write per object at a time is reserved on this key."""
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    field: str  # e.g. "spec.replicas"
+    before: str
+    after: str
+
+    def render(self) -> str:
+        return f"{self.field} {self.before} → {self.after}"
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """Everything a person needs to approve a write, and everything needed to execute it."""
+
+    tool: str
+    description: str  # plain words: "Scale deployment shop/checkout-api from 3 to 5 replicas"
+    cluster: str
+    target: WriteTarget
+    changes: tuple[FieldChange, ...]
+    args: dict[str, Any]
+
+
+class WriteOperation(Protocol):
+    """A write tool's two halves. Nothing changes in `prepare`; `execute` runs only after a
+    person approved, bound to the previewed object (uid/resourceVersion preconditions)."""
+
+    async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
+        """Validate, check our own RBAC (SelfSubjectAccessReview), read the target, dry-run.
+
+        Raises ToolArgumentError for bad arguments, ToolFailure when it cannot be done.
+        """
+        ...
+
+    async def execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
+        """Perform the change; raises WriteConflict when the target changed since `prepare`."""
+        ...
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
@@ -70,6 +128,8 @@ class Tool:
     scope: ToolScope = ToolScope.NAMESPACED
     # Kubernetes kinds the tool touches, for the firewall (e.g. ["Pod"]).
     resource_kinds: tuple[str, ...] = field(default_factory=tuple)
+    # Write tools only: the approval flow calls prepare/execute; `handler` is never run.
+    write: WriteOperation | None = None
 
     @property
     def pattern_name(self) -> str:
