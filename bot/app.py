@@ -24,6 +24,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.engine import Engine, RetryPolicy
 from bot.agent.session import AgentSessions
 from bot.agent.turns import TurnScheduler
+from bot.approvals.coordinator import WriteCoordinator
+from bot.approvals.model import Approval, WriteAuditLog
+from bot.approvals.orphans import ConversationOrphans
+from bot.approvals.service import ApprovalService
 from bot.config import Config, OnNewMessage, Secrets, SlackMode
 from bot.model.gateway import LiteLLMGateway
 from bot.policy.decision import Stage
@@ -39,8 +43,11 @@ from bot.policy.pipeline import (
 )
 from bot.policy.roles import ChannelRoles
 from bot.slack.adapter import SlackAdapter
+from bot.slack.cards import ApprovalClicks, SlackApprovalCards
 from bot.slack.channels import ChannelDirectory
+from bot.slack.people import ApproverDirectory
 from bot.slack.progress import SlackReporters
+from bot.store.approvals import ApprovalRepository, WriteAuditRepository
 from bot.store.db import Database
 from bot.store.repositories import (
     EventLedger,
@@ -51,6 +58,7 @@ from bot.store.repositories import (
 from bot.tools.harness import ToolHarness, ToolRegistry
 from bot.tools.kube.client import KubeClients
 from bot.tools.kube.read import read_tools
+from bot.tools.kube.write import write_tools
 
 log = logging.getLogger(__name__)
 
@@ -135,9 +143,12 @@ class Kelpie:
     _runner: web.AppRunner | None = None
     http_port: int | None = None
     background: list[Drainable] = field(default_factory=list)
+    approvals: ApprovalService | None = None
 
     async def start(self) -> None:
         await self.db.create_schema()
+        if self.approvals is not None:
+            await self.approvals.recover()
         if self.config.slack.mode is SlackMode.SOCKET:
             self._socket = AsyncSocketModeHandler(self.slack_app, app_token=self.app_token)
             await self._socket.connect_async()
@@ -172,13 +183,19 @@ class Kelpie:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.scheduler.close()
+        if self.approvals is not None:
+            await self.approvals.close()
         for background in self.background:
             await background.drain()
         self.kube.close()
         await self.db.close()
 
 
-def build_kelpie(config: Config, secrets: Secrets) -> Kelpie:
+def build_kelpie(
+    config: Config, secrets: Secrets, *, write_audit: WriteAuditLog | None = None
+) -> Kelpie:
+    """Everything, wired. `write_audit` replaces the write-audit store (tests inject one that
+    fails, to prove a write never runs without its intent audit)."""
     db = Database(config.database.url)
     messages = MessageRepository(db)
     sessions = SessionRepository(db)
@@ -186,12 +203,24 @@ def build_kelpie(config: Config, secrets: Secrets) -> Kelpie:
     signing_secret = secrets.signing_secret if config.slack.mode is SlackMode.HTTP else ""
     slack_app = AsyncApp(client=client, signing_secret=signing_secret)
     kube = kube_clients(config)
-    registry = ToolRegistry(read_tools(kube))
+    registry = ToolRegistry([*read_tools(kube), *write_tools(kube)])
     post_hooks = PostToolUseHooks(config.hooks.post_tool_use)
     session_hooks = SessionHooks(config.hooks.session_start, config.hooks.session_end)
     pipeline = Pipeline(security_stages(config, secrets, messages), post_hooks=[post_hooks])
+    approval_store = ApprovalRepository(db)
+    orphans = ConversationOrphans(messages)
+    approvals = ApprovalService(
+        approval_store,
+        SlackApprovalCards(client),
+        WriteCoordinator(registry, write_audit or WriteAuditRepository(db)),
+        orphans,
+    )
     harness = ToolHarness(
-        registry, pipeline, ToolAuditRepository(db), timeout_s=config.agent.tool_timeout_s
+        registry,
+        pipeline,
+        ToolAuditRepository(db),
+        approvals,
+        timeout_s=config.agent.tool_timeout_s,
     )
     engine = Engine(
         model_gateway(config, secrets, config.models.active),
@@ -203,6 +232,20 @@ def build_kelpie(config: Config, secrets: Secrets) -> Kelpie:
         config, sessions, messages, engine, registry, SlackReporters(client), session_hooks
     )
     scheduler = TurnScheduler(interrupt=config.slack.on_new_message is OnNewMessage.INTERRUPT)
+
+    async def resume(approval: Approval) -> None:
+        accepted = await agent.resumable(
+            approval.session_id, approval.turn_id, approval.requested_by
+        )
+        if accepted is not None:
+            scheduler.submit(
+                accepted.session.session_key, lambda abort: agent.resume_turn(accepted, abort)
+            )
+
+    orphans.resume = resume
+    ApprovalClicks(
+        slack_app, config, approvals, approval_store, ApproverDirectory(client)
+    ).register()
     SlackAdapter(
         slack_app,
         config.slack,
@@ -224,4 +267,5 @@ def build_kelpie(config: Config, secrets: Secrets) -> Kelpie:
         kube,
         app_token,
         background=[post_hooks, session_hooks],
+        approvals=approvals,
     )

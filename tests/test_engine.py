@@ -15,9 +15,16 @@ from bot.policy.decision import CallScope
 from bot.policy.pipeline import AbortStage, PermissionStage, Pipeline, RoleGateStage
 from bot.store.db import Database
 from bot.store.repositories import MessageRepository, SessionRepository, ToolAuditRepository
-from bot.tools.harness import ToolHarness, ToolRegistry
+from bot.tools.harness import ToolHarness, ToolOutcome, ToolRegistry
 from bot.tools.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
 from tests import scripted_gateway as script
+
+
+class NoApprovals:
+    """An approval port on which nobody ever approves: every write is rejected."""
+
+    async def request(self, call, plan) -> ToolOutcome:
+        return ToolOutcome(ToolStatus.DENIED, "Not executed: rejected by <@U0SRE>.", "rejected")
 
 
 class Recorder:
@@ -75,7 +82,7 @@ def build(
 ):
     registry = ToolRegistry(tools)
     pipeline = Pipeline([AbortStage(), RoleGateStage(), PermissionStage()])
-    harness = ToolHarness(registry, pipeline, ToolAuditRepository(db), timeout_s=5)
+    harness = ToolHarness(registry, pipeline, ToolAuditRepository(db), NoApprovals(), timeout_s=5)
     engine = Engine(gateway, harness, MessageRepository(db), retry or RetryPolicy(2, 0.0))
     role = role or RoleConfig(tools=["read/*"], namespaces=["*"])
 

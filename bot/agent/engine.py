@@ -33,7 +33,10 @@ from bot.tools.spec import Tool, ToolArgumentError
 
 log = logging.getLogger(__name__)
 
-INTERRUPTED_RESULT = "Not run: the turn was interrupted before this call finished."
+INTERRUPTED_RESULT = (
+    "Interrupted: the turn was stopped before this call's result was recorded. A write "
+    "runs only after approval; its card in the thread shows whether it ran."
+)
 FINAL_ANSWER_NUDGE = (
     "You have used all tool rounds for this turn. Without calling tools, give the best "
     "answer you can from what you found, and say what is still unknown."

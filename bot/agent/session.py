@@ -64,6 +64,8 @@ class SessionLifecycleHooks(Protocol):
 class SessionStore(Protocol):
     async def find(self, session_key: str) -> SessionInfo | None: ...
 
+    async def get(self, session_id: int) -> SessionInfo | None: ...
+
     async def get_or_create(self, template: SessionInfo) -> SessionInfo: ...
 
 
@@ -129,7 +131,7 @@ class AgentSessions:
         return AcceptedMessage(session, message, binding, turn_id)
 
     async def run_turn(self, accepted: AcceptedMessage, abort: asyncio.Event) -> None:
-        session, message, binding = accepted.session, accepted.message, accepted.binding
+        session, message = accepted.session, accepted.message
         reporter = await self._reporters.open(session, message)
         history = await self._conversation.history(
             session.id, self._config.agent.history_messages + 1
@@ -139,6 +141,46 @@ class AgentSessions:
         if user is None:
             log.error("session %s: the accepted message is missing from history", session.id)
             return
+        await self._turn(accepted, reporter, history, user, abort)
+
+    async def resumable(self, session_id: int, turn_id: str, user: str) -> AcceptedMessage | None:
+        """What `resume_turn` needs, from the stored session; None if its role is gone."""
+        session = await self._sessions.get(session_id)
+        if session is None or session.role not in self._config.roles:
+            return None
+        binding = ChannelBinding(
+            session.role, self._config.roles[session.role], session.cluster, session.namespace
+        )
+        message = IncomingMessage(
+            team_id=session.team_id,
+            channel_id=session.channel_id,
+            channel_name=None,
+            is_dm=session.is_dm,
+            thread_ts=session.thread_ts,
+            ts=session.thread_ts,
+            user=user,
+            text="",
+        )
+        return AcceptedMessage(session, message, binding, turn_id)
+
+    async def resume_turn(self, accepted: AcceptedMessage, abort: asyncio.Event) -> None:
+        """Continue a turn from the stored conversation alone (its last message is a tool
+        result recorded after kelpie restarted, e.g. an approval decided meanwhile)."""
+        reporter = await self._reporters.open(accepted.session, accepted.message)
+        history = await self._conversation.history(
+            accepted.session.id, self._config.agent.history_messages
+        )
+        await self._turn(accepted, reporter, history, None, abort)
+
+    async def _turn(
+        self,
+        accepted: AcceptedMessage,
+        reporter: Reporter,
+        history: list[Message],
+        user: Message | None,
+        abort: asyncio.Event,
+    ) -> None:
+        session, message, binding = accepted.session, accepted.message, accepted.binding
         tools = offered_tools(binding.role, self._registry.all())
         cluster = next(c for c in self._config.kubernetes.clusters if c.name == binding.cluster)
         prompt = system_prompt(

@@ -6,6 +6,7 @@ The engine depends only on `ModelGateway`; the LiteLLM implementation lives in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -35,11 +36,23 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class RequestTag:
+    """Where a request comes from, for the payload log; never sent to the provider."""
+
+    session_id: int
+    turn_id: str
+    round_index: int
+
+
+@dataclass(frozen=True)
 class ModelRequest:
     """What the engine asks for: OpenAI-format messages and tool schemas."""
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
+    # The provider's reasoning setting (LiteLLM `reasoning_effort`); None sends nothing.
+    reasoning_effort: str | None = None
+    tag: RequestTag | None = None
 
 
 @dataclass(frozen=True)
@@ -60,10 +73,15 @@ class ModelError(Exception):
     `user_message` is one sentence a person can act on.
     """
 
-    def __init__(self, user_message: str, *, retryable: bool, detail: str = "") -> None:
+    def __init__(
+        self, user_message: str, *, retryable: bool, detail: str = "", sent: bool = False
+    ) -> None:
         super().__init__(detail or user_message)
         self.user_message = user_message
         self.retryable = retryable
+        # True when the request reached the server (it answered, or its stream broke):
+        # such a request is counted in usage even though it produced no reply.
+        self.sent = sent
 
 
 TextSink = Callable[[str], Awaitable[None]]
@@ -80,3 +98,14 @@ class ModelGateway(Protocol):
         exactly one HTTP request (no hidden retries: the engine owns the retry policy).
         """
         ...
+
+
+def chars_to_tokens(text: str) -> int:
+    """The usage estimate when a provider reports none: characters / 4, rounded up."""
+    return (len(text) + 3) // 4
+
+
+def estimate_usage(request: ModelRequest, reply_text: str = "", calls: str = "") -> Usage:
+    """Estimated usage of a request (and of what came back), marked as estimated."""
+    sent = json.dumps(request.messages) + (json.dumps(request.tools) if request.tools else "")
+    return Usage(chars_to_tokens(sent), chars_to_tokens(reply_text + calls), estimated=True)

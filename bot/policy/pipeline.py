@@ -62,14 +62,13 @@ class RoleGateStage:
 
 
 class PermissionStage:
-    """Writes need a person's approval. Until an approval port is wired, every write is
-    denied, so nothing can slip through."""
+    """Writes need a person's approval: the harness hands them to the approval port."""
 
     name = "permission"
 
     async def check(self, call: ToolInvocation) -> Decision:
         if call.tool.kind is ToolKind.WRITE:
-            return Decision.deny("writes need a person's approval, and approvals are not enabled")
+            return Decision.needs_approval("a write needs a person's approval")
         return Decision.allow()
 
 

@@ -71,6 +71,11 @@ class SessionRepository:
             ).first()
             return _session_info(row) if row else None
 
+    async def get(self, session_id: int) -> SessionInfo | None:
+        async with self._db.sessions() as session:
+            row = await session.get(SessionRow, session_id)
+            return _session_info(row) if row else None
+
     async def get_or_create(self, template: SessionInfo) -> SessionInfo:
         """The existing session for the key, or a new row from `template` (its id ignored)."""
         existing = await self.find(template.session_key)

@@ -85,3 +85,52 @@ class ToolAuditRow(SQLModel, table=True):
     reason: str = ""
     slack_user: str
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class ApprovalRow(SQLModel, table=True):
+    """A proposed write waiting for (or past) a person's decision.
+
+    `status` moves only pending → approved | rejected | expired | cancelled, by a
+    compare-and-set update, so concurrent clicks make exactly one decision.
+    """
+
+    __tablename__ = "approvals"
+
+    id: str = Field(primary_key=True)
+    session_id: int = Field(foreign_key="sessions.id", index=True)
+    turn_id: str
+    tool_call_id: str
+    tool: str
+    plan_json: str  # the WritePlan: target uid/resourceVersion, changes, arguments
+    reason: str = ""
+    role: str
+    cluster: str
+    channel_id: str
+    thread_ts: str
+    requested_by: str
+    status: str = Field(index=True)
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    expires_at: datetime
+    card_ts: str | None = None
+    outcome: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class WriteAuditRow(SQLModel, table=True):
+    """Intent (before the change) and outcome (after) of every approved write; append-only."""
+
+    __tablename__ = "write_audit"
+
+    id: int | None = Field(default=None, primary_key=True)
+    approval_id: str = Field(foreign_key="approvals.id", index=True)
+    phase: str  # intent | outcome
+    tool: str
+    target: str  # Kind/namespace/name
+    target_uid: str
+    requested_by: str
+    approved_by: str
+    preview: str
+    result: str = ""
+    ok: bool = True
+    created_at: datetime = Field(default_factory=utcnow)

@@ -17,7 +17,7 @@ from bot.agent.events import ToolStatus
 from bot.model.outbound import mask_value
 from bot.model.types import ToolCallRequest
 from bot.policy.decision import CallScope, Decision, StageDecision, ToolInvocation, Verdict
-from bot.tools.spec import Tool, ToolArgumentError, ToolFailure
+from bot.tools.spec import REASON_ARG, Tool, ToolArgumentError, ToolFailure, WritePlan
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,16 @@ class AuditLog(Protocol):
         ...
 
 
+class ApprovalPort(Protocol):
+    """Asks a person to approve a prepared write and, once approved, executes it.
+
+    Returns the outcome the model sees: the write's result, or "not executed: rejected by
+    @x" (or expired, cancelled). Only a person's click can lead to execution.
+    """
+
+    async def request(self, call: ToolInvocation, plan: WritePlan) -> ToolOutcome: ...
+
+
 class ToolRegistry:
     def __init__(self, tools: list[Tool]) -> None:
         self._tools = {tool.name: tool for tool in tools}
@@ -92,11 +102,17 @@ def parse_arguments(raw: str) -> dict[str, Any]:
 
 class ToolHarness:
     def __init__(
-        self, registry: ToolRegistry, gate: Gate, audit: AuditLog, timeout_s: float
+        self,
+        registry: ToolRegistry,
+        gate: Gate,
+        audit: AuditLog,
+        approvals: ApprovalPort,
+        timeout_s: float,
     ) -> None:
         self._registry = registry
         self._gate = gate
         self._audit = audit
+        self._approvals = approvals
         self._timeout_s = timeout_s
 
     async def dispatch(self, call: ToolCallRequest, scope: CallScope) -> ToolOutcome:
@@ -110,6 +126,15 @@ class ToolHarness:
         invocation = ToolInvocation(call.id, tool, args, scope)
         trail = await self._gate.decide(invocation)
         final = trail[-1] if trail else StageDecision("pipeline", Decision.deny("no stages"))
+        if final.decision.verdict is Verdict.NEEDS_APPROVAL:
+            outcome = await self._approve_and_write(invocation)
+            await self._record(
+                invocation,
+                [*trail, StageDecision("approval", _decision_of(outcome))],
+                final_verdict=str(outcome.status),
+            )
+            await self._gate.after(invocation, outcome)
+            return outcome
         if final.decision.verdict is not Verdict.ALLOW:
             reason = final.decision.reason or "not allowed"
             await self._record(invocation, trail)
@@ -131,6 +156,25 @@ class ToolHarness:
         )
         await self._gate.after(invocation, outcome)
         return outcome
+
+    async def _approve_and_write(self, call: ToolInvocation) -> ToolOutcome:
+        """Prepare (RBAC check, target read, dry-run preview), then ask a person."""
+        operation = call.tool.write
+        if operation is None:
+            return _failed(f"{call.tool.name} is not a write tool; it cannot be approved.")
+        # The stated reason is for the approver's card, not an argument of the change.
+        args = {key: value for key, value in call.args.items() if key != REASON_ARG}
+        try:
+            plan = await asyncio.wait_for(
+                operation.prepare(args, call.scope.tool_context), self._timeout_s
+            )
+        except ToolArgumentError as error:
+            return _failed(f"{call.tool.name}: invalid arguments: {error}")
+        except ToolFailure as error:
+            return _failed(f"{call.tool.name} cannot be prepared: {error}")
+        except TimeoutError:
+            return _failed(f"{call.tool.name} preview timed out after {self._timeout_s:g} s.")
+        return await self._approvals.request(call, plan)
 
     async def _record(
         self, call: ToolInvocation, trail: list[StageDecision], final_verdict: str | None = None
@@ -172,6 +216,12 @@ class ToolHarness:
             log.exception("tool %s crashed", name)
             return _failed(f"{name} failed with an internal error (logged).")
         return ToolOutcome(ToolStatus.OK, result.text, result.summary, result.attachment)
+
+
+def _decision_of(outcome: ToolOutcome) -> Decision:
+    if outcome.status is ToolStatus.OK:
+        return Decision.allow("ok")
+    return Decision.deny(outcome.summary)
 
 
 def _failed(message: str) -> ToolOutcome:

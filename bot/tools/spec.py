@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+REASON_ARG = "reason"
+
 
 class ToolKind(StrEnum):
     PRESENT = "present"
@@ -137,12 +139,26 @@ class Tool:
         return f"{self.kind}/{self.name}"
 
     def openai_schema(self) -> dict[str, Any]:
+        parameters = self.parameters
+        if self.kind is ToolKind.WRITE:
+            # The approval card shows the model's stated reason next to the preview.
+            parameters = {
+                **parameters,
+                "properties": {
+                    **parameters.get("properties", {}),
+                    REASON_ARG: {
+                        "type": "string",
+                        "description": "One sentence for the approver: why this change.",
+                    },
+                },
+                "required": [*parameters.get("required", []), REASON_ARG],
+            }
         return {
             "type": "function",
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": self.parameters,
+                "parameters": parameters,
             },
         }
 

@@ -1,0 +1,109 @@
+"""The write coordinator: the only path from an approved write to the Kubernetes API.
+
+reserve the target (one write per object at a time) → intent audit (nothing happens if it
+cannot be written) → the change, bound to the previewed object's uid/resourceVersion →
+outcome audit. A conflict executes nothing and tells the model to propose again. If the
+outcome audit fails, the change is not rolled back; the caller says so in the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from bot.approvals.model import Approval, WriteAudit, WriteAuditLog
+from bot.tools.harness import ToolRegistry
+from bot.tools.spec import ToolContext, ToolFailure, WriteConflict
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    executed: bool
+    ok: bool
+    message: str  # what the model is told
+    summary: str  # one line for the card and the timeline
+    outcome_audit_failed: bool = False
+
+
+class WriteCoordinator:
+    def __init__(self, registry: ToolRegistry, audit: WriteAuditLog) -> None:
+        self._registry = registry
+        self._audit = audit
+        self._reserved: set[str] = set()
+
+    async def execute(self, approval: Approval, approved_by: str) -> WriteOutcome:
+        plan = approval.plan
+        key = f"{plan.cluster}/{plan.target.key}"
+        if key in self._reserved:
+            text = f"another write to {plan.target.key} is in progress; not executed."
+            return WriteOutcome(False, False, f"Not executed: {text}", text)
+        self._reserved.add(key)
+        try:
+            return await self._execute(approval, approved_by)
+        finally:
+            self._reserved.discard(key)
+
+    async def _execute(self, approval: Approval, approved_by: str) -> WriteOutcome:
+        plan = approval.plan
+        tool = self._registry.get(plan.tool)
+        if tool is None or tool.write is None:
+            text = f"{plan.tool} is not an available write tool; not executed."
+            return WriteOutcome(False, False, f"Not executed: {text}", text)
+        preview = "; ".join(change.render() for change in plan.changes) or plan.description
+        base = WriteAudit(
+            approval_id=approval.id,
+            phase="intent",
+            tool=plan.tool,
+            target=plan.target.key,
+            target_uid=plan.target.uid,
+            requested_by=approval.requested_by,
+            approved_by=approved_by,
+            preview=preview,
+        )
+        try:
+            await self._audit.record(base)
+        except Exception:
+            log.exception("intent audit for approval %s failed; nothing executed", approval.id)
+            text = "the intent audit could not be written, so nothing was changed."
+            return WriteOutcome(False, False, f"Not executed: {text}", text)
+
+        context = ToolContext(plan.cluster, plan.target.namespace or None)
+        try:
+            result = await tool.write.execute(plan, context)
+            outcome = WriteOutcome(True, True, result.text, result.summary)
+        except WriteConflict as error:
+            outcome = WriteOutcome(
+                False,
+                False,
+                f"Not executed: {error} Read the object again and propose the change again.",
+                f"conflict: {error}",
+            )
+        except ToolFailure as error:
+            outcome = WriteOutcome(True, False, f"The write failed: {error}", f"failed: {error}")
+        except Exception:
+            log.exception("write %s for approval %s crashed", plan.tool, approval.id)
+            text = "the write failed with an internal error (logged)."
+            outcome = WriteOutcome(True, False, f"The write failed: {text}", text)
+
+        try:
+            await asyncio.shield(
+                self._audit.record(
+                    WriteAudit(
+                        **{
+                            **base.__dict__,
+                            "phase": "outcome",
+                            "result": outcome.summary,
+                            "ok": outcome.ok,
+                        }
+                    )
+                )
+            )
+        except Exception:
+            log.exception("outcome audit for approval %s failed", approval.id)
+            return WriteOutcome(
+                outcome.executed, outcome.ok, outcome.message, outcome.summary, True
+            )
+        return outcome

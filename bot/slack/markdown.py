@@ -1,0 +1,297 @@
+"""Markdown (what the model writes) → Slack mrkdwn (what messages and section blocks show),
+and splitting long text into pieces Slack accepts.
+
+Owns: bold, italics, strikethrough, inline code, fenced code, links and images, headings,
+bullet and task lists, horizontal rules, and tables (rendered as aligned code blocks, since
+mrkdwn has none); escaping of `&`, `<` and `>` while keeping Slack's own tokens
+(`<@U…>`, `<#C…>`, `<!here>`, `<https://…|text>`) intact.
+
+Deliberately not a full CommonMark parser: no nested emphasis edge cases, reference links
+or HTML. The native stream takes Markdown as is and never goes through this module.
+"""
+
+from __future__ import annotations
+
+import re
+
+SECTION_LIMIT = 3000  # Block Kit section text
+MAX_BLOCKS = 50  # blocks per message
+
+_FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
+_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_BULLET = re.compile(r"^(\s*)[-*+]\s+(\[[ xX]\]\s+)?(.*)$")
+_QUOTE = re.compile(r"^(\s*(?:>\s?)+)(.*)$")
+_RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
+_TABLE_SEPARATOR = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.DOTALL)
+_IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+_AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
+_SLACK_TOKEN = re.compile(r"<(?:[@#!][^>\s]+|(?:https?|mailto):[^>\s|]+\|[^>]+)>")
+_ENTITY = re.compile(r"&(amp|lt|gt);")
+_BOLD_STAR = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
+_BOLD_UNDER = re.compile(r"(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)")
+_ITALIC_STAR = re.compile(r"(?<![\w*])\*(?=\S)([^*]+?)(?<=\S)\*(?![\w*])")
+_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
+
+# Private-use characters stand in for protected pieces while the inline rules run.
+_HOLD = "\ue000"
+_BOLD_MARK = "\ue001"
+
+
+def to_mrkdwn(markdown: str) -> str:
+    """Convert Markdown to Slack mrkdwn."""
+    out: list[str] = []
+    lines = markdown.replace("\r\n", "\n").split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        fence = _FENCE.match(line)
+        if fence:
+            i = _copy_code_block(lines, i, fence, out)
+            continue
+        if _starts_table(lines, i):
+            i = _render_table(lines, i, out)
+            continue
+        out.append(_convert_line(line))
+        i += 1
+    return "\n".join(out)
+
+
+def _copy_code_block(lines: list[str], start: int, fence: re.Match[str], out: list[str]) -> int:
+    marker = fence.group(2)
+    body: list[str] = []
+    i = start + 1
+    while i < len(lines):
+        closing = _FENCE.match(lines[i])
+        if closing and closing.group(2).startswith(marker[0] * 3) and not closing.group(3).strip():
+            i += 1
+            break
+        body.append(escape(lines[i]))
+        i += 1
+    # Slack ignores the language tag and shows it as code text, so it is dropped.
+    out.append("```")
+    out.extend(body)
+    out.append("```")
+    return i
+
+
+def _starts_table(lines: list[str], i: int) -> bool:
+    return (
+        i + 1 < len(lines)
+        and "|" in lines[i]
+        and "|" in lines[i + 1]
+        and bool(_TABLE_SEPARATOR.match(lines[i + 1]))
+    )
+
+
+def _cells(line: str) -> list[str]:
+    stripped = line.strip()
+    if stripped.startswith("|"):
+        stripped = stripped[1:]
+    if stripped.endswith("|") and not stripped.endswith("\\|"):
+        stripped = stripped[:-1]
+    cells = re.split(r"(?<!\\)\|", stripped)
+    return [_plain(cell.strip().replace("\\|", "|")) for cell in cells]
+
+
+def _plain(text: str) -> str:
+    """Cell text without Markdown emphasis, links as "text (url)"."""
+    text = _LINK.sub(lambda m: f"{m.group(1)} ({m.group(2)})", text)
+    text = _unbold(text)
+    text = _CODE_SPAN.sub(r"\2", text)
+    return text
+
+
+def _render_table(lines: list[str], start: int, out: list[str]) -> int:
+    header = _cells(lines[start])
+    rows: list[list[str]] = []
+    i = start + 2
+    while i < len(lines) and "|" in lines[i] and lines[i].strip():
+        rows.append(_cells(lines[i]))
+        i += 1
+    width = max(len(header), *(len(row) for row in rows)) if rows else len(header)
+    table = [row + [""] * (width - len(row)) for row in [header, *rows]]
+    widths = [max(len(row[c]) for row in table) for c in range(width)]
+
+    def render(row: list[str]) -> str:
+        return " | ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip()
+
+    out.append("```")
+    out.append(escape(render(table[0])))
+    out.append("-+-".join("-" * w for w in widths))
+    out.extend(escape(render(row)) for row in table[1:])
+    out.append("```")
+    return i
+
+
+def _convert_line(line: str) -> str:
+    quote = _QUOTE.match(line)
+    if quote:
+        # Slack quotes a line that starts with a literal ">"; the rest converts as usual.
+        return ">" * quote.group(1).count(">") + " " + _convert_line(quote.group(2))
+    if _RULE.match(line):
+        return "──────────"
+    heading = _HEADING.match(line)
+    if heading:
+        text = _unbold(heading.group(2))
+        return f"*{_inline(text)}*" if text else ""
+    bullet = _BULLET.match(line)
+    if bullet:
+        indent, task, text = bullet.groups()
+        mark = "•"
+        if task:
+            mark = "☑" if task.strip().lower() == "[x]" else "☐"
+        return f"{indent}{mark} {_inline(text)}"
+    return _inline(line)
+
+
+def _inline(text: str) -> str:
+    """Inline rules on one line: code spans stay literal, links become Slack links."""
+    held: list[str] = []
+
+    def hold(value: str) -> str:
+        held.append(value)
+        return f"{_HOLD}{len(held) - 1}{_HOLD}"
+
+    text = _CODE_SPAN.sub(lambda m: hold(f"`{escape(m.group(2))}`"), text)
+    text = _SLACK_TOKEN.sub(lambda m: hold(m.group(0)), text)
+    text = _IMAGE.sub(lambda m: hold(_link(m.group(2), m.group(1) or m.group(2))), text)
+    text = _LINK.sub(lambda m: hold(_link(m.group(2), _emphasis(escape(m.group(1))))), text)
+    text = _AUTOLINK.sub(lambda m: hold(f"<{m.group(1)}>"), text)
+    text = _emphasis(escape(text))
+    pattern = re.compile(f"{_HOLD}(\\d+){_HOLD}")
+    # Held pieces never contain placeholders of their own, so one pass restores them.
+    return pattern.sub(lambda m: held[int(m.group(1))], text)
+
+
+def _unbold(text: str) -> str:
+    return _BOLD_UNDER.sub(r"\1", _BOLD_STAR.sub(r"\1", text))
+
+
+def _emphasis(text: str) -> str:
+    def bold(match: re.Match[str]) -> str:
+        return f"{_BOLD_MARK}{match.group(1)}{_BOLD_MARK}"
+
+    text = _BOLD_UNDER.sub(bold, _BOLD_STAR.sub(bold, text))
+    text = _ITALIC_STAR.sub(r"_\1_", text)
+    text = _STRIKE.sub(r"~\1~", text)
+    return text.replace(_BOLD_MARK, "*")
+
+
+def _link(url: str, label: str) -> str:
+    url = escape(url.replace("|", "%7C"))
+    label = label.replace(">", "&gt;").replace("|", "¦")
+    return f"<{url}|{label}>" if label and label != url else f"<{url}>"
+
+
+def escape(text: str) -> str:
+    """Escape Slack's control characters; existing `&amp;`-style entities are kept."""
+    text = re.sub(r"&(?!(?:amp|lt|gt);)", "&amp;", text)
+    return text.replace("<", "&lt;").replace(">", "&gt;")
+
+
+# --------------------------------------------------------------------------- splitting
+
+
+def split_text(text: str, limit: int) -> list[str]:
+    """Split text into pieces of at most `limit` characters, at paragraph boundaries where
+    possible, then at line boundaries, then anywhere. A fenced code block is kept whole when
+    it fits; a longer one is cut at lines and each piece is fenced again, so every piece
+    renders on its own."""
+    if limit < 16:
+        raise ValueError("limit too small")
+    pieces: list[str] = []
+    current = ""
+    for unit in _units(text):
+        for part in _fit(unit, limit):
+            candidate = f"{current}\n\n{part}" if current else part
+            if len(candidate) <= limit:
+                current = candidate
+            else:
+                if current:
+                    pieces.append(current)
+                current = part
+    if current:
+        pieces.append(current)
+    return pieces or [""]
+
+
+def _units(text: str) -> list[str]:
+    """Paragraphs (separated by blank lines); a fenced code block is one unit."""
+    units: list[str] = []
+    block: list[str] = []
+    in_code = False
+    for line in text.split("\n"):
+        if _FENCE.match(line):
+            in_code = not in_code
+        if not in_code and not line.strip() and not _FENCE.match(line):
+            if block:
+                units.append("\n".join(block))
+                block = []
+            continue
+        block.append(line)
+    if block:
+        units.append("\n".join(block))
+    return units
+
+
+def _fit(unit: str, limit: int) -> list[str]:
+    if len(unit) <= limit:
+        return [unit]
+    lines = unit.split("\n")
+    fenced = len(lines) >= 2 and _FENCE.match(lines[0]) is not None
+    if fenced:
+        opening = lines[0].strip()
+        closing = "```" if opening.startswith("`") else "~~~"
+        inner = lines[1:-1] if _FENCE.match(lines[-1]) else lines[1:]
+        room = limit - len(opening) - len(closing) - 2
+        return [f"{opening}\n{chunk}\n{closing}" for chunk in _pack_lines(inner, room)]
+    return _pack_lines(lines, limit)
+
+
+def _pack_lines(lines: list[str], limit: int) -> list[str]:
+    pieces: list[str] = []
+    current: str | None = None
+    for line in lines:
+        while len(line) > limit:
+            if current is not None:
+                pieces.append(current)
+                current = None
+            cut = line.rfind(" ", limit // 2, limit)
+            cut = cut if cut > 0 else limit
+            pieces.append(line[:cut])
+            line = line[cut:].lstrip(" ")
+        candidate = line if current is None else f"{current}\n{line}"
+        if len(candidate) <= limit:
+            current = candidate
+        else:
+            if current is not None:
+                pieces.append(current)
+            current = line
+    if current is not None:
+        pieces.append(current)
+    return pieces
+
+
+def cut(text: str, limit: int) -> list[str]:
+    """Cut text into consecutive pieces of at most `limit` characters whose concatenation
+    is the text (for streams, where pieces join back seamlessly); prefers line ends."""
+    pieces: list[str] = []
+    while len(text) > limit:
+        at = text.rfind("\n", limit // 2, limit)
+        at = at + 1 if at > 0 else limit
+        pieces.append(text[:at])
+        text = text[at:]
+    if text:
+        pieces.append(text)
+    return pieces
+
+
+def section_blocks(mrkdwn: str) -> list[dict[str, object]]:
+    """Section blocks for mrkdwn text, each within Slack's 3,000-character limit."""
+    return [
+        {"type": "section", "text": {"type": "mrkdwn", "text": part}}
+        for part in split_text(mrkdwn, SECTION_LIMIT)
+        if part
+    ]

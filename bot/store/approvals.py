@@ -1,0 +1,162 @@
+"""Approvals and write audits in the database. Decisions are compare-and-set updates."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import update
+from sqlmodel import col, select
+
+from bot.approvals.model import (
+    Approval,
+    ApprovalState,
+    WriteAudit,
+    plan_from_json,
+    plan_to_json,
+)
+from bot.store.db import Database
+from bot.store.tables import ApprovalRow, WriteAuditRow
+
+
+def _aware(value: datetime) -> datetime:
+    # SQLite returns naive datetimes; everything we store is UTC.
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _approval(row: ApprovalRow) -> Approval:
+    return Approval(
+        id=row.id,
+        session_id=row.session_id,
+        turn_id=row.turn_id,
+        tool_call_id=row.tool_call_id,
+        plan=plan_from_json(row.plan_json),
+        reason=row.reason,
+        role=row.role,
+        channel_id=row.channel_id,
+        thread_ts=row.thread_ts,
+        requested_by=row.requested_by,
+        status=ApprovalState(row.status),
+        expires_at=_aware(row.expires_at),
+        decided_by=row.decided_by,
+        decided_at=_aware(row.decided_at) if row.decided_at else None,
+        card_ts=row.card_ts,
+        outcome=row.outcome,
+    )
+
+
+class ApprovalRepository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(self, approval: Approval) -> None:
+        async with self._db.sessions() as session:
+            session.add(
+                ApprovalRow(
+                    id=approval.id,
+                    session_id=approval.session_id,
+                    turn_id=approval.turn_id,
+                    tool_call_id=approval.tool_call_id,
+                    tool=approval.plan.tool,
+                    plan_json=plan_to_json(approval.plan),
+                    reason=approval.reason,
+                    role=approval.role,
+                    cluster=approval.plan.cluster,
+                    channel_id=approval.channel_id,
+                    thread_ts=approval.thread_ts,
+                    requested_by=approval.requested_by,
+                    status=str(approval.status),
+                    expires_at=approval.expires_at,
+                )
+            )
+            await session.commit()
+
+    async def get(self, approval_id: str) -> Approval | None:
+        async with self._db.sessions() as session:
+            row = await session.get(ApprovalRow, approval_id)
+            return _approval(row) if row else None
+
+    async def set_card(self, approval_id: str, card_ts: str) -> None:
+        async with self._db.sessions() as session:
+            await session.exec(
+                update(ApprovalRow)
+                .where(col(ApprovalRow.id) == approval_id)
+                .values(card_ts=card_ts)
+            )
+            await session.commit()
+
+    async def transition(
+        self,
+        approval_id: str,
+        to: ApprovalState,
+        *,
+        by: str | None,
+        now: datetime,
+        require_unexpired: bool,
+    ) -> bool:
+        conditions = [
+            col(ApprovalRow.id) == approval_id,
+            col(ApprovalRow.status) == str(ApprovalState.PENDING),
+        ]
+        if require_unexpired:
+            conditions.append(col(ApprovalRow.expires_at) > now.replace(tzinfo=None))
+        async with self._db.sessions() as session:
+            result = await session.exec(
+                update(ApprovalRow)
+                .where(*conditions)
+                .values(status=str(to), decided_by=by, decided_at=now)
+            )
+            await session.commit()
+            return bool(result.rowcount)
+
+    async def set_outcome(self, approval_id: str, outcome: str) -> None:
+        async with self._db.sessions() as session:
+            await session.exec(
+                update(ApprovalRow)
+                .where(col(ApprovalRow.id) == approval_id)
+                .values(outcome=outcome)
+            )
+            await session.commit()
+
+    async def pending(self) -> list[Approval]:
+        async with self._db.sessions() as session:
+            rows = await session.exec(
+                select(ApprovalRow).where(ApprovalRow.status == str(ApprovalState.PENDING))
+            )
+            return [_approval(row) for row in rows.all()]
+
+
+class WriteAuditRepository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def record(self, entry: WriteAudit) -> None:
+        async with self._db.sessions() as session:
+            session.add(
+                WriteAuditRow(
+                    approval_id=entry.approval_id,
+                    phase=entry.phase,
+                    tool=entry.tool,
+                    target=entry.target,
+                    target_uid=entry.target_uid,
+                    requested_by=entry.requested_by,
+                    approved_by=entry.approved_by,
+                    preview=entry.preview,
+                    result=entry.result,
+                    ok=entry.ok,
+                )
+            )
+            await session.commit()
+
+    async def for_approval(self, approval_id: str) -> list[WriteAuditRow]:
+        async with self._db.sessions() as session:
+            rows = await session.exec(
+                select(WriteAuditRow)
+                .where(WriteAuditRow.approval_id == approval_id)
+                .order_by(col(WriteAuditRow.id))
+            )
+            return list(rows.all())
+
+    async def all(self) -> list[WriteAuditRow]:
+        async with self._db.sessions() as session:
+            rows = await session.exec(select(WriteAuditRow).order_by(col(WriteAuditRow.id)))
+            return list(rows.all())
