@@ -29,7 +29,9 @@ from bot.approvals.model import Approval, WriteAuditLog
 from bot.approvals.orphans import ConversationOrphans
 from bot.approvals.service import ApprovalService
 from bot.config import Config, OnNewMessage, Secrets, SlackMode
-from bot.model.gateway import LiteLLMGateway
+from bot.model.gateway import LiteLLMGateway, probe_capabilities
+from bot.model.outbound import MaskingGateway
+from bot.model.router import ModelRouter
 from bot.policy.decision import Stage
 from bot.policy.firewall import FirewallStage
 from bot.policy.guardian import GuardianStage
@@ -47,8 +49,11 @@ from bot.slack.cards import ApprovalClicks, SlackApprovalCards
 from bot.slack.channels import ChannelDirectory
 from bot.slack.people import ApproverDirectory
 from bot.slack.progress import SlackReporters
+from bot.slack.stop import StopHandler
 from bot.store.approvals import ApprovalRepository, WriteAuditRepository
 from bot.store.db import Database
+from bot.store.history import SessionOpenings
+from bot.store.payloads import PayloadLog
 from bot.store.repositories import (
     EventLedger,
     MessageRepository,
@@ -56,9 +61,11 @@ from bot.store.repositories import (
     ToolAuditRepository,
 )
 from bot.tools.harness import ToolHarness, ToolRegistry
+from bot.tools.investigate import investigation_tool
 from bot.tools.kube.client import KubeClients
 from bot.tools.kube.read import read_tools
 from bot.tools.kube.write import write_tools
+from bot.tools.present import present_tools
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +151,8 @@ class Kelpie:
     http_port: int | None = None
     background: list[Drainable] = field(default_factory=list)
     approvals: ApprovalService | None = None
+    # The last masked request sent to the model per session (`/kelpie payload`).
+    payloads: PayloadLog | None = None
 
     async def start(self) -> None:
         await self.db.create_schema()
@@ -203,7 +212,10 @@ def build_kelpie(
     signing_secret = secrets.signing_secret if config.slack.mode is SlackMode.HTTP else ""
     slack_app = AsyncApp(client=client, signing_secret=signing_secret)
     kube = kube_clients(config)
-    registry = ToolRegistry([*read_tools(kube), *write_tools(kube)])
+    reads = read_tools(kube)
+    registry = ToolRegistry(
+        [*reads, *present_tools(reads), investigation_tool(), *write_tools(kube)]
+    )
     post_hooks = PostToolUseHooks(config.hooks.post_tool_use)
     session_hooks = SessionHooks(config.hooks.session_start, config.hooks.session_end)
     pipeline = Pipeline(security_stages(config, secrets, messages), post_hooks=[post_hooks])
@@ -222,16 +234,35 @@ def build_kelpie(
         approvals,
         timeout_s=config.agent.tool_timeout_s,
     )
+    payloads = PayloadLog(db)
     engine = Engine(
-        model_gateway(config, secrets, config.models.active),
+        # Every request is masked, size-limited and kept (the last one per session).
+        MaskingGateway(model_gateway(config, secrets, config.models.active), payloads),
         harness,
         messages,
         RetryPolicy(retries=config.agent.llm_retries, delay_s=config.agent.llm_retry_delay_s),
     )
-    agent = AgentSessions(
-        config, sessions, messages, engine, registry, SlackReporters(client), session_hooks
-    )
     scheduler = TurnScheduler(interrupt=config.slack.on_new_message is OnNewMessage.INTERRUPT)
+    profile = config.models.active_profile
+    reporters = SlackReporters(
+        client,
+        config.slack,
+        interrupt=scheduler.interrupt,
+        model_name=profile.model,
+        tier=profile.tier.value if profile.tier else None,
+    )
+    agent = AgentSessions(
+        config,
+        sessions,
+        messages,
+        engine,
+        registry,
+        reporters,
+        session_hooks,
+        router=ModelRouter(config, probe_capabilities),
+        openings=SessionOpenings(db),
+    )
+    approvers = ApproverDirectory(client)
 
     async def resume(approval: Approval) -> None:
         accepted = await agent.resumable(
@@ -243,9 +274,8 @@ def build_kelpie(
             )
 
     orphans.resume = resume
-    ApprovalClicks(
-        slack_app, config, approvals, approval_store, ApproverDirectory(client)
-    ).register()
+    ApprovalClicks(slack_app, config, approvals, approval_store, approvers).register()
+    StopHandler(slack_app, reporters.turns, approvers, config.roles, scheduler.interrupt).register()
     SlackAdapter(
         slack_app,
         config.slack,
@@ -268,4 +298,5 @@ def build_kelpie(
         app_token,
         background=[post_hooks, session_hooks],
         approvals=approvals,
+        payloads=payloads,
     )

@@ -23,20 +23,29 @@ from bot.model.types import (
 )
 
 
+NO_USAGE = Usage(0, 0)  # what a provider that reports no usage amounts to
+
+CallSpec = tuple[str, dict[str, Any] | str] | tuple[str, dict[str, Any] | str, str]
+
+
 @dataclass
 class Step:
     text: str = ""
-    calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
+    # (name, arguments) or (name, arguments, call_id); "" as the id sends none.
+    calls: list[CallSpec] = field(default_factory=list)
     error: ModelError | None = None
     hang: bool = False
+    usage: Usage = field(default_factory=lambda: Usage(10, 5))
+    # Awaited before answering (e.g. to hold a round until a test lets it go).
+    wait: asyncio.Event | None = None
 
 
-def text(value: str) -> Step:
-    return Step(text=value)
+def text(value: str, *, usage: Usage | None = None) -> Step:
+    return Step(text=value, usage=usage or Usage(10, 5))
 
 
-def calls(*items: tuple[str, dict[str, Any] | str], say: str = "") -> Step:
-    return Step(text=say, calls=list(items))
+def calls(*items: CallSpec, say: str = "", usage: Usage | None = None) -> Step:
+    return Step(text=say, calls=list(items), usage=usage or Usage(10, 5))
 
 
 def error(
@@ -64,20 +73,24 @@ class ScriptedGateway:
         step = self.steps.popleft()
         if step.hang:
             await asyncio.Event().wait()
+        if step.wait is not None:
+            await step.wait.wait()
         if step.error is not None:
             raise step.error
         for start in range(0, len(step.text), 7):
             await on_text(step.text[start : start + 7])
         tool_calls = []
-        for name, args in step.calls:
+        for spec in step.calls:
+            name, args = spec[0], spec[1]
             self._counter += 1
+            call_id = spec[2] if len(spec) > 2 else f"call_{self._counter}"
             raw = args if isinstance(args, str) else json.dumps(args)
-            tool_calls.append(ToolCallRequest(f"call_{self._counter}", name, raw))
+            tool_calls.append(ToolCallRequest(call_id, name, raw))
         return ModelReply(
             text=step.text,
             tool_calls=tool_calls,
             finish_reason=FinishReason.TOOL_CALLS if tool_calls else FinishReason.STOP,
-            usage=Usage(10, 5),
+            usage=step.usage,
             model=self.model_name,
         )
 

@@ -224,12 +224,15 @@ async def test_bad_arguments_come_back_as_a_tool_error(store):
 async def test_interrupt_repairs_unanswered_calls(store):
     session = await new_session(store)
     block = asyncio.Event()
+    abort = asyncio.Event()
     gateway = script.ScriptedGateway(script.calls(("list_pods", {"namespace": "shop"})))
     engine, request = build(store, gateway, [make_tool("list_pods", block=block)])
     recorder = Recorder()
-    task = asyncio.create_task(engine.run_turn(request(session), recorder))
+    task = asyncio.create_task(engine.run_turn(request(session, abort), recorder))
     while not any(isinstance(e, ToolStarted) for e in recorder.events):
         await asyncio.sleep(0.01)
+    # A person interrupts: the abort is set, then the turn's task is cancelled.
+    abort.set()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

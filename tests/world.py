@@ -19,6 +19,11 @@ from tests.peers.slack_server import SlackServer
 SHOP_CHANNEL = "C0SHOP"  # #shop-oncall → viewer, default namespace shop
 DEV_CHANNEL = "C0DEV1"  # #dev-payments → viewer by name glob
 RANDOM_CHANNEL = "C0RANDOM"  # #random → not enabled
+OPS_CHANNEL = "C0OPS"  # #shop-ops → operator: writes in shop with approval by CAROL or SRE group
+ADMIN_CHANNEL = "C0ADMIN"  # #platform-admin → admin: everything, requester may approve
+CAROL = "U0CAROL"  # an approver by user id
+DAVE = "U0DAVE"  # an approver through the S0SRE user group
+SRE_GROUP = "S0SRE"
 ALICE = "U0ALICE"
 BOB = "U0BOB"
 MODEL_KEY = "sk-test-model-key-0123456789"
@@ -32,6 +37,9 @@ def base_config(
             "mode": "socket",
             "api_url": slack.api_url,
             "http": {"host": "127.0.0.1", "port": 0, "path": "/slack/events"},
+            # A thread reads as progress message(s) then the answer as its own message;
+            # tests/test_streaming.py covers native streaming and auto's fallback.
+            "streaming": "update",
         },
         "database": {"url": f"sqlite:///{db}"},
         "kubernetes": {
@@ -53,8 +61,24 @@ def base_config(
         "agent": {"llm_retry_delay_s": 0.2},
         "roles": {
             "viewer": {"tools": ["present/*", "read/*", "diagnose/*"], "namespaces": ["*"]},
+            "operator": {
+                "tools": ["present/*", "read/*", "diagnose/*", "write/*"],
+                "namespaces": ["shop", "team-*"],
+                "approval": {
+                    "approvers": {"users": [CAROL], "usergroups": [SRE_GROUP]},
+                    "allow_requester": False,
+                    "timeout_s": 300,
+                },
+            },
+            "admin": {
+                "tools": ["*"],
+                "namespaces": ["*"],
+                "approval": {"approvers": {"users": [ALICE]}, "allow_requester": True},
+            },
         },
         "channels": [
+            {"match": {"id": OPS_CHANNEL}, "role": "operator", "namespace": "shop"},
+            {"match": {"id": ADMIN_CHANNEL}, "role": "admin"},
             {"match": {"id": SHOP_CHANNEL}, "role": "viewer", "namespace": "shop"},
             {"match": {"name": "dev-*"}, "role": "viewer"},
             {"match": {"im": True}, "role": "viewer"},
@@ -95,10 +119,13 @@ class World:
     def config(self) -> Config:
         return parse_config(self.config_data)
 
-    async def start_bot(self, override: dict[str, Any] | None = None) -> Kelpie:
+    async def start_bot(
+        self, override: dict[str, Any] | None = None, *, write_audit: Any = None
+    ) -> Kelpie:
         if override:
             self.config_data = merge(self.config_data, override)
-        bot = build_kelpie(self.config, Secrets(self.config, environ(self.slack)))
+        secrets = Secrets(self.config, environ(self.slack))
+        bot = build_kelpie(self.config, secrets, write_audit=write_audit)
         await bot.start()
         self.bots.append(bot)
         if self.config.slack.mode.value == "socket":
@@ -139,6 +166,9 @@ async def running_world(tmp_path: Path) -> AsyncIterator[World]:
     slack.set_channel(SHOP_CHANNEL, "shop-oncall")
     slack.set_channel(DEV_CHANNEL, "dev-payments")
     slack.set_channel(RANDOM_CHANNEL, "random")
+    slack.set_channel(OPS_CHANNEL, "shop-ops")
+    slack.set_channel(ADMIN_CHANNEL, "platform-admin")
+    slack.set_usergroup(SRE_GROUP, [DAVE])
     kubeconfig = tmp_path / "kubeconfig"
     kube.write_kubeconfig(kubeconfig)
     world = World(

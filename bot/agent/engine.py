@@ -1,10 +1,18 @@
 """The agent loop: call the model, run the tools it asked for, repeat, answer.
 
+A turn is a short state machine over rounds. Each round: checkpoint the conversation, call
+the model (with retries), then either answer, wait for background results, or run the
+round's tool calls (`toolround.ToolRounds` owns the rules for calls) and drain finished
+background results. When the round budget is used up, one last call without tools asks for
+the best answer from what was found. A tool may end the turn at once (direct presentation).
+
 The engine knows no Slack and no SDK. It persists every message through the
-`ConversationStore` port as the turn goes (the assistant's tool calls before they run, each
-result as it arrives) and emits typed events for whoever shows progress. Interruption is
-task cancellation: the engine repairs the stored conversation (a result for every call) and
-stores any partial answer as incomplete before re-raising.
+`ConversationStore` port as the turn goes (the assistant's tool calls before they run, the
+round's results in call order) and emits typed events for whoever shows progress.
+Interruption is task cancellation: the engine rolls the in-memory conversation back,
+repairs the stored one (a result for every call) and stores any partial answer as
+incomplete before re-raising. Usage is recorded per round, estimated (characters / 4) when
+the provider reports none; a request that reached the server is always counted.
 """
 
 from __future__ import annotations
@@ -13,33 +21,59 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from bot.agent.conversation import ConversationStore, Message, Role, SessionInfo
+from bot.agent.background import BackgroundInvestigations
+from bot.agent.conversation import (
+    ConversationState,
+    ConversationStore,
+    Message,
+    Role,
+    SessionInfo,
+    repair_tool_pairs,
+    trim_history,
+)
 from bot.agent.events import (
     EventSink,
     RoundStarted,
     TextDelta,
-    ToolFinished,
-    ToolStarted,
+    TurnEvent,
     TurnFinish,
     TurnFinished,
     TurnStats,
 )
-from bot.model.types import ModelError, ModelGateway, ModelReply, ModelRequest, ToolCallRequest
+from bot.agent.evidence import EvidenceLedger
+from bot.agent.toolround import INTERRUPTED_RESULT, ToolRounds
+from bot.model.router import ResolvedAgentPolicy, default_policy
+from bot.model.types import (
+    ModelError,
+    ModelGateway,
+    ModelReply,
+    ModelRequest,
+    RequestTag,
+    Usage,
+    estimate_usage,
+)
 from bot.policy.decision import CallScope
-from bot.tools.harness import ToolHarness, parse_arguments, summarize_args
-from bot.tools.spec import Tool, ToolArgumentError
+from bot.tools.harness import ToolHarness
+from bot.tools.investigate import SPAWN_TOOL
+from bot.tools.spec import Tool, ToolContext, ToolKind
 
 log = logging.getLogger(__name__)
 
-INTERRUPTED_RESULT = (
-    "Interrupted: the turn was stopped before this call's result was recorded. A write "
-    "runs only after approval; its card in the thread shows whether it ran."
-)
+__all__ = ["INTERRUPTED_RESULT", "Engine", "RetryPolicy", "TurnRequest"]
+
 FINAL_ANSWER_NUDGE = (
     "You have used all tool rounds for this turn. Without calling tools, give the best "
     "answer you can from what you found, and say what is still unknown."
+)
+PRESENTED_ANSWER = "Done: posted as a file in this thread."
+BACKGROUND_ROUNDS = 4
+DRAIN_ROUNDS = 3
+INVESTIGATOR_NOTE = (
+    "You are a background investigator working for the main agent: answer the question "
+    "below with concise findings and the evidence for them. Only read and diagnose tools "
+    "are available; you cannot change anything or start other investigations."
 )
 
 
@@ -60,25 +94,51 @@ class TurnRequest:
     user_message: Message | None
     tools: list[Tool]
     scope: CallScope
-    max_rounds: int
-
-
-@dataclass
-class _TurnState:
-    """What the turn has produced so far, for repair on interruption."""
-
-    messages: list[dict[str, object]]
-    pending_calls: list[ToolCallRequest] = field(default_factory=list)
-    answered_call_ids: set[str] = field(default_factory=set)
-    partial_text: str = ""
-    stats_rounds: int = 0
-    stats_calls: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-    estimated: bool = False
+    # Overrides the policy's round budget when set (tests, sub-agents).
+    max_rounds: int | None = None
+    policy: ResolvedAgentPolicy = field(default_factory=default_policy)
+    # The session's first user message: history trimming always keeps it.
+    opening: Message | None = None
 
 
 Sleep = Callable[[float], Awaitable[None]]
+
+
+class _UsageOnlyStore:
+    """A background investigation's store: its messages stay in memory, usage is counted."""
+
+    def __init__(self, store: ConversationStore) -> None:
+        self._store = store
+
+    async def append(self, session_id: int, turn_id: str, messages: list[Message]) -> None:
+        return None
+
+    async def history(self, session_id: int, limit: int) -> list[Message]:
+        return []
+
+    async def record_usage(
+        self, session_id: int, turn_id: str, round_index: int, model: str, usage: Usage
+    ) -> None:
+        await self._store.record_usage(session_id, turn_id, round_index, model, usage)
+
+
+async def _ignore(event: TurnEvent) -> None:
+    return None
+
+
+@dataclass
+class _Turn:
+    """One running turn: its request, conversation, ledger, tool rounds and helpers."""
+
+    request: TurnRequest
+    state: ConversationState
+    ledger: EvidenceLedger
+    rounds: ToolRounds
+    background: BackgroundInvestigations | None
+    emit: EventSink
+    started: float
+    tool_calls: int = 0
+    partial_text: str = ""
 
 
 class Engine:
@@ -89,145 +149,294 @@ class Engine:
         store: ConversationStore,
         retry: RetryPolicy,
         sleep: Sleep = asyncio.sleep,
+        *,
+        background_rounds: int = BACKGROUND_ROUNDS,
+        drain_rounds: int = DRAIN_ROUNDS,
     ) -> None:
         self._gateway = gateway
         self._harness = harness
         self._store = store
         self._retry = retry
         self._sleep = sleep
+        self._background_rounds = background_rounds
+        self._drain_rounds = drain_rounds
+
+    # --- the loop ---------------------------------------------------------------------------
 
     async def run_turn(self, request: TurnRequest, emit: EventSink) -> TurnFinished:
-        started = time.monotonic()
-        state = _TurnState(
-            messages=[
-                {"role": "system", "content": request.system_prompt},
-                *(m.to_openai() for m in request.history),
-                *([request.user_message.to_openai()] if request.user_message else []),
-            ]
-        )
+        turn = self._open(request, emit)
+        rounds = request.max_rounds or request.policy.rounds
         tools = [tool.openai_schema() for tool in request.tools]
-
-        def finished(finish: TurnFinish, answer: str, error: str | None = None) -> TurnFinished:
-            stats = TurnStats(
-                model=self._gateway.model_name,
-                rounds=state.stats_rounds,
-                tool_calls=state.stats_calls,
-                input_tokens=state.tokens_in,
-                output_tokens=state.tokens_out,
-                tokens_estimated=state.estimated,
-                duration_s=time.monotonic() - started,
-            )
-            return TurnFinished(finish, answer, stats, error)
-
+        drains = 0
         try:
-            for round_index in range(request.max_rounds):
+            for round_index in range(rounds):
+                turn.state.checkpoint()
                 await emit(RoundStarted(round_index))
-                reply = await self._complete(request, state, round_index, tools, emit)
-                if not reply.tool_calls:
-                    await self._answer(request, reply.text)
-                    return finished(TurnFinish.STOP, reply.text)
-                await self._run_tools(request, state, reply, emit)
+                reply = await self._complete(turn, round_index, tools)
+                if reply.tool_calls:
+                    drains = 0
+                    yielded = await self._run_tools(turn, reply)
+                    if yielded:
+                        return await self._answer(turn, TurnFinish.STOP, PRESENTED_ANSWER)
+                    await self._drain(turn)
+                elif turn.background and turn.background.pending and drains < self._drain_rounds:
+                    # An answer while investigations run: wait for their results instead.
+                    drains += 1
+                    await self._keep_interim(turn, reply.text)
+                    await turn.background.wait()
+                    await self._drain(turn)
+                else:
+                    return await self._answer(turn, TurnFinish.STOP, reply.text)
             # Out of rounds: one last call without tools, for the best answer from what we have.
-            state.messages.append({"role": "user", "content": FINAL_ANSWER_NUDGE})
-            reply = await self._complete(request, state, request.max_rounds, [], emit)
-            await self._answer(request, reply.text)
-            return finished(TurnFinish.MAX_ITERATIONS, reply.text)
+            turn.state.checkpoint()
+            turn.state.messages.append({"role": "user", "content": FINAL_ANSWER_NUDGE})
+            reply = await self._complete(turn, rounds, [])
+            return await self._answer(turn, TurnFinish.MAX_ITERATIONS, reply.text)
         except ModelError as error:
-            await self._store_partial(request, state)
-            return finished(TurnFinish.ERROR, state.partial_text, error.user_message)
+            turn.state.rollback()
+            await self._store_partial(turn)
+            return self._finished(turn, TurnFinish.ERROR, turn.partial_text, error.user_message)
         except asyncio.CancelledError:
-            await asyncio.shield(self._repair(request, state))
+            turn.state.rollback()
+            # A person interrupted (abort is set): close the turn's books now. A shutdown
+            # (no abort) leaves them open: a pending approval may still be decided after
+            # the restart, and history loading pairs whatever stays unanswered.
+            if turn.request.scope.abort.is_set():
+                await asyncio.shield(self._repair(turn))
             raise
+        finally:
+            if turn.background is not None:
+                await asyncio.shield(turn.background.close())
+
+    def _open(self, request: TurnRequest, emit: EventSink) -> _Turn:
+        policy = request.policy
+        history = self._prepare_history(request)
+        state = ConversationState.start(request.system_prompt, history, request.user_message)
+        ledger = EvidenceLedger()
+        background: BackgroundInvestigations | None = None
+        scope = request.scope
+        if any(tool.name == SPAWN_TOOL for tool in request.tools):
+            background = BackgroundInvestigations(
+                lambda bg_id, label, question, namespace: self._investigate(
+                    request, bg_id, label, question, namespace
+                )
+            )
+            scope = replace(scope, tool_context=replace(scope.tool_context, background=background))
+        rounds = ToolRounds(self._harness, request.tools, policy, ledger, scope, emit)
+        return _Turn(request, state, ledger, rounds, background, emit, time.monotonic())
+
+    def _prepare_history(self, request: TurnRequest) -> list[Message]:
+        history, repaired = repair_tool_pairs(list(request.history))
+        if repaired:
+            log.info("turn %s: repaired %d unpaired tool message(s)", request.turn_id, repaired)
+        opening = request.opening
+        if opening is not None and not any(_same(opening, m) for m in history):
+            history.insert(0, opening)
+        keep = next((m for m in history if opening is not None and _same(opening, m)), None)
+        policy = request.policy
+        reserved = len(request.system_prompt) + len(
+            (request.user_message.content or "") if request.user_message else ""
+        )
+        history, dropped = trim_history(
+            history,
+            policy.history_chars,
+            strict=policy.history_strict,
+            reserved_chars=reserved,
+            keep=keep,
+        )
+        if dropped:
+            log.info(
+                "turn %s: trimmed %d old message(s) to the %d-char history budget",
+                request.turn_id,
+                dropped,
+                policy.history_chars,
+            )
+        return history
+
+    # --- model calls --------------------------------------------------------------------------
 
     async def _complete(
-        self,
-        request: TurnRequest,
-        state: _TurnState,
-        round_index: int,
-        tools: list[dict[str, object]],
-        emit: EventSink,
+        self, turn: _Turn, round_index: int, tools: list[dict[str, object]]
     ) -> ModelReply:
+        request = turn.request
         attempt = 0
         while True:
             if request.scope.abort.is_set():
                 raise asyncio.CancelledError
-            state.partial_text = ""
+            turn.partial_text = ""
 
             async def on_text(delta: str) -> None:
-                state.partial_text += delta
-                await emit(TextDelta(delta))
+                turn.partial_text += delta
+                await turn.emit(TextDelta(delta))
 
+            model_request = ModelRequest(
+                messages=turn.state.request_messages(turn.ledger.note()),
+                tools=list(tools),
+                reasoning_effort=request.policy.reasoning_effort,
+                tag=RequestTag(request.session.id, request.turn_id, round_index),
+            )
             try:
-                reply = await self._gateway.complete(
-                    ModelRequest(messages=list(state.messages), tools=list(tools)), on_text
-                )
+                reply = await self._gateway.complete(model_request, on_text)
             except ModelError as error:
+                if error.sent:
+                    await self._count(turn, round_index, estimate_usage(model_request))
                 if not error.retryable or attempt >= self._retry.retries:
                     raise
                 attempt += 1
                 log.warning("model request failed (%s); retry %d", error, attempt)
                 await self._sleep(self._retry.delay_s * attempt)
                 continue
-            state.stats_rounds += 1
-            state.tokens_in += reply.usage.input_tokens
-            state.tokens_out += reply.usage.output_tokens
-            state.estimated = state.estimated or reply.usage.estimated
-            await self._store.record_usage(
-                request.session.id, request.turn_id, round_index, reply.model, reply.usage
-            )
+            usage = reply.usage
+            if not usage.input_tokens and not usage.output_tokens:
+                calls = "".join(c.name + c.arguments for c in reply.tool_calls)
+                usage = estimate_usage(model_request, reply.text, calls)
+            turn.state.usage.rounds += 1
+            await self._count(turn, round_index, usage, reply.model)
             return reply
 
-    async def _run_tools(
-        self, request: TurnRequest, state: _TurnState, reply: ModelReply, emit: EventSink
+    async def _count(
+        self, turn: _Turn, round_index: int, usage: Usage, model: str | None = None
     ) -> None:
-        calls = tuple(reply.tool_calls)
-        assistant = Message(Role.ASSISTANT, reply.text or None, tool_calls=calls)
-        # The calls are durable before any of them runs.
-        await self._store.append(request.session.id, request.turn_id, [assistant])
-        state.messages.append(assistant.to_openai())
-        state.pending_calls = list(calls)
-        state.partial_text = ""
-        for call in calls:
-            await emit(ToolStarted(call.id, call.name, _args_summary(call)))
-            outcome = await self._harness.dispatch(call, request.scope)
-            state.stats_calls += 1
-            result = Message(Role.TOOL, outcome.content, tool_call_id=call.id, tool_name=call.name)
-            await self._store.append(request.session.id, request.turn_id, [result])
-            state.messages.append(result.to_openai())
-            state.answered_call_ids.add(call.id)
-            await emit(
-                ToolFinished(
-                    call.id, call.name, outcome.status, outcome.summary, outcome.attachment
-                )
-            )
-        state.pending_calls = []
-
-    async def _answer(self, request: TurnRequest, text: str) -> None:
-        await self._store.append(
-            request.session.id, request.turn_id, [Message(Role.ASSISTANT, text)]
+        turn.state.usage.add(usage)
+        request = turn.request
+        await self._store.record_usage(
+            request.session.id,
+            request.turn_id,
+            round_index,
+            model or self._gateway.model_name,
+            usage,
         )
 
-    async def _store_partial(self, request: TurnRequest, state: _TurnState) -> None:
-        if state.partial_text:
-            partial = Message(Role.ASSISTANT, state.partial_text, complete=False)
-            await self._store.append(request.session.id, request.turn_id, [partial])
+    # --- tools and background results -----------------------------------------------------
 
-    async def _repair(self, request: TurnRequest, state: _TurnState) -> None:
-        """Give every started call a result and keep a partial answer out of the history."""
-        repairs = [
-            Message(Role.TOOL, INTERRUPTED_RESULT, tool_call_id=call.id, tool_name=call.name)
-            for call in state.pending_calls
-            if call.id not in state.answered_call_ids
+    async def _run_tools(self, turn: _Turn, reply: ModelReply) -> bool:
+        """Run the round's calls; True when the turn should end here (a yield signal)."""
+        request = turn.request
+        planned = turn.rounds.plan(list(reply.tool_calls))
+        assistant = Message(
+            Role.ASSISTANT, reply.text or None, tool_calls=tuple(p.call for p in planned)
+        )
+        # The calls are durable before any of them runs.
+        await self._store.append(request.session.id, request.turn_id, [assistant])
+        turn.state.add(assistant)
+        turn.partial_text = ""
+        outcome = await turn.rounds.run(planned)
+        turn.tool_calls += len(planned)
+        await self._store.append(request.session.id, request.turn_id, outcome.results)
+        turn.rounds.mark_recorded()
+        turn.state.add(*outcome.results)
+        return outcome.yielded is not None
+
+    async def _keep_interim(self, turn: _Turn, text: str) -> None:
+        if not text.strip():
+            return
+        message = Message(Role.ASSISTANT, text)
+        await self._store.append(turn.request.session.id, turn.request.turn_id, [message])
+        turn.state.add(message)
+        turn.partial_text = ""
+
+    async def _drain(self, turn: _Turn) -> None:
+        """Append finished background results as one message (nothing when none finished)."""
+        if turn.background is None:
+            return
+        results = turn.background.take()
+        if not results:
+            return
+        message = Message(Role.USER, "\n\n".join(result.render() for result in results))
+        await self._store.append(turn.request.session.id, turn.request.turn_id, [message])
+        turn.state.add(message)
+
+    async def _investigate(
+        self,
+        parent: TurnRequest,
+        investigation_id: str,
+        label: str,
+        question: str,
+        namespace: str | None,
+    ) -> TurnFinished:
+        """A background sub-agent: same engine class, read/diagnose tools, a small budget."""
+        tools = [
+            tool
+            for tool in parent.tools
+            if tool.kind in (ToolKind.READ, ToolKind.DIAGNOSE) and tool.name != SPAWN_TOOL
         ]
+        context = parent.scope.tool_context
+        scope = replace(
+            parent.scope,
+            offered=frozenset(tool.name for tool in tools),
+            tool_context=ToolContext(context.cluster, namespace or context.default_namespace),
+        )
+        policy = parent.policy.with_rounds(self._background_rounds, "background investigation")
+        sub = Engine(
+            self._gateway,
+            self._harness,
+            _UsageOnlyStore(self._store),
+            self._retry,
+            self._sleep,
+            background_rounds=self._background_rounds,
+            drain_rounds=self._drain_rounds,
+        )
+        request = TurnRequest(
+            session=parent.session,
+            turn_id=f"{parent.turn_id}:{investigation_id}",
+            system_prompt=f"{parent.system_prompt}\n\n{INVESTIGATOR_NOTE}",
+            history=[],
+            user_message=Message(Role.USER, f'Investigation "{label}": {question}'),
+            tools=tools,
+            scope=scope,
+            policy=policy,
+        )
+        return await sub.run_turn(request, _ignore)
+
+    # --- ending ---------------------------------------------------------------------------------
+
+    async def _answer(self, turn: _Turn, finish: TurnFinish, text: str) -> TurnFinished:
+        answer, used = turn.ledger.check(text)
+        await self._store.append(
+            turn.request.session.id, turn.request.turn_id, [Message(Role.ASSISTANT, answer)]
+        )
+        return self._finished(turn, finish, answer, evidence=used)
+
+    def _finished(
+        self,
+        turn: _Turn,
+        finish: TurnFinish,
+        answer: str,
+        error: str | None = None,
+        evidence: list[str] | None = None,
+    ) -> TurnFinished:
+        usage = turn.state.usage
+        stats = TurnStats(
+            model=self._gateway.model_name,
+            rounds=usage.rounds,
+            tool_calls=turn.tool_calls,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            tokens_estimated=usage.estimated,
+            duration_s=time.monotonic() - turn.started,
+        )
+        return TurnFinished(finish, answer, stats, error, evidence=evidence or [])
+
+    async def _store_partial(self, turn: _Turn) -> None:
+        if turn.partial_text:
+            partial = Message(Role.ASSISTANT, turn.partial_text, complete=False)
+            await self._store.append(turn.request.session.id, turn.request.turn_id, [partial])
+
+    async def _repair(self, turn: _Turn) -> None:
+        """Give every started call a result and keep a partial answer out of the history."""
         try:
-            await self._store.append(request.session.id, request.turn_id, repairs)
-            await self._store_partial(request, state)
+            repairs = turn.rounds.unanswered()
+            await self._store.append(turn.request.session.id, turn.request.turn_id, repairs)
+            turn.rounds.mark_recorded()
+            await self._store_partial(turn)
         except Exception:
             log.exception("could not store the repair of an interrupted turn")
 
 
-def _args_summary(call: ToolCallRequest) -> str:
-    try:
-        return summarize_args(parse_arguments(call.arguments))
-    except ToolArgumentError:
-        return "(invalid arguments)"
+def _same(a: Message, b: Message) -> bool:
+    return (
+        a.role is b.role
+        and a.content == b.content
+        and a.slack_ts == b.slack_ts
+        and a.slack_user == b.slack_user
+    )

@@ -19,14 +19,13 @@ from bot.agent.engine import Engine, TurnRequest
 from bot.agent.events import TurnEvent, TurnFinish, TurnFinished, TurnStats
 from bot.agent.prompt import PromptContext, system_prompt, user_message
 from bot.config import Config
+from bot.model.router import ModelRouter, ResolvedAgentPolicy, resolve_policy
 from bot.policy.decision import CallScope
 from bot.policy.roles import ChannelBinding, offered_tools
 from bot.tools.harness import ToolRegistry
-from bot.tools.spec import ToolContext
+from bot.tools.spec import Tool, ToolContext
 
 log = logging.getLogger(__name__)
-
-DEFAULT_ROUNDS = 6  # the low tier's round budget
 
 
 @dataclass(frozen=True)
@@ -77,6 +76,10 @@ class AcceptedMessage:
     turn_id: str
 
 
+class SessionOpenings(Protocol):
+    async def first_user_message(self, session_id: int) -> Message | None: ...
+
+
 class AgentSessions:
     def __init__(
         self,
@@ -87,6 +90,9 @@ class AgentSessions:
         registry: ToolRegistry,
         reporters: ReporterFactory,
         hooks: SessionLifecycleHooks,
+        *,
+        router: ModelRouter | None = None,
+        openings: SessionOpenings | None = None,
     ) -> None:
         self._config = config
         self._sessions = sessions
@@ -95,6 +101,21 @@ class AgentSessions:
         self._registry = registry
         self._reporters = reporters
         self._hooks = hooks
+        self._router = router
+        self._openings = openings
+
+    async def _policy(self, tools: list[Tool]) -> ResolvedAgentPolicy:
+        """The turn's policy from the router; without one, from the config alone."""
+        if self._router is not None:
+            return await self._router.resolve(tools)
+        profile = self._config.models.active_profile
+        return resolve_policy(
+            model=profile.model,
+            profile_tier=profile.tier,
+            max_iterations=self._config.agent.max_iterations,
+            thinking=self._config.agent.thinking,
+            tools=tools,
+        )
 
     async def accept(self, message: IncomingMessage, binding: ChannelBinding) -> AcceptedMessage:
         """Record the session and the user's message before anything else can fail."""
@@ -182,6 +203,7 @@ class AgentSessions:
     ) -> None:
         session, message, binding = accepted.session, accepted.message, accepted.binding
         tools = offered_tools(binding.role, self._registry.all())
+        policy = await self._policy(tools)
         cluster = next(c for c in self._config.kubernetes.clusters if c.name == binding.cluster)
         prompt = system_prompt(
             PromptContext(
@@ -193,6 +215,7 @@ class AgentSessions:
                 rules=self._config.agent.rules,
             ),
             tools,
+            policy,
         )
         scope = CallScope(
             session_id=session.id,
@@ -215,7 +238,12 @@ class AgentSessions:
             user_message=user,
             tools=tools,
             scope=scope,
-            max_rounds=self._config.agent.max_iterations or DEFAULT_ROUNDS,
+            policy=policy,
+            opening=(
+                await self._openings.first_user_message(session.id)
+                if self._openings is not None
+                else None
+            ),
         )
         try:
             await self._run(request, reporter)

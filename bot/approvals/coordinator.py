@@ -78,7 +78,7 @@ class WriteCoordinator:
             outcome = WriteOutcome(
                 False,
                 False,
-                f"Not executed: {error} Read the object again and propose the change again.",
+                f"Not executed: {error}",
                 f"conflict: {error}",
             )
         except ToolFailure as error:

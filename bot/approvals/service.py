@@ -121,7 +121,9 @@ class ApprovalService:
                     return expired
                 return await waiter  # a decision won the race; its outcome is on its way
         except asyncio.CancelledError:
-            if not await asyncio.shield(self._cancel(approval.id)):
+            # Only a person's interruption (abort set) cancels the approval. On shutdown the
+            # card stays pending: a click after the restart still executes and resumes.
+            if call.scope.abort.is_set() and not await asyncio.shield(self._cancel(approval.id)):
                 self._abandoned.add(approval.id)
             raise
         finally:

@@ -9,7 +9,6 @@ mask or size-limit what is sent (that is `outbound.py`) and it does not choose m
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -18,12 +17,14 @@ from typing import Any
 
 from bot.model.types import (
     FinishReason,
+    ModelCapabilities,
     ModelError,
     ModelReply,
     ModelRequest,
     TextSink,
     ToolCallRequest,
     Usage,
+    estimate_usage,
 )
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,8 @@ class LiteLLMGateway:
         kwargs["stream_options"] = {"include_usage": True}
         if self._max_tokens is not None:
             kwargs["max_tokens"] = self._max_tokens
+        if request.reasoning_effort is not None:
+            kwargs["reasoning_effort"] = request.reasoning_effort
 
         try:
             stream = await litellm.acompletion(**kwargs)
@@ -118,6 +121,7 @@ class LiteLLMGateway:
                 "The model's answer broke off before it finished.",
                 retryable=True,
                 detail="stream ended without a finish_reason",
+                sent=True,
             )
         return ModelReply(
             text=think.text,
@@ -166,13 +170,8 @@ class LiteLLMGateway:
                 input_tokens=int(getattr(provider_usage, "prompt_tokens", 0) or 0),
                 output_tokens=int(getattr(provider_usage, "completion_tokens", 0) or 0),
             )
-        sent = json.dumps(request.messages) + (json.dumps(request.tools) if request.tools else "")
-        received = assembly.raw_text + "".join(c.arguments for c in assembly.tool_calls())
-        return Usage(
-            input_tokens=_chars_to_tokens(sent),
-            output_tokens=_chars_to_tokens(received),
-            estimated=True,
-        )
+        calls = "".join(c.arguments for c in assembly.tool_calls())
+        return estimate_usage(request, assembly.raw_text, calls)
 
     def _model_error(self, exc: Exception, litellm: Any, *, midway: bool = False) -> ModelError:
         detail = self._redact(f"{type(exc).__name__}: {exc}")
@@ -180,8 +179,11 @@ class LiteLLMGateway:
         status = getattr(exc, "status_code", None)
         where = f"models.profiles.{self._profile}"
 
+        # The server saw the request when it answered with a status or its stream broke.
+        sent = midway or isinstance(status, int) or isinstance(exc, litellm.Timeout)
+
         def err(message: str, retryable: bool) -> ModelError:
-            return ModelError(message, retryable=retryable, detail=detail)
+            return ModelError(message, retryable=retryable, detail=detail, sent=sent)
 
         if isinstance(exc, litellm.Timeout):
             return err(f"The model server did not answer within {self._timeout_s:g} s.", True)
@@ -282,7 +284,9 @@ class _Assembly:
     def tool_calls(self) -> list[ToolCallRequest]:
         return [
             ToolCallRequest(
-                id=parts.id or f"call_{index}",
+                # A missing id stays empty: the engine reports it to the model rather than
+                # inventing one silently.
+                id=parts.id or "",
                 name=parts.name or "",
                 arguments="".join(parts.arguments),
             )
@@ -386,5 +390,20 @@ def _caused_by_os_error(exc: BaseException) -> bool:
     return False
 
 
-def _chars_to_tokens(text: str) -> int:
-    return (len(text) + 3) // 4
+def probe_capabilities(model: str) -> ModelCapabilities:
+    """What LiteLLM's model map says about `model` (parallel tool calls, reasoning).
+
+    Unknown models answer False for both; the router then keeps the conservative rules.
+    """
+    litellm = _import_litellm()
+
+    def flag(check: Any) -> bool:
+        try:
+            return bool(check(model=model))
+        except Exception:  # LiteLLM raises for models it cannot map
+            return False
+
+    return ModelCapabilities(
+        parallel_tool_calls=flag(litellm.supports_parallel_function_calling),
+        reasoning=flag(litellm.supports_reasoning),
+    )

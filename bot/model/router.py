@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from bot.config import MAX_ITERATIONS_CEILING, Config, Thinking, Tier
+from bot.model.types import ModelCapabilities
 from bot.tools.spec import Tool
 
 log = logging.getLogger(__name__)
@@ -89,14 +90,6 @@ _OVERLAYS = {
 }
 
 
-@dataclass(frozen=True)
-class ModelCapabilities:
-    """What LiteLLM's model map says about a model (unknown models: all False)."""
-
-    parallel_tool_calls: bool = False
-    reasoning: bool = False
-
-
 CapabilityProbe = Callable[[str], ModelCapabilities]
 
 
@@ -120,7 +113,9 @@ class ResolvedAgentPolicy:
 
     def with_rounds(self, rounds: int, why: str) -> ResolvedAgentPolicy:
         """The same policy with another round budget (e.g. a background sub-agent's)."""
-        return replace(self, rounds=rounds, provenance=(*self.provenance, f"rounds {rounds}: {why}"))
+        return replace(
+            self, rounds=rounds, provenance=(*self.provenance, f"rounds {rounds}: {why}")
+        )
 
 
 def default_policy(model: str = "unknown") -> ResolvedAgentPolicy:

@@ -36,6 +36,14 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class ModelCapabilities:
+    """What LiteLLM's model map says about a model (unknown models: all False)."""
+
+    parallel_tool_calls: bool = False
+    reasoning: bool = False
+
+
+@dataclass(frozen=True)
 class RequestTag:
     """Where a request comes from, for the payload log; never sent to the provider."""
 

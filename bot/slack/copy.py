@@ -14,3 +14,38 @@ MAX_ITERATIONS_NOTE = "_I used all my tool rounds for this question; this is wha
 
 def error_answer(sentence: str) -> str:
     return f":warning: {sentence}"
+
+
+# Live progress (bot/slack/progress.py) and the Stop button (bot/slack/stop.py).
+WRITING = "_Writing the answer…_"
+PLAN_WORKING = "Looking into it"
+PLAN_DONE = "Done"
+PLAN_FAILED = "Stopped by an error"
+PLAN_INTERRUPTED = "Interrupted"
+DONE = "Done."
+DONE_MAX_ITERATIONS = "Done (tool round budget used up)."
+FAILED = "Stopped by an error."
+STOP_BUTTON = "Stop"
+STOP_HINT = "_Working on it. Press Stop to cancel this turn._"
+ASSISTANT_STATUS = "is looking into it…"
+CONTINUED_BELOW = "_(continued below)_"
+TOOL_NOT_FINISHED = "not finished: the turn ended first"
+TURN_ALREADY_FINISHED = "That turn has already finished; there is nothing to stop."
+
+
+def stopped_by(user: str) -> str:
+    return f"Stopped by <@{user}>."
+
+
+def who_may_stop(asker: str, approvers: list[str]) -> str:
+    """Why a Stop click was refused, naming who may stop instead."""
+    if not approvers:
+        return f"Only <@{asker}>, who asked, can stop this turn."
+    return (
+        f"Only <@{asker}>, who asked, or an approver of this channel "
+        f"({', '.join(approvers)}) can stop this turn."
+    )
+
+
+def attachment_title(tool: str) -> str:
+    return f"Output of {tool}"

@@ -98,7 +98,7 @@ class ApprovalRepository:
             col(ApprovalRow.status) == str(ApprovalState.PENDING),
         ]
         if require_unexpired:
-            conditions.append(col(ApprovalRow.expires_at) > now.replace(tzinfo=None))
+            conditions.append(col(ApprovalRow.expires_at) > now)
         async with self._db.sessions() as session:
             result = await session.exec(
                 update(ApprovalRow)

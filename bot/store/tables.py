@@ -134,3 +134,21 @@ class WriteAuditRow(SQLModel, table=True):
     result: str = ""
     ok: bool = True
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class PayloadRow(SQLModel, table=True):
+    """The last request sent to the model for a session, after masking (`/kelpie payload`).
+
+    One row per session, replaced by each request: the exact JSON handed to the provider
+    gateway, plus what was masked (kind and where, never the value).
+    """
+
+    __tablename__ = "model_payloads"
+
+    session_id: int = Field(foreign_key="sessions.id", primary_key=True)
+    turn_id: str
+    round_index: int
+    model: str
+    payload_json: str
+    masked_count: int = 0
+    created_at: datetime = Field(default_factory=utcnow)

@@ -29,6 +29,7 @@ class ToolOutcome:
     summary: str  # one line for the thread
     attachment: str | None = None
     stage: str | None = None  # the pipeline stage that denied, when denied
+    end_turn: bool = False  # the tool asked to end the turn (see ToolResult.end_turn)
 
 
 class Gate(Protocol):
@@ -114,6 +115,10 @@ class ToolHarness:
         self._audit = audit
         self._approvals = approvals
         self._timeout_s = timeout_s
+
+    def knows(self, name: str) -> bool:
+        """Whether a tool of that name exists at all (offered to this turn or not)."""
+        return self._registry.get(name) is not None
 
     async def dispatch(self, call: ToolCallRequest, scope: CallScope) -> ToolOutcome:
         tool = self._registry.get(call.name)
@@ -215,7 +220,9 @@ class ToolHarness:
         except Exception:
             log.exception("tool %s crashed", name)
             return _failed(f"{name} failed with an internal error (logged).")
-        return ToolOutcome(ToolStatus.OK, result.text, result.summary, result.attachment)
+        return ToolOutcome(
+            ToolStatus.OK, result.text, result.summary, result.attachment, end_turn=result.end_turn
+        )
 
 
 def _decision_of(outcome: ToolOutcome) -> Decision:

@@ -41,12 +41,23 @@ class ToolFailure(Exception):
     """
 
 
+class BackgroundPort(Protocol):
+    """Starts a background investigation for the running turn (see `spawn_investigation`)."""
+
+    def spawn(self, label: str, question: str, namespace: str | None) -> str:
+        """Start it and return its id; raises ToolFailure when no more may start."""
+        ...
+
+
 @dataclass(frozen=True)
 class ToolContext:
     """Where the question was asked: which cluster, which default namespace."""
 
     cluster: str
     default_namespace: str | None = None
+    # The running turn's background investigations; None where they are not available
+    # (e.g. inside a background investigation).
+    background: BackgroundPort | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,9 @@ class ToolResult:
     summary: str
     # Raw output a person may want as a file (e.g. full logs); None when not applicable.
     attachment: str | None = None
+    # A yield signal: when this is the only call of its round, the turn ends right after it
+    # with a fixed confirmation instead of another model round (direct presentation).
+    end_turn: bool = False
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]

@@ -1,0 +1,88 @@
+"""The evidence ledger of one turn: what the model read, under references it can cite.
+
+Each successful read/diagnose result gets `[E1]`, `[E2]`… (failures, denials, writes and
+presentations get none). The ledger is shown to the model with each round's request, and
+the final answer's references are checked against it: unknown ones are removed and logged.
+A new ledger starts with every turn.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# One citation: [E3], or a list in one bracket: [E1, E3].
+_CITATION = re.compile(r"\[\s*E\d+(?:\s*,\s*E\d+)*\s*\]")
+_REF = re.compile(r"E\d+")
+CITING = (
+    "How to cite evidence: tool results you read are labelled [E1], [E2]…; put the label "
+    "after each claim it supports, e.g. 'the pod was OOMKilled [E2]'. Cite only labels "
+    "listed in the evidence ledger; never invent one."
+)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    ref: str
+    tool: str
+    arguments: str  # compact JSON of the call's arguments
+
+
+class EvidenceLedger:
+    def __init__(self) -> None:
+        self._entries: list[Evidence] = []
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def refs(self) -> list[str]:
+        return [entry.ref for entry in self._entries]
+
+    def add(self, tool: str, arguments: dict[str, Any]) -> str:
+        ref = f"E{len(self._entries) + 1}"
+        compact = json.dumps(arguments, sort_keys=True, separators=(",", ":"))
+        self._entries.append(Evidence(ref, tool, compact))
+        return ref
+
+    def note(self) -> str | None:
+        """The ledger as a note for the next request, or None while it is empty."""
+        if not self._entries:
+            return None
+        lines = [f"[{e.ref}] {e.tool} {e.arguments}" for e in self._entries]
+        return "Evidence ledger of this turn (cite only these):\n" + "\n".join(lines)
+
+    def check(self, answer: str) -> tuple[str, list[str]]:
+        """Remove citations of unknown references; returns (answer, references used)."""
+        known = set(self.refs)
+        used: list[str] = []
+        unknown: list[str] = []
+
+        def replace(match: re.Match[str]) -> str:
+            refs = _REF.findall(match.group(0))
+            good = [ref for ref in refs if ref in known]
+            unknown.extend(ref for ref in refs if ref not in known)
+            for ref in good:
+                if ref not in used:
+                    used.append(ref)
+            return f"[{', '.join(good)}]" if good else ""
+
+        checked = _CITATION.sub(replace, answer)
+        if unknown:
+            log.warning("removed unknown evidence references from the answer: %s", unknown)
+            # A removed citation may leave a space before punctuation or a double space.
+            checked = re.sub(r"[ \t]+([.,;:!?)])", r"\1", checked)
+            checked = re.sub(r"[ \t]{2,}", " ", checked)
+        used.sort(key=lambda ref: int(ref[1:]))
+        return checked, used
+
+
+def strip_citations(text: str) -> str:
+    """Remove every [E#] citation (a sub-agent's refs mean nothing in the main turn)."""
+    text = _CITATION.sub("", text)
+    return re.sub(r"[ \t]+([.,;:!?)])", r"\1", text)

@@ -1,0 +1,101 @@
+"""The Stop button (`kelpie_stop`) on a running turn's progress or stream message.
+
+Who may stop: the person who asked, or anyone allowed to approve writes in the channel's
+role. A permitted click records who stopped the turn (the reporter says so in the thread)
+and interrupts it through the scheduler; anyone else gets an ephemeral reply naming who
+may. The click is acked at once, before any lookup.
+
+Does not own: the registry of running turns (`progress.ActiveTurns`) or what the thread
+shows afterwards (the reporter).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.config import ApprovalConfig, RoleConfig
+from bot.slack import copy
+from bot.slack.people import ApproverDirectory
+from bot.slack.progress import STOP_ACTION_ID, ActiveTurn, ActiveTurns
+
+log = logging.getLogger(__name__)
+
+Interrupt = Callable[[str], bool]
+
+
+class StopHandler:
+    def __init__(
+        self,
+        app: AsyncApp,
+        turns: ActiveTurns,
+        approvers: ApproverDirectory,
+        roles: Mapping[str, RoleConfig],
+        interrupt: Interrupt,
+    ) -> None:
+        self._app = app
+        self._turns = turns
+        self._approvers = approvers
+        self._roles = roles
+        self._interrupt = interrupt
+
+    def register(self) -> None:
+        self._app.action(STOP_ACTION_ID)(self._on_stop)
+
+    async def _on_stop(
+        self, ack: Callable[[], Awaitable[None]], body: dict[str, Any], client: AsyncWebClient
+    ) -> None:
+        await ack()
+        user = str((body.get("user") or {}).get("id") or "")
+        actions = body.get("actions") or [{}]
+        session_key = str(actions[0].get("value") or "")
+        channel = str((body.get("channel") or {}).get("id") or "")
+        thread_ts = (body.get("container") or {}).get("thread_ts")
+        turn = self._turns.get(session_key)
+        if turn is None:
+            await self._whisper(client, channel, user, thread_ts, copy.TURN_ALREADY_FINISHED)
+            return
+        if not await self.may_stop(user, turn):
+            text = copy.who_may_stop(turn.asker, _approver_names(self._approval(turn)))
+            await self._whisper(client, turn.channel_id, user, turn.thread_ts, text)
+            return
+        turn.stopped_by = user
+        if not self._interrupt(session_key):
+            log.info("stop by %s: the turn in %s had already ended", user, session_key)
+            return
+        log.info("turn in %s stopped by %s", session_key, user)
+
+    async def may_stop(self, user: str, turn: ActiveTurn) -> bool:
+        if user == turn.asker:
+            return True
+        approval = self._approval(turn)
+        return approval is not None and await self._approvers.is_approver(user, approval)
+
+    def _approval(self, turn: ActiveTurn) -> ApprovalConfig | None:
+        role = self._roles.get(turn.role)
+        return role.approval if role is not None else None
+
+    async def _whisper(
+        self, client: AsyncWebClient, channel: str, user: str, thread_ts: str | None, text: str
+    ) -> None:
+        if not channel or not user:
+            return
+        try:
+            await client.chat_postEphemeral(
+                channel=channel, user=user, text=text, thread_ts=thread_ts
+            )
+        except SlackApiError as error:
+            log.warning("could not answer a Stop click: %s", error.response.get("error"))
+
+
+def _approver_names(approval: ApprovalConfig | None) -> list[str]:
+    if approval is None:
+        return []
+    names = [f"<@{user}>" for user in approval.approvers.users]
+    names += [f"<!subteam^{group}>" for group in approval.approvers.usergroups]
+    return names
