@@ -47,6 +47,7 @@ from bot.policy.roles import ChannelRoles
 from bot.slack.adapter import SlackAdapter
 from bot.slack.cards import ApprovalClicks, SlackApprovalCards
 from bot.slack.channels import ChannelDirectory
+from bot.slack.commands import SlashCommands
 from bot.slack.people import ApproverDirectory
 from bot.slack.progress import SlackReporters
 from bot.slack.stop import StopHandler
@@ -276,11 +277,14 @@ def build_kelpie(
     orphans.resume = resume
     ApprovalClicks(slack_app, config, approvals, approval_store, approvers).register()
     StopHandler(slack_app, reporters.turns, approvers, config.roles, scheduler.interrupt).register()
+    channels = ChannelDirectory(client)
+    roles = ChannelRoles(config)
+    SlashCommands(slack_app, channels, roles, registry, sessions, payloads).register()
     SlackAdapter(
         slack_app,
         config.slack,
-        ChannelDirectory(client),
-        ChannelRoles(config),
+        channels,
+        roles,
         EventLedger(db),
         sessions,
         agent,

@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shlex
 import signal
 from collections.abc import Coroutine, Sequence
@@ -51,6 +52,16 @@ class HookResult:
         return self.failure is None and self.exit_code == 0
 
 
+# Environment variables a hook never sees: kelpie's own secrets and anything named like one.
+_SECRET_ENV = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
+
+
+def hook_environment() -> dict[str, str]:
+    """The bot's environment minus secrets: hooks are admin-written commands, but a hook that
+    logs its environment must not leak the Slack token or the model key."""
+    return {name: value for name, value in os.environ.items() if not _SECRET_ENV.search(name)}
+
+
 class HookRunner:
     """Runs one configured command with a JSON document on stdin, within its timeout."""
 
@@ -72,6 +83,7 @@ class HookRunner:
                 stderr=asyncio.subprocess.PIPE,
                 # Its own process group, so a timeout kills whatever the hook started too.
                 start_new_session=True,
+                env=hook_environment(),
             )
         except OSError as error:
             reason = error.strerror or type(error).__name__

@@ -14,7 +14,9 @@ BOT_SCOPES = [
     "im:history",  # DMs (message.im)
     "channels:read",  # conversations.info: channel names for role matching
     "groups:read",  # conversations.info for private channels
-    "chat:write",  # replies, progress edits
+    "chat:write",  # replies, progress edits, approval cards, ephemeral replies
+    "commands",  # the /kelpie slash command
+    "usergroups:read",  # usergroups.users.list: approvers given as user groups
 ]
 BOT_EVENTS = ["app_mention", "message.channels", "message.groups", "message.im", "channel_rename"]
 
@@ -23,6 +25,14 @@ def manifest(
     mode: str, request_url: str = "https://kelpie.example.com/slack/events"
 ) -> dict[str, Any]:
     socket = mode == "socket"
+    slash: dict[str, Any] = {
+        "command": "/kelpie",
+        "description": "What kelpie may do here: role, help, payload",
+        "usage_hint": "role | help | payload",
+        "should_escape": False,
+    }
+    if not socket:
+        slash["url"] = request_url
     events: dict[str, Any] = {"bot_events": list(BOT_EVENTS)}
     interactivity: dict[str, Any] = {"is_enabled": True}
     if not socket:
@@ -35,6 +45,7 @@ def manifest(
         },
         "features": {
             "bot_user": {"display_name": "kelpie", "always_online": True},
+            "slash_commands": [slash],
             "app_home": {"messages_tab_enabled": True, "messages_tab_read_only_enabled": False},
         },
         "oauth_config": {"scopes": {"bot": list(BOT_SCOPES)}},

@@ -71,6 +71,18 @@ class SessionRepository:
             ).first()
             return _session_info(row) if row else None
 
+    async def latest_in_channel(self, channel_id: str) -> SessionInfo | None:
+        async with self._db.sessions() as session:
+            row = (
+                await session.exec(
+                    select(SessionRow)
+                    .where(SessionRow.channel_id == channel_id)
+                    .order_by(col(SessionRow.id).desc())
+                    .limit(1)
+                )
+            ).first()
+            return _session_info(row) if row else None
+
     async def get(self, session_id: int) -> SessionInfo | None:
         async with self._db.sessions() as session:
             row = await session.get(SessionRow, session_id)
