@@ -22,10 +22,10 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.engine import Engine, RetryPolicy
-from bot.agent.session import AgentSessions
+from bot.agent.session import AgentSessions, ReporterFactory
 from bot.agent.turns import TurnScheduler
 from bot.approvals.coordinator import WriteCoordinator
-from bot.approvals.model import Approval, WriteAuditLog
+from bot.approvals.model import Approval, ApprovalCards, WriteAuditLog
 from bot.approvals.orphans import ConversationOrphans
 from bot.approvals.service import ApprovalService
 from bot.config import Config, OnNewMessage, Secrets, SlackMode
@@ -61,6 +61,7 @@ from bot.store.repositories import (
     SessionRepository,
     ToolAuditRepository,
 )
+from bot.terminal import Console, TerminalApprovalCards, TerminalChat, TerminalReporters
 from bot.tools.harness import ToolHarness, ToolRegistry
 from bot.tools.investigate import investigation_tool
 from bot.tools.kube.client import KubeClients
@@ -201,17 +202,47 @@ class Kelpie:
         await self.db.close()
 
 
-def build_kelpie(
-    config: Config, secrets: Secrets, *, write_audit: WriteAuditLog | None = None
-) -> Kelpie:
-    """Everything, wired. `write_audit` replaces the write-audit store (tests inject one that
-    fails, to prove a write never runs without its intent audit)."""
+@dataclass
+class AgentCore:
+    """What every front end shares: the store, the tools, the security pipeline, approvals,
+    the engine and the sessions. Slack (`build_kelpie`) and the terminal (`build_terminal`)
+    differ only in where approval cards and a turn's progress are shown."""
+
+    db: Database
+    messages: MessageRepository
+    sessions: SessionRepository
+    kube: KubeClients
+    registry: ToolRegistry
+    approval_store: ApprovalRepository
+    approvals: ApprovalService
+    orphans: ConversationOrphans
+    payloads: PayloadLog
+    agent: AgentSessions
+    background: list[Drainable]
+
+    async def start(self) -> None:
+        await self.db.create_schema()
+
+    async def close(self) -> None:
+        await self.approvals.close()
+        for background in self.background:
+            await background.drain()
+        self.kube.close()
+        await self.db.close()
+
+
+def build_core(
+    config: Config,
+    secrets: Secrets,
+    cards: ApprovalCards,
+    reporters: ReporterFactory,
+    *,
+    write_audit: WriteAuditLog | None = None,
+) -> AgentCore:
+    """The shared core, with approval cards and progress going to the given front end."""
     db = Database(config.database.url)
     messages = MessageRepository(db)
     sessions = SessionRepository(db)
-    client = slack_client(config, secrets)
-    signing_secret = secrets.signing_secret if config.slack.mode is SlackMode.HTTP else ""
-    slack_app = AsyncApp(client=client, signing_secret=signing_secret)
     kube = kube_clients(config)
     reads = read_tools(kube)
     registry = ToolRegistry(
@@ -224,7 +255,7 @@ def build_kelpie(
     orphans = ConversationOrphans(messages)
     approvals = ApprovalService(
         approval_store,
-        SlackApprovalCards(client),
+        cards,
         WriteCoordinator(registry, write_audit or WriteAuditRepository(db)),
         orphans,
     )
@@ -243,15 +274,6 @@ def build_kelpie(
         messages,
         RetryPolicy(retries=config.agent.llm_retries, delay_s=config.agent.llm_retry_delay_s),
     )
-    scheduler = TurnScheduler(interrupt=config.slack.on_new_message is OnNewMessage.INTERRUPT)
-    profile = config.models.active_profile
-    reporters = SlackReporters(
-        client,
-        config.slack,
-        interrupt=scheduler.interrupt,
-        model_name=profile.model,
-        tier=profile.tier.value if profile.tier else None,
-    )
     agent = AgentSessions(
         config,
         sessions,
@@ -263,6 +285,44 @@ def build_kelpie(
         router=ModelRouter(config, probe_capabilities),
         openings=SessionOpenings(db),
     )
+    return AgentCore(
+        db,
+        messages,
+        sessions,
+        kube,
+        registry,
+        approval_store,
+        approvals,
+        orphans,
+        payloads,
+        agent,
+        [post_hooks, session_hooks],
+    )
+
+
+def build_kelpie(
+    config: Config, secrets: Secrets, *, write_audit: WriteAuditLog | None = None
+) -> Kelpie:
+    """Everything, wired. `write_audit` replaces the write-audit store (tests inject one that
+    fails, to prove a write never runs without its intent audit)."""
+    client = slack_client(config, secrets)
+    signing_secret = secrets.signing_secret if config.slack.mode is SlackMode.HTTP else ""
+    slack_app = AsyncApp(client=client, signing_secret=signing_secret)
+    scheduler = TurnScheduler(interrupt=config.slack.on_new_message is OnNewMessage.INTERRUPT)
+    profile = config.models.active_profile
+    reporters = SlackReporters(
+        client,
+        config.slack,
+        interrupt=scheduler.interrupt,
+        model_name=profile.model,
+        tier=profile.tier.value if profile.tier else None,
+    )
+    core = build_core(
+        config, secrets, SlackApprovalCards(client), reporters, write_audit=write_audit
+    )
+    db, messages, sessions, kube = core.db, core.messages, core.sessions, core.kube
+    registry, agent, approvals, orphans = core.registry, core.agent, core.approvals, core.orphans
+    approval_store, payloads = core.approval_store, core.payloads
     approvers = ApproverDirectory(client)
 
     async def resume(approval: Approval) -> None:
@@ -300,7 +360,30 @@ def build_kelpie(
         sessions,
         kube,
         app_token,
-        background=[post_hooks, session_hooks],
+        background=core.background,
         approvals=approvals,
         payloads=payloads,
     )
+
+
+def build_terminal(
+    config: Config,
+    secrets: Secrets,
+    channel_name: str | None,
+    *,
+    console: Console | None = None,
+) -> TerminalChat:
+    """`kelpie chat`: the shared core with progress and approvals at a terminal prompt, in the
+    role the config gives a channel of that name (no name: the `im: true` mapping). Raises
+    `ChannelNotEnabled` when that channel maps to no role. No Slack client is built."""
+    binding = TerminalChat.bind(config, ChannelRoles(config), channel_name)
+    console = console or Console()
+    profile = config.models.active_profile
+    cards = TerminalApprovalCards(console)
+    reporters = TerminalReporters(
+        console, model_name=profile.model, tier=profile.tier.value if profile.tier else None
+    )
+    core = build_core(config, secrets, cards, reporters)
+    # Closed late, like `orphans.resume`: the service needs the cards port first.
+    cards.decide = core.approvals.decide
+    return TerminalChat(console, core.agent, binding, channel_name, core)

@@ -22,7 +22,6 @@ from bot.model.types import (
     Usage,
 )
 
-
 NO_USAGE = Usage(0, 0)  # what a provider that reports no usage amounts to
 
 CallSpec = tuple[str, dict[str, Any] | str] | tuple[str, dict[str, Any] | str, str]
@@ -38,6 +37,8 @@ class Step:
     usage: Usage = field(default_factory=lambda: Usage(10, 5))
     # Awaited before answering (e.g. to hold a round until a test lets it go).
     wait: asyncio.Event | None = None
+    # Set when the step is served (e.g. to let a held step elsewhere go).
+    release: asyncio.Event | None = None
 
 
 def text(value: str, *, usage: Usage | None = None) -> Step:
@@ -71,6 +72,8 @@ class ScriptedGateway:
         if not self.steps:
             raise AssertionError("the scripted gateway ran out of steps")
         step = self.steps.popleft()
+        if step.release is not None:
+            step.release.set()
         if step.hang:
             await asyncio.Event().wait()
         if step.wait is not None:
@@ -96,3 +99,20 @@ class ScriptedGateway:
 
     def assert_consumed(self) -> None:
         assert not self.steps, f"{len(self.steps)} scripted steps were not used"
+
+
+class RoutingGateway:
+    """Sends each request to one of two scripted gateways, e.g. background investigations
+    (whose system prompt carries a marker) to their own script."""
+
+    model_name = "scripted-model"
+
+    def __init__(self, main: ScriptedGateway, side: ScriptedGateway, marker: str) -> None:
+        self.main = main
+        self.side = side
+        self._marker = marker
+
+    async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelReply:
+        system = str(request.messages[0].get("content", "")) if request.messages else ""
+        target = self.side if self._marker in system else self.main
+        return await target.complete(request, on_text)

@@ -321,3 +321,44 @@ async def test_text_saying_approved_approves_nothing(world: World):
     await world.slack.deliver_event(follow)
     await world.drain()
     assert real_writes(world) == [] and replicas(world) == 3
+
+
+async def test_card_that_expired_while_kelpie_was_down_says_so_at_start(world: World):
+    bot = await world.start_bot({"roles": {"operator": {"approval": {"timeout_s": 2}}}})
+    _, card = await propose_scale(world)
+    await world.stop_bot(bot)
+    await asyncio.sleep(2.5)  # the approval's deadline passes while nothing runs
+    await world.start_bot()
+    await world.slack.wait_for(
+        lambda s: "Expired" in card_text(s.get_message(OPS_CHANNEL, card.ts))
+    )
+    assert not has_buttons(world.slack.get_message(OPS_CHANNEL, card.ts))
+    assert real_writes(world) == []
+
+
+async def test_forged_http_click_is_refused_and_writes_nothing(world: World):
+    bot = await world.start_bot(
+        {"slack": {"mode": "http"}, "roles": {"operator": {"approval": {"timeout_s": 3}}}}
+    )
+    url = f"http://127.0.0.1:{bot.http_port}/slack/events"
+    world.model.reply_tool_calls(
+        [
+            (
+                "scale_deployment",
+                {"namespace": "shop", "name": "checkout-api", "replicas": 5, "reason": "load"},
+            )
+        ]
+    )
+    world.model.reply_text("Not approved.")
+    mention = world.slack.mention(OPS_CHANNEL, ALICE, "scale to 5")
+    status, _ = await world.slack.post_signed(url, world.slack.event_envelope_payload(mention))
+    assert status == 200
+    card = await wait_card(world, mention["ts"])
+    forged = world.slack.block_action(
+        CAROL, OPS_CHANNEL, card.ts, "kelpie_approve", approval_id(card)
+    )
+    status, _ = await world.slack.post_signed(url, forged, signing_secret="attacker-guess")
+    assert status == 401
+    await world.drain()
+    assert real_writes(world) == [] and replicas(world) == 3
+    assert "expired" in last_tool_result(world)

@@ -133,9 +133,7 @@ def repair_tool_pairs(messages: list[Message]) -> tuple[list[Message], int]:
             if candidate.role is Role.ASSISTANT and ids & {c.id for c in candidate.tool_calls}:
                 break  # a later round reusing the same ids: its results are its own
             if candidate.role is Role.TOOL and candidate.tool_call_id in ids:
-                if candidate.tool_call_id in found:
-                    changes += 1
-                found[candidate.tool_call_id or ""] = later
+                found[candidate.tool_call_id or ""] = later  # superseded ones count below
         claimed.update(found.values())
         for call in message.tool_calls:
             position = found.get(call.id)

@@ -147,9 +147,10 @@ def system_prompt(
     prompt = build(detailed=False, rules_text=rules)
     if len(prompt) <= budget or not rules:
         return prompt
-    room = max(0, len(rules) - (len(prompt) - budget) - 40)
+    marker = "\n[team rules cut to fit the prompt budget]"
+    room = max(0, len(rules) - (len(prompt) - budget) - len(marker))
     log.warning("agent.rules cut to %d of %d chars to fit the prompt budget", room, len(rules))
-    cut = rules[:room].rstrip() + "\n[team rules cut to fit the prompt budget]" if room else ""
+    cut = rules[:room].rstrip() + marker if room else ""
     return build(detailed=False, rules_text=cut)
 
 

@@ -97,8 +97,8 @@ class ApprovalService:
         self._waiters[approval.id] = waiter
         try:
             try:
-                card_ts = await self._cards.post(approval)
-                await self._store.set_card(approval.id, card_ts)
+                # Shielded: a card in Slack whose ts is not stored could never be updated.
+                await asyncio.shield(self._post_card(approval))
             except Exception:
                 log.exception("could not post the approval card for %s", approval.id)
                 await self._store.transition(
@@ -128,6 +128,10 @@ class ApprovalService:
             raise
         finally:
             self._waiters.pop(approval.id, None)
+
+    async def _post_card(self, approval: Approval) -> None:
+        card_ts = await self._cards.post(approval)
+        await self._store.set_card(approval.id, card_ts)
 
     async def decide(self, approval_id: str, user: str, approve: bool) -> Decided:
         """Apply a verified person's click. Exactly one concurrent click wins."""

@@ -621,6 +621,8 @@ class NativeReporter(_ThreadReporter):
             if self._ts is None:
                 self._record(batch)
                 return
+        if not self._segment_text:
+            batch = _trim_leading_gap(batch)
         ts = self._ts
         try:
             await self._ctx.pacer.call(
@@ -676,7 +678,7 @@ class NativeReporter(_ThreadReporter):
             for task in self._tasks.values()
             if task.status is None and task.tool_call_id not in carried_ids
         ]
-        chunks = [_plan(copy.PLAN_WORKING), *running, *carry]
+        chunks = [_plan(copy.PLAN_WORKING), *running, *_trim_leading_gap(carry)]
         try:
             self._ts = await self._start_stream(slot, chunks)
         except SlackApiError as error:
@@ -891,6 +893,16 @@ def _plan_title(finish: TurnFinish) -> str:
         TurnFinish.ERROR: copy.PLAN_FAILED,
         TurnFinish.INTERRUPTED: copy.PLAN_INTERRUPTED,
     }[finish]
+
+
+def _trim_leading_gap(chunks: list[Json]) -> list[Json]:
+    """A new stream message does not start with the blank lines that separated rounds."""
+    for index, chunk in enumerate(chunks):
+        if chunk["type"] == "markdown_text":
+            text = chunk["text"].lstrip("\n")
+            trimmed = [*chunks[:index], {**chunk, "text": text}, *chunks[index + 1 :]]
+            return [c for c in trimmed if c["type"] != "markdown_text" or c["text"]]
+    return chunks
 
 
 def _texts(chunks: list[Json]) -> list[str]:

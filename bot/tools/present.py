@@ -50,7 +50,7 @@ def present_tools(read_tools: Sequence[Tool]) -> list[Tool]:
                 read_args[key] = args[key]
         logs = await read_logs(read_args, context)
         attachment = logs.attachment if logs.attachment is not None else logs.text
-        confirmation = f"Posted the {logs.summary} to the thread as a file."
+        confirmation = f"Posted to the thread as a file: {logs.summary}."
         if analyse:
             # The model asked to keep going: it gets the lines too (cut to its budget later).
             text = f"{confirmation}\n{logs.text}"
