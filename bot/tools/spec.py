@@ -7,7 +7,7 @@ Slack; the handlers live in `bot/tools/kube/` and are registered by the composit
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -245,3 +245,15 @@ def str_arg(args: dict[str, Any], key: str, *, max_len: int = 512) -> str | None
     if not isinstance(value, str) or len(value) > max_len:
         raise ToolArgumentError(f"{key} must be a string of at most {max_len} characters.")
     return value
+
+
+def only_args(args: Any, allowed: Iterable[str]) -> dict[str, Any]:
+    """Reject non-objects and unknown argument names (the schema says additionalProperties)."""
+    if not isinstance(args, dict):
+        raise ToolArgumentError("arguments must be a JSON object.")
+    allowed_set = set(allowed)
+    unknown = sorted(set(args) - allowed_set)
+    if unknown:
+        known = ", ".join(sorted(allowed_set)) or "none"
+        raise ToolArgumentError(f"unknown argument(s) {', '.join(unknown)}; known: {known}.")
+    return args

@@ -12,7 +12,7 @@ come from a secretKeyRef are never resolved (container env is not shown at all).
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +29,7 @@ from bot.tools.spec import (
     int_arg,
     name_arg,
     namespace_arg,
+    only_args,
     str_arg,
 )
 
@@ -74,18 +75,6 @@ def _schema(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[st
 
 
 # --- small helpers ----------------------------------------------------------------------
-
-
-def _only(args: Any, allowed: Iterable[str]) -> dict[str, Any]:
-    """Reject non-objects and unknown argument names (the schema says additionalProperties)."""
-    if not isinstance(args, dict):
-        raise ToolArgumentError("arguments must be a JSON object.")
-    allowed_set = set(allowed)
-    unknown = sorted(set(args) - allowed_set)
-    if unknown:
-        known = ", ".join(sorted(allowed_set)) or "none"
-        raise ToolArgumentError(f"unknown argument(s) {', '.join(unknown)}; known: {known}.")
-    return args
 
 
 def dig(obj: Any, *path: str) -> Any:
@@ -304,7 +293,7 @@ class _ReadTools:
     # --- namespaces -------------------------------------------------------------------
 
     async def list_namespaces(self, args: dict[str, Any], context: ToolContext) -> ToolResult:
-        args = _only(args, ["label_selector"])
+        args = only_args(args, ["label_selector"])
         selector = str_arg(args, "label_selector")
         kube = self._kube(context)
         listing = await kube.call_json(
@@ -327,7 +316,7 @@ class _ReadTools:
     # --- pods ------------------------------------------------------------------------------
 
     async def list_pods(self, args: dict[str, Any], context: ToolContext) -> ToolResult:
-        args = _only(args, ["namespace", "label_selector", "field_selector"])
+        args = only_args(args, ["namespace", "label_selector", "field_selector"])
         namespace = namespace_arg(args, context, allow_all=True)
         selectors = {
             "label_selector": str_arg(args, "label_selector"),
@@ -367,7 +356,7 @@ class _ReadTools:
         return _result([summary, *_table(header, rows), *([more] if more else [])], summary)
 
     async def describe_pod(self, args: dict[str, Any], context: ToolContext) -> ToolResult:
-        args = _only(args, ["namespace", "name"])
+        args = only_args(args, ["namespace", "name"])
         namespace = namespace_arg(args, context, allow_all=False)
         name = name_arg(args)
         assert namespace is not None and name is not None
@@ -429,7 +418,7 @@ class _ReadTools:
         return _result(lines, summary + f", restarts {_restarts(pod)}")
 
     async def pod_logs(self, args: dict[str, Any], context: ToolContext) -> ToolResult:
-        args = _only(
+        args = only_args(
             args,
             [
                 "namespace",
@@ -482,7 +471,7 @@ class _ReadTools:
     # --- deployments ----------------------------------------------------------------------
 
     async def list_deployments(self, args: dict[str, Any], context: ToolContext) -> ToolResult:
-        args = _only(args, ["namespace", "label_selector"])
+        args = only_args(args, ["namespace", "label_selector"])
         namespace = namespace_arg(args, context, allow_all=True)
         selector = str_arg(args, "label_selector")
         kube = self._kube(context)
@@ -527,7 +516,7 @@ class _ReadTools:
         return _result([summary, *_table(header, rows), *([more] if more else [])], summary)
 
     async def describe_deployment(self, args: dict[str, Any], context: ToolContext) -> ToolResult:
-        args = _only(args, ["namespace", "name"])
+        args = only_args(args, ["namespace", "name"])
         namespace = namespace_arg(args, context, allow_all=False)
         name = name_arg(args)
         assert namespace is not None and name is not None
@@ -626,7 +615,7 @@ class _ReadTools:
     # --- events -------------------------------------------------------------------------
 
     async def list_events(self, args: dict[str, Any], context: ToolContext) -> ToolResult:
-        args = _only(args, ["namespace", "kind", "name", "warnings_only"])
+        args = only_args(args, ["namespace", "kind", "name", "warnings_only"])
         namespace = namespace_arg(args, context, allow_all=True)
         kind = str_arg(args, "kind", max_len=63)
         if kind is not None and not _KIND.match(kind):
@@ -665,7 +654,7 @@ class _ReadTools:
     # --- nodes ------------------------------------------------------------------------------
 
     async def list_nodes(self, args: dict[str, Any], context: ToolContext) -> ToolResult:
-        args = _only(args, ["label_selector"])
+        args = only_args(args, ["label_selector"])
         selector = str_arg(args, "label_selector")
         kube = self._kube(context)
         listing = await kube.call_json("list nodes", kube.core.list_node, label_selector=selector)
@@ -699,7 +688,7 @@ class _ReadTools:
     # --- services --------------------------------------------------------------------------
 
     async def list_services(self, args: dict[str, Any], context: ToolContext) -> ToolResult:
-        args = _only(args, ["namespace", "label_selector"])
+        args = only_args(args, ["namespace", "label_selector"])
         namespace = namespace_arg(args, context, allow_all=True)
         selector = str_arg(args, "label_selector")
         kube = self._kube(context)

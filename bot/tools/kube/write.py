@@ -52,6 +52,7 @@ from bot.tools.spec import (
     int_arg,
     name_arg,
     namespace_arg,
+    only_args,
 )
 
 Obj = dict[str, Any]
@@ -92,18 +93,6 @@ _SUFFIX = {
 
 
 # --- small helpers ----------------------------------------------------------------------
-
-
-def _only(args: Any, allowed: Iterable[str]) -> dict[str, Any]:
-    """Reject non-objects and unknown argument names (the schema says additionalProperties)."""
-    if not isinstance(args, dict):
-        raise ToolArgumentError("arguments must be a JSON object.")
-    allowed_set = set(allowed)
-    unknown = sorted(set(args) - allowed_set)
-    if unknown:
-        known = ", ".join(sorted(allowed_set)) or "none"
-        raise ToolArgumentError(f"unknown argument(s) {', '.join(unknown)}; known: {known}.")
-    return args
 
 
 def _required_name(args: dict[str, Any], key: str = "name") -> str:
@@ -416,7 +405,7 @@ class ScaleDeployment(_DeploymentWrite):
         self.max_replicas = max_replicas
 
     async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
-        args = _only(args, ["namespace", "name", "replicas"])
+        args = only_args(args, ["namespace", "name", "replicas"])
         namespace, name = _namespace(args, context), _required_name(args)
         if "replicas" not in args:
             raise ToolArgumentError("replicas is required.")
@@ -494,7 +483,7 @@ class RestartDeployment(_DeploymentWrite):
     tool_name = "restart_deployment"
 
     async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
-        args = _only(args, ["namespace", "name"])
+        args = only_args(args, ["namespace", "name"])
         namespace, name = _namespace(args, context), _required_name(args)
         kube = self._kube(context.cluster)
         await self._require_access(
@@ -555,7 +544,7 @@ class RollbackDeployment(_DeploymentWrite):
     tool_name = "rollback_deployment"
 
     async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
-        args = _only(args, ["namespace", "name", "revision"])
+        args = only_args(args, ["namespace", "name", "revision"])
         namespace, name = _namespace(args, context), _required_name(args)
         wanted = int_arg(args, "revision", default=None, minimum=1, maximum=2**31 - 1)
         kube = self._kube(context.cluster)
@@ -682,7 +671,7 @@ class SetContainerResources(_DeploymentWrite):
     tool_name = "set_container_resources"
 
     async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
-        args = _only(args, ["namespace", "name", "container", "requests", "limits"])
+        args = only_args(args, ["namespace", "name", "container", "requests", "limits"])
         namespace, name = _namespace(args, context), _required_name(args)
         container = _required_name(args, "container")
         requests = _resource_values(args, "requests")
@@ -832,7 +821,7 @@ class DeletePod(_WriteOperation):
     tool_name = "delete_pod"
 
     async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
-        args = _only(args, ["namespace", "name", "grace_period_seconds"])
+        args = only_args(args, ["namespace", "name", "grace_period_seconds"])
         namespace, name = _namespace(args, context), _required_name(args)
         grace = int_arg(
             args, "grace_period_seconds", default=None, minimum=0, maximum=MAX_GRACE_PERIOD_S
@@ -931,7 +920,7 @@ class _NodeSchedulability(_WriteOperation):
         self._verb = "cordon" if unschedulable else "uncordon"
 
     async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
-        args = _only(args, ["name"])
+        args = only_args(args, ["name"])
         name = _required_name(args)
         kube = self._kube(context.cluster)
         await self._require_access(kube, _Access("patch", "nodes", "", None, None, name))
