@@ -61,7 +61,13 @@ from bot.store.repositories import (
     SessionRepository,
     ToolAuditRepository,
 )
-from bot.terminal import Console, TerminalApprovalCards, TerminalChat, TerminalReporters
+from bot.terminal import (
+    Console,
+    TerminalApprovalCards,
+    TerminalChat,
+    TerminalReporters,
+    terminal_binding,
+)
 from bot.tools.harness import ToolHarness, ToolRegistry
 from bot.tools.investigate import investigation_tool
 from bot.tools.kube.client import KubeClients
@@ -123,7 +129,8 @@ def security_stages(config: Config, secrets: Secrets, messages: MessageRepositor
         profile = config.guardian.model_profile
         stages.append(
             GuardianStage(
-                model_gateway(config, secrets, profile),
+                # The guardian's requests leave kelpie too: the same outbound masking.
+                MaskingGateway(model_gateway(config, secrets, profile)),
                 recent=messages.recent_texts,
                 timeout_s=config.models.profiles[profile].timeout_s,
             )
@@ -376,7 +383,7 @@ def build_terminal(
     """`kelpie chat`: the shared core with progress and approvals at a terminal prompt, in the
     role the config gives a channel of that name (no name: the `im: true` mapping). Raises
     `ChannelNotEnabled` when that channel maps to no role. No Slack client is built."""
-    binding = TerminalChat.bind(config, ChannelRoles(config), channel_name)
+    binding = terminal_binding(ChannelRoles(config), channel_name)
     console = console or Console()
     profile = config.models.active_profile
     cards = TerminalApprovalCards(console)

@@ -1,4 +1,4 @@
-"""`kelpie run | check | manifest`: one console entry point."""
+"""`kelpie run | check | chat | manifest`: one console entry point."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from bot.errors import KelpieError
 EXIT_CONFIG = 2
 
 
-def _setup_logging() -> None:
+def _setup_logging(default_level: str = "INFO") -> None:
     logging.basicConfig(
-        level=os.environ.get("KELPIE_LOG_LEVEL", "INFO"),
+        level=os.environ.get("KELPIE_LOG_LEVEL", default_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     # LiteLLM and the HTTP stacks are chatty at INFO and may echo request details.
@@ -79,6 +79,31 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if all(result.ok for result in results) else 1
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    from bot.app import build_terminal
+    from bot.terminal import ChannelNotEnabled
+
+    # The log shares the terminal with the conversation: errors only (KELPIE_LOG_LEVEL wins).
+    _setup_logging("ERROR")
+    try:
+        config = _load(args.config)
+        channel = args.channel.lstrip("#") if args.channel else None
+        chat = build_terminal(config, Secrets(config), channel)
+    except ConfigError as error:
+        return _print_config_problems(error)
+    except ChannelNotEnabled as error:
+        print(error, file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        asyncio.run(chat.run())
+    except KelpieError as error:
+        print(f"kelpie: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # before the chat's own Ctrl-C handling was in place
+        return 130
+    return 0
+
+
 def cmd_manifest(args: argparse.Namespace) -> int:
     from bot.slack.manifest import manifest_yaml
 
@@ -99,6 +124,18 @@ def main(argv: list[str] | None = None) -> int:
             "--config", help="config file (default: $KELPIE_CONFIG or config/kelpie.yaml)"
         )
         sub.set_defaults(handler=handler)
+    chat = commands.add_parser(
+        "chat", help="talk to kelpie in this terminal (same engine, pipeline and approvals)"
+    )
+    chat.add_argument(
+        "--config", help="config file (default: $KELPIE_CONFIG or config/kelpie.yaml)"
+    )
+    chat.add_argument(
+        "--channel",
+        metavar="NAME",
+        help="act with the role the config gives this channel (default: the im: true mapping)",
+    )
+    chat.set_defaults(handler=cmd_chat)
     manifest = commands.add_parser("manifest", help="print the Slack app manifest")
     manifest.add_argument("--mode", choices=["socket", "http"], default="socket")
     manifest.set_defaults(handler=cmd_manifest)

@@ -1,0 +1,479 @@
+"""`kelpie chat`: the same engine, security pipeline and approvals as in Slack, at a terminal.
+
+Questions are typed at a prompt; each one is a turn of one session that lives in the
+configured database like a Slack thread (team `terminal`, channel `terminal:<name>`, thread =
+the chat's start time), so follow-ups carry the history. The role is the one the config gives
+a channel of that name. Tool calls print as one line each, the answer streams as it arrives,
+and a write asks for approval at the prompt: the answer goes to the approval service's
+`decide()`, the same path a Slack click takes, so the write coordinator and its audits apply
+unchanged. Only a person's answer typed at the prompt can approve; nothing the model writes
+reaches `decide()`.
+
+stdin is read by one reader thread into a queue, so the event loop never blocks on it and a
+prompt that is no longer wanted (an approval that expired) is cancelled cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import io
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TextIO
+
+from bot.agent.conversation import SessionInfo
+from bot.agent.events import (
+    RoundStarted,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    ToolStatus,
+    TurnEvent,
+    TurnFinish,
+    TurnFinished,
+    TurnStats,
+)
+from bot.agent.session import AgentSessions, IncomingMessage
+from bot.approvals.model import Approval, ApprovalState
+from bot.errors import KelpieError
+from bot.policy.roles import ChannelBinding, ChannelRoles
+
+log = logging.getLogger(__name__)
+
+TERMINAL_TEAM = "terminal"
+# Who asks and who decides: the person at the terminal, who runs kelpie with the config's
+# cluster credentials in hand.
+TERMINAL_USER = "terminal-user"
+PROMPT = "you> "
+APPROVAL_PROMPT = "Approve this change? [y/N] "
+QUIT_WORDS = frozenset({"/quit", "/exit"})
+
+_STATUS_MARK = {ToolStatus.OK: "✓", ToolStatus.FAILED: "✗", ToolStatus.DENIED: "⛔"}
+
+
+class ChannelNotEnabled(KelpieError):
+    """The channel named for `kelpie chat` maps to no role."""
+
+
+def terminal_binding(roles: ChannelRoles, channel_name: str | None) -> ChannelBinding:
+    """The role of a channel of that name; no name means a direct message (`im: true`)."""
+    binding = roles.bind("", channel_name, is_im=channel_name is None)
+    if binding is not None:
+        return binding
+    if channel_name is None:
+        raise ChannelNotEnabled(
+            "kelpie is not enabled in direct messages (the config maps them to no role); "
+            "name a channel with --channel NAME."
+        )
+    raise ChannelNotEnabled(
+        f"kelpie is not enabled in #{channel_name}: the config maps that channel to no role."
+    )
+
+
+class Console:
+    """Lines from stdin and text to stdout, for one event loop."""
+
+    def __init__(self, stdin_fd: int | None = None, out: TextIO | None = None) -> None:
+        self._fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
+        self._out = out or sys.stdout
+        if isinstance(self._out, io.TextIOWrapper):
+            # An unencodable character must never end the chat.
+            self._out.reconfigure(errors="replace")
+        self._echoes = os.isatty(self._fd)
+        self._lines: asyncio.Queue[str | None] | None = None
+        self._eof = False
+        self._at_line_start = True
+
+    def start(self) -> None:
+        """Start the reader thread (once), bound to the running loop."""
+        if self._lines is not None:
+            return
+        loop = asyncio.get_running_loop()
+        lines: asyncio.Queue[str | None] = asyncio.Queue()
+        self._lines = lines
+
+        def put(item: str | None) -> bool:
+            try:
+                loop.call_soon_threadsafe(lines.put_nowait, item)
+            except RuntimeError:  # the loop is closed: kelpie is exiting
+                return False
+            return True
+
+        def read() -> None:
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            pending = ""
+            while True:
+                try:
+                    chunk = os.read(self._fd, 4096)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    if pending:
+                        put(pending)
+                    put(None)
+                    return
+                pending += decoder.decode(chunk)
+                while "\n" in pending:
+                    line, pending = pending.split("\n", 1)
+                    if not put(line.rstrip("\r")):
+                        return
+
+        # A daemon thread: blocked in read() it never holds kelpie's exit back.
+        threading.Thread(target=read, name="kelpie-stdin", daemon=True).start()
+
+    def end_input(self) -> None:
+        """Make the next (or pending) read return None, as at end of input."""
+        if self._lines is not None:
+            self._lines.put_nowait(None)
+        else:
+            self._eof = True
+
+    async def read_line(self, prompt: str) -> str | None:
+        """One line typed after `prompt`; None at end of input (Ctrl-D) from then on."""
+        if self._eof:
+            return None
+        if self._lines is None:
+            self.start()
+        assert self._lines is not None
+        self.line_start()
+        self.write(prompt)
+        line = await self._lines.get()
+        if line is None:
+            self._eof = True
+            self.write("\n")
+        elif self._echoes:
+            self._at_line_start = True  # the terminal echoed the Enter
+        else:
+            self.write(f"{line}\n")
+        return line
+
+    def write(self, text: str) -> None:
+        if not text:
+            return
+        self._out.write(text)
+        self._out.flush()
+        self._at_line_start = text.endswith("\n")
+
+    def line_start(self) -> None:
+        if not self._at_line_start:
+            self.write("\n")
+
+    def line(self, text: str) -> None:
+        """A whole line of its own."""
+        self.line_start()
+        self.write(f"{text}\n")
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def footer(stats: TurnStats, tier: str | None, evidence: list[str]) -> str:
+    parts = [stats.model] if stats.model else []
+    if tier:
+        parts.append(f"tier {tier}")
+    parts += [_plural(stats.rounds, "round"), _plural(stats.tool_calls, "tool call")]
+    if stats.input_tokens or stats.output_tokens:
+        mark = "~" if stats.tokens_estimated else ""
+        parts.append(f"{mark}{stats.input_tokens:,} in / {mark}{stats.output_tokens:,} out tokens")
+    parts.append(f"{stats.duration_s:.1f} s")
+    if evidence:
+        parts.append(f"evidence {', '.join(evidence)}")
+    return " · ".join(parts)
+
+
+class TerminalReporter:
+    """One turn at the terminal: a line per tool call, the answer streamed, a footer."""
+
+    def __init__(self, console: Console, model_name: str, tier: str | None) -> None:
+        self._console = console
+        self._model_name = model_name
+        self._tier = tier
+        self._args: dict[str, str] = {}
+        self._rounds = 0
+        self._tool_calls = 0
+        self._any_text = False
+        self._in_text = False
+        self._started = time.monotonic()
+
+    async def emit(self, event: TurnEvent) -> None:
+        if isinstance(event, RoundStarted):
+            self._rounds = max(self._rounds, event.round_index + 1)
+            self._in_text = False
+        elif isinstance(event, TextDelta):
+            if not event.text:
+                return
+            if not self._in_text:
+                self._console.line_start()
+                if self._any_text:
+                    self._console.write("\n")
+                self._in_text = True
+            self._any_text = True
+            self._console.write(event.text)
+        elif isinstance(event, ToolStarted):
+            self._in_text = False
+            self._args[event.tool_call_id] = event.args_summary
+            self._console.line(f"  · {_call(event.name, event.args_summary)} …")
+        elif isinstance(event, ToolFinished):
+            self._in_text = False
+            self._tool_calls += 1
+            mark = _STATUS_MARK.get(event.status, "?")
+            call = _call(event.name, self._args.get(event.tool_call_id, ""))
+            summary = f" · {event.summary}" if event.summary else ""
+            self._console.line(f"  {mark} {call}{summary}")
+
+    async def close(self, finished: TurnFinished) -> None:
+        console = self._console
+        console.line_start()
+        if finished.finish is TurnFinish.ERROR:
+            console.line(f"⚠ {finished.error or 'Something went wrong on kelpie’s side.'}")
+        elif finished.finish is TurnFinish.INTERRUPTED:
+            console.line("Interrupted.")
+        else:
+            if not self._any_text:
+                console.line(finished.answer.strip() or "(The model returned an empty answer.)")
+            if finished.finish is TurnFinish.MAX_ITERATIONS:
+                console.line("(I used all my tool rounds for this question; this is what I found.)")
+        stats = finished.stats
+        if not stats.model:  # an interrupted turn reports no stats: show what was seen
+            stats = TurnStats(
+                model=self._model_name,
+                rounds=self._rounds,
+                tool_calls=self._tool_calls,
+                duration_s=time.monotonic() - self._started,
+            )
+        console.line(f"  [{footer(stats, self._tier, finished.evidence)}]")
+
+
+def _call(name: str, args: str) -> str:
+    return f"{name} {args}" if args else name
+
+
+class TerminalReporters:
+    """ReporterFactory port for the terminal."""
+
+    def __init__(self, console: Console, *, model_name: str, tier: str | None) -> None:
+        self._console = console
+        self._model_name = model_name
+        self._tier = tier
+
+    async def open(self, session: SessionInfo, message: IncomingMessage) -> TerminalReporter:
+        return TerminalReporter(self._console, self._model_name, self._tier)
+
+
+Decide = Callable[[str, str, bool], Awaitable[object]]
+
+
+def approval_card(approval: Approval) -> str:
+    plan = approval.plan
+    target = plan.target
+    changes = [f"    {change.render()}" for change in plan.changes] or ["    (no field changes)"]
+    where = f"{target.namespace or '-'}/{target.name}"
+    lines = [
+        f"Approval needed: {plan.description}",
+        f"  where:   cluster {plan.cluster} · {target.kind} {where}",
+        f"  tool:    {plan.tool}",
+        "  preview (server-side dry run):",
+        *changes,
+    ]
+    if approval.reason:
+        lines.append(f"  reason:  {approval.reason}")
+    expires = approval.expires_at.astimezone().strftime("%H:%M:%S")
+    lines.append(f"  expires {expires} · approval {approval.id[:8]}")
+    return "\n".join(lines)
+
+
+def approval_state(approval: Approval, note: str = "") -> str:
+    status = approval.status
+    if status is ApprovalState.APPROVED:
+        text = f"  Approved by {approval.decided_by or TERMINAL_USER}"
+    elif status is ApprovalState.REJECTED:
+        text = "  ⛔ Rejected: not executed."
+    elif status is ApprovalState.EXPIRED:
+        text = "  ⏰ Expired with no decision: not executed."
+    elif status is ApprovalState.CANCELLED:
+        text = "  ✗ Cancelled: the turn was interrupted, not executed."
+    else:
+        text = "  Waiting for approval"
+    if approval.outcome:
+        text += f" · outcome: {approval.outcome}"
+    if note:
+        text += f" · {note}"
+    return text
+
+
+class TerminalApprovalCards:
+    """ApprovalCards port at the terminal: `post` prints the card and asks y/N at the prompt;
+    the answer goes to `decide` (the approval service's, bound by the composition root), so
+    expiry, the write coordinator and its audits work exactly as for a Slack click."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+        self.decide: Decide | None = None
+        self._asking: dict[str, asyncio.Task[None]] = {}
+
+    async def post(self, approval: Approval) -> str:
+        self._console.line(approval_card(approval))
+        task = asyncio.create_task(self._ask(approval.id), name=f"approval:{approval.id}")
+        self._asking[approval.id] = task
+        task.add_done_callback(lambda _: self._asking.pop(approval.id, None))
+        return f"terminal:{approval.id}"
+
+    async def update(self, approval: Approval, note: str = "") -> None:
+        asking = self._asking.get(approval.id)
+        if (
+            approval.status is not ApprovalState.PENDING
+            and asking is not None
+            and asking is not asyncio.current_task()
+        ):
+            asking.cancel()  # expired or cancelled: the question is no longer open
+        self._console.line(approval_state(approval, note))
+
+    async def _ask(self, approval_id: str) -> None:
+        answer = await self._console.read_line(APPROVAL_PROMPT)
+        approve = (answer or "").strip().lower() in {"y", "yes"}
+        if self.decide is None:
+            log.error("terminal approvals are not bound to a service; %s stays open", approval_id)
+            return
+        try:
+            await self.decide(approval_id, TERMINAL_USER, approve)
+        except Exception:
+            log.exception("deciding approval %s failed", approval_id)
+            self._console.line("⚠ The decision could not be applied; the details are in the log.")
+
+
+class Runtime(Protocol):
+    """The shared core's lifecycle (the database, hooks, cluster clients)."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class TerminalChat:
+    """The prompt loop: each question is a turn; Ctrl-C stops a running turn (at the prompt
+    it ends the chat), /quit or Ctrl-D ends the chat."""
+
+    def __init__(
+        self,
+        console: Console,
+        agent: AgentSessions,
+        binding: ChannelBinding,
+        channel_name: str | None,
+        runtime: Runtime,
+    ) -> None:
+        self._console = console
+        self._agent = agent
+        self._binding = binding
+        self._channel_name = channel_name
+        self._runtime = runtime
+        self._channel_id = f"terminal:{channel_name or 'dm'}"
+        self._thread_ts = f"{time.time():.6f}"
+        self._running: tuple[asyncio.Task[None], asyncio.Event] | None = None
+
+    @property
+    def session_key(self) -> str:
+        return f"{TERMINAL_TEAM}:{self._channel_id}:{self._thread_ts}"
+
+    async def run(self) -> None:
+        await self._runtime.start()
+        loop = asyncio.get_running_loop()
+        signals = []
+        for sig, handler in ((signal.SIGINT, self._on_interrupt), (signal.SIGTERM, self._quit)):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, handler)
+                signals.append(sig)
+        try:
+            self._console.start()
+            self._console.line(self._banner())
+            while True:
+                line = await self._console.read_line(PROMPT)
+                if line is None:
+                    break
+                text = line.strip()
+                if not text:
+                    continue
+                if text.lower() in QUIT_WORDS:
+                    break
+                await self._turn(text)
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+            await self._runtime.close()
+
+    def _banner(self) -> str:
+        binding = self._binding
+        where = f"#{self._channel_name}" if self._channel_name else "direct message"
+        parts = [
+            f"kelpie chat · {where}",
+            f"role {binding.role_name}",
+            f"cluster {binding.cluster}",
+        ]
+        if binding.namespace:
+            parts.append(f"namespace {binding.namespace}")
+        return (
+            " · ".join(parts)
+            + "\nAsk a question. Ctrl-C stops an answer; /quit or Ctrl-D ends the chat."
+        )
+
+    async def _turn(self, text: str) -> None:
+        ts = f"{time.time():.6f}"
+        message = IncomingMessage(
+            team_id=TERMINAL_TEAM,
+            channel_id=self._channel_id,
+            channel_name=self._channel_name,
+            is_dm=self._channel_name is None,
+            thread_ts=self._thread_ts,
+            ts=ts,
+            user=TERMINAL_USER,
+            text=text,
+        )
+        try:
+            accepted = await self._agent.accept(message, self._binding)
+        except Exception:
+            log.exception("could not record the question")
+            self._console.line(
+                "⚠ kelpie could not record the question; the details are in its log."
+            )
+            return
+        abort = asyncio.Event()
+        task = asyncio.create_task(self._agent.run_turn(accepted, abort), name="turn:terminal")
+        self._running = (task, abort)
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            self._stop(task, abort)
+            await asyncio.wait({task})
+            raise
+        finally:
+            self._running = None
+        if not task.cancelled() and task.exception() is not None:
+            log.error("the turn failed", exc_info=task.exception())
+            self._console.line(
+                "⚠ Something went wrong on kelpie's side; the details are in its log."
+            )
+
+    @staticmethod
+    def _stop(task: asyncio.Task[None], abort: asyncio.Event) -> None:
+        """Interrupt a turn as a person would: a pending approval is cancelled, not left."""
+        abort.set()
+        task.cancel()
+
+    def _on_interrupt(self) -> None:
+        """Ctrl-C: stops the running turn; at the prompt, ends the chat."""
+        if self._running is not None:
+            self._stop(*self._running)
+        else:
+            self._console.end_input()
+
+    def _quit(self) -> None:
+        if self._running is not None:
+            self._stop(*self._running)
+        self._console.end_input()
