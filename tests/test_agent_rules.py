@@ -31,7 +31,7 @@ from bot.agent.engine import (
     RetryPolicy,
     TurnRequest,
 )
-from bot.agent.events import ToolFinished, ToolStatus, TurnEvent, TurnFinish
+from bot.agent.events import TextDelta, ToolFinished, ToolStatus, TurnEvent, TurnFinish
 from bot.agent.evidence import EvidenceLedger
 from bot.agent.prompt import SAFETY_CONTRACT, PromptContext, system_prompt
 from bot.agent.toolround import REPEATED_NOTE, cut_result
@@ -541,8 +541,11 @@ async def test_evidence_refs_the_ledger_note_and_unknown_refs_removed(db):
         script.text("The pod is OOMKilled [E2], restarts [E1, E9]; see [E9]."),
     )
     rig = Rig(db, gateway, [read_tool("list_pods"), read_tool("describe_pod")])
-    finished = await rig.engine.run_turn(rig.request(session, low()), Recorder())
+    recorder = Recorder()
+    finished = await rig.engine.run_turn(rig.request(session, low()), recorder)
     assert finished.answer == "The pod is OOMKilled [E2], restarts [E1]; see."
+    streamed = "".join(e.text for e in recorder.events if isinstance(e, TextDelta))
+    assert streamed == "The pod is OOMKilled [E2], restarts [E1]; see ."  # never [E9]
     assert finished.evidence == ["E1", "E2"]
     # The failed call got no reference; the ledger rides along in the system prompt.
     assert tool_results(gateway.requests[2])[-1]["content"].startswith("Error:")
@@ -671,6 +674,16 @@ async def test_engine_trims_and_repairs_loaded_history(db):
     assert not any("follow-up 0 " in (m["content"] or "") for m in sent)
 
 
+async def test_the_opening_message_of_a_new_session_is_not_sent_twice(db):
+    session = await new_session(db)
+    gateway = script.ScriptedGateway(script.text("ok"))
+    rig = Rig(db, gateway, [])
+    request = rig.request(session, low())
+    request.opening = request.user_message
+    await rig.engine.run_turn(request, Recorder())
+    assert [m["role"] for m in gateway.requests[0].messages] == ["system", "user"]
+
+
 # --- conversation state and usage ----------------------------------------------------------
 
 
@@ -704,13 +717,30 @@ async def test_usage_is_estimated_when_the_provider_reports_none(db):
 # --- background investigations ----------------------------------------------------------------
 
 
+def background_rig(db: Database, main: Any, side: Any) -> Rig:
+    gateway = script.RoutingGateway(main, side, INVESTIGATOR_NOTE)
+    return Rig(db, gateway, [read_tool("list_pods"), investigation_tool()])
+
+
+def spawn_four() -> script.Step:
+    return script.calls(
+        *(("spawn_investigation", {"label": f"q{i}", "question": "?"}) for i in range(4))
+    )
+
+
+def drained_in(request: ModelRequest) -> list[str]:
+    return [
+        m["content"]
+        for m in request.messages
+        if m["role"] == "user" and m["content"].startswith("[Background agent")
+    ]
+
+
 async def test_background_results_are_drained_at_most_three_rounds_in_a_row(db):
     session = await new_session(db)
     gates = [asyncio.Event() for _ in range(4)]
     main = script.ScriptedGateway(
-        script.calls(
-            *((("spawn_investigation", {"label": f"q{i}", "question": "?"})) for i in range(4))
-        ),
+        spawn_four(),
         script.Step(text="Waiting for the helpers.", release=gates[0]),
         script.Step(text="Still waiting.", release=gates[1]),
         script.Step(text="Almost.", release=gates[2]),
@@ -719,16 +749,11 @@ async def test_background_results_are_drained_at_most_three_rounds_in_a_row(db):
     side = script.ScriptedGateway(
         *(script.Step(text=f"finding {i} [E1]", wait=gates[i]) for i in range(4))
     )
-    gateway = script.RoutingGateway(main, side, INVESTIGATOR_NOTE)
-    tools = [read_tool("list_pods"), investigation_tool()]
-    rig = Rig(db, gateway, tools)
+    rig = background_rig(db, main, side)
     finished = await rig.engine.run_turn(rig.request(session, high()), Recorder())
     assert finished.finish is TurnFinish.STOP and finished.answer == "Final answer."
-    drained = [
-        m["content"]
-        for m in main.requests[-1].messages
-        if m["role"] == "user" and m["content"].startswith("[Background agent")
-    ]
+    assert len(side.requests) == 4  # four helpers started
+    drained = drained_in(main.requests[-1])
     # Which helper got which scripted step may vary; the steps were released in order.
     pattern = re.compile(r'^\[Background agent "q\d" \(bg\d\) finished\] finding (\d)$')
     matches = [pattern.match(text) for text in drained]
@@ -738,6 +763,28 @@ async def test_background_results_are_drained_at_most_three_rounds_in_a_row(db):
     # Sub-agents got read tools only, and no way to spawn more.
     offered = {t["function"]["name"] for t in side.requests[0].tools}
     assert offered == {"list_pods"}
+
+
+async def test_a_real_tool_call_resets_the_drain_count(db):
+    session = await new_session(db)
+    gates = [asyncio.Event() for _ in range(4)]
+    main = script.ScriptedGateway(
+        spawn_four(),
+        script.Step(text="Waiting.", release=gates[0]),
+        script.Step(text="Waiting.", release=gates[1]),
+        script.Step(text="Waiting.", release=gates[2]),
+        script.calls(("list_pods", {"namespace": "shop"})),  # a real call: the count resets
+        script.Step(text="One more to come.", release=gates[3]),
+        script.text("All four helpers reported."),
+    )
+    side = script.ScriptedGateway(
+        *(script.Step(text=f"finding {i}", wait=gates[i]) for i in range(4))
+    )
+    rig = background_rig(db, main, side)
+    finished = await rig.engine.run_turn(rig.request(session, high()), Recorder())
+    assert finished.answer == "All four helpers reported."
+    assert len(drained_in(main.requests[-1])) == 4
+    main.assert_consumed()
 
 
 async def test_a_background_result_is_waited_for_when_the_model_answers_early(db):

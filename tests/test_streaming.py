@@ -36,6 +36,8 @@ from tests.world import (
 )
 
 NATIVE = {"slack": {"streaming": "native"}}
+# A ceiling for a turn to get somewhere (the first one imports LiteLLM), not a speed check.
+TURN_S = 30
 STREAM_METHODS = ("chat.startStream", "chat.appendStream", "chat.stopStream")
 
 
@@ -106,7 +108,7 @@ async def stop_button(world: World, channel: str, thread_ts: str) -> Message:
             (m for m in bot_messages(world, channel, thread_ts) if has_stop_button(m)), None
         )
 
-    found: Message = await world.slack.wait_for(find, timeout=10)
+    found: Message = await world.slack.wait_for(find, timeout=TURN_S)
     return found
 
 
@@ -125,7 +127,7 @@ async def appended_in_progress(world: World, channel: str) -> RecordedCall:
             c.get("status") == "in_progress" for c in call.params.get("chunks") or []
         )
 
-    return await world.slack.wait_for_call("chat.appendStream", in_progress)
+    return await world.slack.wait_for_call("chat.appendStream", in_progress, timeout=TURN_S)
 
 
 # --------------------------------------------------------------------------- native
@@ -138,7 +140,7 @@ async def test_native_stream_shows_tasks_in_order_then_the_answer_and_a_footer(w
     world.model.reply_text(answer)
     await world.start_bot(NATIVE)
     mention = await world.mention(SHOP_CHANNEL, ALICE, "why is checkout-api crashlooping?")
-    await world.slack.wait_for_call("chat.stopStream")
+    await world.slack.wait_for_call("chat.stopStream", timeout=TURN_S)
     await world.drain()
 
     calls = stream_calls(world, SHOP_CHANNEL)
@@ -178,7 +180,7 @@ async def test_a_long_streamed_answer_takes_a_bounded_number_of_appends(world: W
     world.model.reply_text(answer, chunk_size=4)  # about 2,000 tokens, 2,000 deltas
     await world.start_bot(NATIVE)
     mention = await world.mention(SHOP_CHANNEL, ALICE, "explain in detail")
-    await world.slack.wait_for_call("chat.stopStream")
+    await world.slack.wait_for_call("chat.stopStream", timeout=TURN_S)
     await world.drain()
 
     calls = stream_calls(world, SHOP_CHANNEL)
@@ -196,7 +198,7 @@ async def test_denied_and_failed_calls_show_as_errors_in_the_stream(world: World
     world.model.reply_text("I cannot read or change that here.")
     await world.start_bot(NATIVE)
     mention = await world.mention(SHOP_CHANNEL, ALICE, "fix checkout-api")
-    await world.slack.wait_for_call("chat.stopStream")
+    await world.slack.wait_for_call("chat.stopStream", timeout=TURN_S)
     await world.drain()
 
     stream = bot_messages(world, SHOP_CHANNEL, mention["ts"])[0]
@@ -204,6 +206,31 @@ async def test_denied_and_failed_calls_show_as_errors_in_the_stream(world: World
     assert tasks["list_pods"]["status"] == "error" and "403" in tasks["list_pods"]["output"]
     assert tasks["restart_deployment"]["status"] == "error"
     assert "denied" in tasks["restart_deployment"]["output"]
+
+
+async def test_a_model_failure_ends_the_stream_with_one_clear_sentence(world: World):
+    for _ in range(3):
+        world.model.reply_error(500)
+    await world.start_bot(NATIVE)
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "status?")
+    await world.slack.wait_for_call("chat.stopStream", timeout=TURN_S)
+    await world.drain()
+    stream = bot_messages(world, SHOP_CHANNEL, mention["ts"])[0]
+    assert stream.text.startswith(":warning: ") and "500" in stream.text
+    assert "\n" not in stream.text
+    assert world.slack.reactions(SHOP_CHANNEL, mention["ts"]) == ["x"]
+
+
+async def test_text_a_failed_append_may_have_lost_is_posted_as_a_message(world: World):
+    world.slack.fail("chat.appendStream", "internal_error", times=1)
+    world.model.reply_text("Part of this may not have been streamed.")
+    await world.start_bot(NATIVE)
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "status?")
+    await world.slack.wait_for_call("chat.stopStream", timeout=TURN_S)
+    await world.drain()
+    replies = bot_messages(world, SHOP_CHANNEL, mention["ts"])
+    assert [m.kind for m in replies] == ["stream", "message"]
+    assert replies[1].text == "Part of this may not have been streamed."
 
 
 # --------------------------------------------------------------------------- update mode
@@ -251,7 +278,7 @@ async def test_auto_falls_back_to_updates_and_remembers_the_workspace(world: Wor
     world.slack.fail("chat.startStream", "unknown_method")
     world.model.reply_text("First answer.")
     world.model.reply_text("Second answer.")
-    await world.start_bot({"slack": {"streaming": "auto"}})
+    await world.start_bot({"slack": {"streaming": "auto", "status_reactions": False}})
     first = await world.mention(SHOP_CHANNEL, ALICE, "one?")
     replies = await world.wait_bot_replies(SHOP_CHANNEL, first["ts"], 2)
     await world.drain()
@@ -263,6 +290,7 @@ async def test_auto_falls_back_to_updates_and_remembers_the_workspace(world: Wor
     await world.drain()
     assert replies[-1].text == "Second answer."
     assert len(world.slack.calls_to("chat.startStream")) == 1  # straight to update mode
+    assert world.slack.calls_to("reactions.add") == []  # status_reactions: false
 
 
 # --------------------------------------------------------------------------- stop
@@ -284,7 +312,7 @@ async def test_stop_button_aborts_the_turn_and_says_who_stopped_it(world: World)
 
     # DAVE approves writes there (through the SRE group): his Stop ends the turn.
     await click_stop(world, DAVE, OPS_CHANNEL, mention["ts"])
-    await world.slack.wait_for_call("chat.stopStream")
+    await world.slack.wait_for_call("chat.stopStream", timeout=TURN_S)
     await world.drain()
     assert len(world.model.requests) == 1
     assert world.model.pending_steps == 1
@@ -313,14 +341,14 @@ async def test_stop_in_update_mode_by_the_asker(world: World):
 
 
 async def test_slack_stop_control_on_the_stream_stops_the_turn(world: World):
-    world.kube.delay(r"/namespaces/shop/pods$", 1.5)
+    world.kube.delay(r"/namespaces/shop/pods$", 2)
     world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
     world.model.enqueue(HangStep(20, then=TextStep("too late")))
     await world.start_bot(NATIVE)
     mention = await world.mention(SHOP_CHANNEL, ALICE, "pods?")
     append = await appended_in_progress(world, SHOP_CHANNEL)
     world.slack.stop_stream_by_user(append.params["ts"])
-    await world.slack.wait_for_call("chat.update")
+    await world.slack.wait_for_call("chat.update", timeout=TURN_S)
     await world.drain()
 
     stream = bot_messages(world, SHOP_CHANNEL, mention["ts"])[0]
@@ -332,13 +360,8 @@ async def test_slack_stop_control_on_the_stream_stops_the_turn(world: World):
 # --------------------------------------------------------------------------- interrupt, expiry
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="session.run_turn takes the newest stored message as this turn's user message, but "
-    "the interrupted turn's repair (the tool result) is stored after the new message was "
-    "accepted: the second turn never runs (bug outside the reporter; see the report)",
-)
-async def test_a_new_message_interrupts_the_running_turn_cleanly(world: World):
+async def interrupt_a_running_turn(world: World) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """A turn whose tool is slow, then a follow-up in its thread while the tool runs."""
     world.kube.delay(r"/namespaces/shop/pods$", 10)
     world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})], text="Let me look.")
     world.model.reply_text("Answer to the second message.")
@@ -349,27 +372,45 @@ async def test_a_new_message_interrupts_the_running_turn_cleanly(world: World):
         SHOP_CHANNEL, ALICE, "actually, never mind", thread_ts=mention["ts"]
     )
     await world.slack.deliver_event(follow_up)
-    await world.slack.wait_for(lambda s: len(s.calls_to("chat.stopStream")) >= 2, timeout=10)
+    await world.slack.wait_for(lambda s: len(s.calls_to("chat.startStream")) >= 2, timeout=TURN_S)
     await world.drain()
+    return bot, mention, follow_up
 
-    first, second = [m for m in bot_messages(world, SHOP_CHANNEL, mention["ts"])]
-    assert not first.streaming and first.text.endswith(
-        "_Interrupted by a newer message in this thread._"
-    )
+
+async def test_a_new_message_interrupts_the_running_turn_which_ends_cleanly(world: World):
+    bot, mention, _ = await interrupt_a_running_turn(world)
+
+    first = bot_messages(world, SHOP_CHANNEL, mention["ts"])[0]
+    assert first.kind == "stream" and not first.streaming
+    assert first.text == "Let me look.\n\n_Interrupted by a newer message in this thread._"
     assert next(iter(first.tasks.values()))["status"] == "error"
-    assert second.text == "Answer to the second message."
+    assert not has_stop_button(first)
     assert world.slack.reactions(SHOP_CHANNEL, mention["ts"]) == ["x"]
-    assert world.slack.reactions(SHOP_CHANNEL, follow_up["ts"]) == ["white_check_mark"]
+    # The model was never asked to go on with the interrupted turn.
+    assert all("never mind" in str(r["messages"]) for r in world.model.requests[1:])
     session = await bot.sessions.find(key(SHOP_CHANNEL, mention["ts"]))
     assert session is not None
     stored = await bot.messages.all_for_session(session.id)
     calls = [call.id for m in stored for call in m.tool_calls]
     results = [m.tool_call_id for m in stored if m.role is Role.TOOL]
     assert calls and sorted(calls) == sorted(results)
-    complete_answers = [
-        m.content for m in stored if m.role is Role.ASSISTANT and m.complete and not m.tool_calls
-    ]
-    assert complete_answers == ["Answer to the second message."]
+    answers = [m for m in stored if m.role is Role.ASSISTANT and not m.tool_calls]
+    assert all(m.content == "Answer to the second message." for m in answers if m.complete)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="session.run_turn takes the newest stored message as this turn's user message, but "
+    "the interrupted turn's repair (the tool result) is stored after the new message was "
+    "accepted, so the second turn never runs (outside the reporter; reported to the lead)",
+)
+async def test_after_an_interrupt_the_new_message_gets_its_answer(world: World):
+    _, mention, follow_up = await interrupt_a_running_turn(world)
+
+    streams = bot_messages(world, SHOP_CHANNEL, mention["ts"])
+    assert len(streams) == 2
+    assert streams[1].text == "Answer to the second message."
+    assert world.slack.reactions(SHOP_CHANNEL, follow_up["ts"]) == ["white_check_mark"]
 
 
 async def test_an_expired_stream_is_finished_and_the_turn_goes_on_in_a_new_one(world: World):
@@ -384,8 +425,8 @@ async def test_an_expired_stream_is_finished_and_the_turn_goes_on_in_a_new_one(w
     append = await appended_in_progress(world, SHOP_CHANNEL)
     # Slack ends the stream while list_pods runs; the next append finds it gone.
     world.slack.expire_stream(append.params["ts"])
-    await world.slack.wait_for(lambda s: len(s.calls_to("chat.startStream")) == 2)
-    await world.slack.wait_for_call("chat.stopStream")
+    await world.slack.wait_for(lambda s: len(s.calls_to("chat.startStream")) == 2, timeout=TURN_S)
+    await world.slack.wait_for_call("chat.stopStream", timeout=TURN_S)
     await world.drain()
 
     first, second = bot_messages(world, SHOP_CHANNEL, mention["ts"])
@@ -415,7 +456,9 @@ async def test_a_429_is_retried_after_retry_after_and_the_turn_completes(
     world.model.reply_text("Done despite the rate limit.")
     await world.start_bot({"slack": {"streaming": streaming}})
     mention = await world.mention(SHOP_CHANNEL, ALICE, "pods?")
-    await world.slack.wait_for(lambda s: any(c.status == 429 for c in s.calls_to(method)))
+    await world.slack.wait_for(
+        lambda s: any(c.status == 429 for c in s.calls_to(method)), timeout=TURN_S
+    )
     await world.drain()
 
     attempts = world.slack.calls_to(method)
@@ -435,12 +478,41 @@ async def test_a_dm_streams_and_uses_the_assistant_status_instead_of_reactions(w
     await world.start_bot(NATIVE)
     dm = world.slack.im_message(ALICE, "what runs in shop?")
     await world.slack.deliver_event(dm)
-    await world.slack.wait_for_call("chat.stopStream")
+    await world.slack.wait_for_call("chat.stopStream", timeout=TURN_S)
     await world.drain()
     statuses = [c.params["status"] for c in world.slack.calls_to("assistant.threads.setStatus")]
     assert statuses[0] and statuses[-1] == ""
     assert world.slack.calls_to("reactions.add") == []
     assert bot_messages(world, dm["channel"], dm["ts"])[0].text == "Private answer."
+
+
+async def test_show_me_the_logs_uploads_them_as_a_file_in_the_thread(world: World):
+    pods = [p["metadata"]["name"] for p in world.kube.objects("Pod")]
+    crashing = next(name for name in pods if name.endswith("-m4n8p"))  # seed_demo's
+    args = {"namespace": "shop", "pod": crashing, "previous": True}
+    world.model.reply_tool_calls([("show_logs", args, "call_logs")])
+    world.model.reply_default(TextStep("The logs are in the file above."))
+    bot = await world.start_bot(NATIVE)
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "show me the logs of the crashing pod")
+    await world.slack.wait_for_call("files.completeUploadExternal", timeout=TURN_S)
+    await world.slack.wait_for_call("chat.stopStream", timeout=TURN_S)
+    await world.drain()
+
+    files = list(world.slack.files.values())
+    assert [f.filename for f in files] == ["show_logs-call_logs.log"]
+    assert "java.lang.OutOfMemoryError" in files[0].text
+    assert files[0].completed and files[0].thread_ts == mention["ts"]
+    replies = bot_messages(world, SHOP_CHANNEL, mention["ts"])
+    assert [m.kind for m in replies].count("file") == 1
+    # The logs are in the file only, never pasted into a message.
+    assert all("OutOfMemoryError" not in m.text for m in replies if m.kind != "file")
+    # The stream ends with the turn's answer, streamed or not.
+    session = await bot.sessions.find(key(SHOP_CHANNEL, mention["ts"]))
+    assert session is not None
+    stored = await bot.messages.all_for_session(session.id)
+    answer = next(m.content for m in reversed(stored) if m.role is Role.ASSISTANT)
+    stream = next(m for m in replies if m.kind == "stream")
+    assert answer and stream.text == answer
 
 
 async def test_a_show_tool_attachment_is_uploaded_as_a_file_and_nothing_else_is():

@@ -19,7 +19,7 @@ from bot.tools.spec import ToolFailure
 
 log = logging.getLogger(__name__)
 
-MAX_PER_TURN = 3
+MAX_PER_TURN = 5
 
 Investigate = Callable[[str, str, str, str | None], Awaitable[TurnFinished]]
 

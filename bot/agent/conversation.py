@@ -96,8 +96,7 @@ class ConversationStore(Protocol):
 
 
 SYNTHETIC_RESULT = (
-    "No result was recorded for this call (its turn ended before it finished); "
-    "treat it as not run."
+    "No result was recorded for this call (its turn ended before it finished); treat it as not run."
 )
 
 

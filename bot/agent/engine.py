@@ -42,7 +42,7 @@ from bot.agent.events import (
     TurnFinished,
     TurnStats,
 )
-from bot.agent.evidence import EvidenceLedger
+from bot.agent.evidence import CitationFilter, EvidenceLedger
 from bot.agent.toolround import INTERRUPTED_RESULT, ToolRounds
 from bot.model.router import ResolvedAgentPolicy, default_policy
 from bot.model.types import (
@@ -230,6 +230,9 @@ class Engine:
         if repaired:
             log.info("turn %s: repaired %d unpaired tool message(s)", request.turn_id, repaired)
         opening = request.opening
+        if request.user_message is not None and opening is not None:
+            if _same(opening, request.user_message):
+                opening = None  # a new session: the opening is this turn's own message
         if opening is not None and not any(_same(opening, m) for m in history):
             history.insert(0, opening)
         keep = next((m for m in history if opening is not None and _same(opening, m)), None)
@@ -264,10 +267,14 @@ class Engine:
             if request.scope.abort.is_set():
                 raise asyncio.CancelledError
             turn.partial_text = ""
+            # What a person sees never cites evidence the ledger does not hold.
+            citations = CitationFilter(turn.ledger)
 
-            async def on_text(delta: str) -> None:
+            async def on_text(delta: str, citations: CitationFilter = citations) -> None:
                 turn.partial_text += delta
-                await turn.emit(TextDelta(delta))
+                visible = citations.feed(delta)
+                if visible:
+                    await turn.emit(TextDelta(visible))
 
             model_request = ModelRequest(
                 messages=turn.state.request_messages(turn.ledger.note()),
@@ -277,6 +284,9 @@ class Engine:
             )
             try:
                 reply = await self._gateway.complete(model_request, on_text)
+                tail = citations.finish()
+                if tail:
+                    await turn.emit(TextDelta(tail))
             except ModelError as error:
                 if error.sent:
                     await self._count(turn, round_index, estimate_usage(model_request))

@@ -21,8 +21,9 @@ _CITATION = re.compile(r"\[\s*E\d+(?:\s*,\s*E\d+)*\s*\]")
 _REF = re.compile(r"E\d+")
 CITING = (
     "How to cite evidence: tool results you read are labelled [E1], [E2]…; put the label "
-    "after each claim it supports, e.g. 'the pod was OOMKilled [E2]'. Cite only labels "
-    "listed in the evidence ledger; never invent one."
+    "after each claim it supports, e.g. 'the pod was OOMKilled [E2]'. Labels start again "
+    "with each question: cite only labels listed in this turn's evidence ledger; never "
+    "invent one."
 )
 
 
@@ -57,7 +58,7 @@ class EvidenceLedger:
         lines = [f"[{e.ref}] {e.tool} {e.arguments}" for e in self._entries]
         return "Evidence ledger of this turn (cite only these):\n" + "\n".join(lines)
 
-    def check(self, answer: str) -> tuple[str, list[str]]:
+    def check(self, answer: str, *, log_unknown: bool = True) -> tuple[str, list[str]]:
         """Remove citations of unknown references; returns (answer, references used)."""
         known = set(self.refs)
         used: list[str] = []
@@ -74,12 +75,52 @@ class EvidenceLedger:
 
         checked = _CITATION.sub(replace, answer)
         if unknown:
-            log.warning("removed unknown evidence references from the answer: %s", unknown)
+            if log_unknown:
+                log.warning("removed unknown evidence references from the answer: %s", unknown)
             # A removed citation may leave a space before punctuation or a double space.
             checked = re.sub(r"[ \t]+([.,;:!?)])", r"\1", checked)
             checked = re.sub(r"[ \t]{2,}", " ", checked)
         used.sort(key=lambda ref: int(ref[1:]))
         return checked, used
+
+
+class CitationFilter:
+    """Drops citations of unknown references from streamed text, whatever the deltas.
+
+    Text from a `[` on is held back until the bracket closes (or clearly is not a
+    citation), so a person never sees a reference the ledger does not hold.
+    """
+
+    _MAX_HELD = 40
+
+    def __init__(self, ledger: EvidenceLedger) -> None:
+        self._ledger = ledger
+        self._held = ""
+
+    def feed(self, delta: str) -> str:
+        out: list[str] = []
+        for char in delta:
+            if self._held:
+                self._held += char
+                if char == "]":
+                    out.append(self._ledger.check(self._held, log_unknown=False)[0])
+                    self._held = ""
+                elif not _CITATION_PREFIX.match(self._held) or len(self._held) > self._MAX_HELD:
+                    out.append(self._held)
+                    self._held = ""
+            elif char == "[":
+                self._held = char
+            else:
+                out.append(char)
+        return "".join(out)
+
+    def finish(self) -> str:
+        held, self._held = self._held, ""
+        return held
+
+
+# A possibly unfinished citation: "[", "[E", "[E1", "[E1, E", "[E1,"…
+_CITATION_PREFIX = re.compile(r"^\[\s*(?:E\d*(?:\s*,\s*(?:E\d*)?)*)?$")
 
 
 def strip_citations(text: str) -> str:

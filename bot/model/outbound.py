@@ -18,7 +18,14 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from bot.model.types import ModelError, ModelReply, ModelRequest, RequestTag, TextSink
+from bot.model.types import (
+    ModelError,
+    ModelGateway,
+    ModelReply,
+    ModelRequest,
+    RequestTag,
+    TextSink,
+)
 
 log = logging.getLogger(__name__)
 
@@ -215,13 +222,6 @@ class PayloadSink(Protocol):
         ...
 
 
-class _ModelGateway(Protocol):
-    @property
-    def model_name(self) -> str: ...
-
-    async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelReply: ...
-
-
 def mask_messages(
     messages: list[dict[str, Any]],
 ) -> tuple[list[dict[str, Any]], list[Masking]]:
@@ -255,7 +255,7 @@ class MaskingGateway:
 
     def __init__(
         self,
-        inner: _ModelGateway,
+        inner: ModelGateway,
         sink: PayloadSink | None = None,
         *,
         max_message_chars: int = MAX_MESSAGE_CHARS,

@@ -14,7 +14,10 @@ BOT_SCOPES = [
     "im:history",  # DMs (message.im)
     "channels:read",  # conversations.info: channel names for role matching
     "groups:read",  # conversations.info for private channels
-    "chat:write",  # replies, progress edits, approval cards, ephemeral replies
+    "chat:write",  # replies, progress edits, streams, approval cards, ephemeral replies,
+    # and assistant.threads.setStatus (the working status in DMs)
+    "reactions:write",  # eyes → white_check_mark / x on the asking message
+    "files:write",  # files_upload_v2: output a person asked to see (show_* tools)
     "commands",  # the /kelpie slash command
     "usergroups:read",  # usergroups.users.list: approvers given as user groups
 ]

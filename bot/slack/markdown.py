@@ -29,6 +29,7 @@ _LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 _AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
 _SLACK_TOKEN = re.compile(r"<(?:[@#!][^>\s]+|(?:https?|mailto):[^>\s|]+\|[^>]+)>")
 _ENTITY = re.compile(r"&(amp|lt|gt);")
+_BOLD_ITALIC = re.compile(r"\*\*\*(?=\S)(.+?)(?<=\S)\*\*\*")
 _BOLD_STAR = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
 _BOLD_UNDER = re.compile(r"(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)")
 _ITALIC_STAR = re.compile(r"(?<![\w*])\*(?=\S)([^*]+?)(?<=\S)\*(?![\w*])")
@@ -173,6 +174,7 @@ def _emphasis(text: str) -> str:
     def bold(match: re.Match[str]) -> str:
         return f"{_BOLD_MARK}{match.group(1)}{_BOLD_MARK}"
 
+    text = _BOLD_ITALIC.sub(lambda m: f"{_BOLD_MARK}_{m.group(1)}_{_BOLD_MARK}", text)
     text = _BOLD_UNDER.sub(bold, _BOLD_STAR.sub(bold, text))
     text = _ITALIC_STAR.sub(r"_\1_", text)
     text = _STRIKE.sub(r"~\1~", text)

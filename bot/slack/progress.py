@@ -8,15 +8,19 @@ Two renderings of one timeline (a line or task card per tool call, then the answ
   whatever the number of tokens. The final `stopStream` carries the footer. A stream that
   Slack ended on its side (`message_not_in_streaming_state`) is finished with `chat.update`
   and the turn goes on in a new stream, so no text is lost; `stopped_by_user` (Slack's own
-  stop control) stops the turn as if the asker had pressed Stop.
-* **update**: one progress message edited with `chat.update` at most once per second per
-  thread, the answer posted as its own message(s), converted to mrkdwn.
+  stop control) stops the turn as if the asker had pressed Stop. The Stop button sits on a
+  small message right below the stream, deleted when the turn ends: `chat.stopStream` can
+  add blocks to a streamed message but not take a button away.
+* **update**: one progress message (with the Stop button) edited with `chat.update` at
+  most once per second per thread, the answer posted as its own message(s) in mrkdwn.
 
 `auto` tries native and falls back to update for a workspace whose API refuses the
 streaming methods, and remembers that for later turns in the workspace.
 
 Also owns: the status indicator (`eyes` → `white_check_mark`/`x` reactions, or the
-assistant thread status in DMs), the registry of running turns the Stop button acts on
+assistant thread status in DMs: an event does not reliably say whether a DM is a Slack
+assistant thread, so every DM tries it and a workspace that refuses it gets reactions
+from then on), the registry of running turns the Stop button acts on
 (the listener and who may stop live in `stop.py`), uploading the attachment of a `show_*`
 tool as a file, and the footer. Slack API calls per turn grow with rounds and tool calls,
 never with tokens.
@@ -32,7 +36,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from slack_sdk.errors import SlackApiError
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
@@ -81,7 +86,6 @@ WORKSPACE_REFUSALS = frozenset(
         "unknown_method",
         "not_allowed_token_type",
         "method_deprecated",
-        "method_not_supported_for_channel_type",
         "feature_not_enabled",
         "not_enabled",
         "missing_scope",
@@ -91,7 +95,9 @@ WORKSPACE_REFUSALS = frozenset(
     }
 )
 # ... and errors meaning this channel (type) cannot take a stream.
-CHANNEL_REFUSALS = frozenset({"channel_type_not_supported"})
+CHANNEL_REFUSALS = frozenset(
+    {"channel_type_not_supported", "method_not_supported_for_channel_type"}
+)
 STREAM_GONE = frozenset({"message_not_in_streaming_state"})
 USER_STOPPED = "stopped_by_user"
 
@@ -99,8 +105,14 @@ Interrupt = Callable[[str], bool]
 Json = dict[str, Any]
 
 
-def _code(error: SlackApiError) -> str:
-    return str(error.response.get("error") or "unknown_error")
+# What a Slack call can raise once slack_sdk's retry handlers gave up.
+_FAILURES = (SlackClientError, aiohttp.ClientError, TimeoutError)
+
+
+def _code(error: BaseException) -> str:
+    if isinstance(error, SlackApiError):
+        return str(error.response.get("error") or "unknown_error")
+    return type(error).__name__
 
 
 # --------------------------------------------------------------------------- shared state
@@ -332,9 +344,10 @@ class StatusIndicator:
                 )
                 self._kind = "assistant"
                 return
-            except SlackApiError as error:
+            except _FAILURES as error:
                 log.info("assistant status refused (%s); using reactions", _code(error))
-                self._memory.no_assistant_status_teams.add(message.team_id)
+                if isinstance(error, SlackApiError):
+                    self._memory.no_assistant_status_teams.add(message.team_id)
         if self._reactions:
             await self._react("reactions_add", "eyes")
             self._kind = "reaction"
@@ -347,7 +360,7 @@ class StatusIndicator:
                     thread_ts=self._message.thread_ts,
                     status="",
                 )
-            except SlackApiError as error:
+            except _FAILURES as error:
                 log.info("could not clear the assistant status: %s", _code(error))
         elif self._kind == "reaction":
             await self._react("reactions_remove", "eyes")
@@ -359,7 +372,7 @@ class StatusIndicator:
             await getattr(self._client, method)(
                 channel=self._message.channel_id, timestamp=self._message.ts, name=name
             )
-        except SlackApiError as error:
+        except _FAILURES as error:
             log.info("%s %s failed: %s", method, name, _code(error))
 
 
@@ -392,6 +405,7 @@ class _ThreadReporter:
         self._tool_calls = 0
         self._started = time.monotonic()
         self._uploads: set[asyncio.Task[None]] = set()
+        self._closing_task: asyncio.Future[None] | None = None
 
     async def emit(self, event: TurnEvent) -> None:
         # Never awaits Slack: the turn must not wait on (or be cancelled inside) a Slack call.
@@ -418,6 +432,13 @@ class _ThreadReporter:
                 self._uploads.add(upload)
 
     async def close(self, finished: TurnFinished) -> None:
+        if self._closing_task is None:
+            self._closing_task = asyncio.ensure_future(self._close(finished))
+        # Shielded: a cancellation arriving now (a newer message) must not leave the
+        # stream or the progress message half finished.
+        await asyncio.shield(self._closing_task)
+
+    async def _close(self, finished: TurnFinished) -> None:
         self._ctx.turns.discard(self._ctx.turn)
         try:
             if self._uploads:
@@ -494,7 +515,7 @@ class _ThreadReporter:
                 await self._client.chat_postMessage(
                     channel=self._channel, thread_ts=self._thread_ts, text=text, blocks=blocks
                 )
-            except SlackApiError as error:
+            except _FAILURES as error:
                 log.error("could not post the answer: %s", _code(error))
 
     async def _upload(self, event: ToolFinished) -> None:
@@ -506,7 +527,7 @@ class _ThreadReporter:
                 filename=f"{event.name}-{event.tool_call_id}.log",
                 title=copy.attachment_title(event.name),
             )
-        except SlackApiError as error:
+        except _FAILURES as error:
             log.error("could not upload the output of %s: %s", event.name, _code(error))
         except Exception:
             log.exception("could not upload the output of %s", event.name)
@@ -524,6 +545,7 @@ class NativeReporter(_ThreadReporter):
         self._closing = False
         self._flusher: asyncio.Task[None] | None = None
         self._any_text = False
+        self._round_text = False  # the current round streamed text
         self._gap = False
         # What the current stream message shows, to finish it by chat.update if needed.
         self._segment_text: list[str] = []
@@ -536,7 +558,7 @@ class NativeReporter(_ThreadReporter):
         try:
             async with self._ctx.pacer.hold(self._channel, self._thread_ts) as slot:
                 self._ts = await self._start_stream(slot, [_plan(copy.PLAN_WORKING)])
-        except SlackApiError as error:
+        except _FAILURES as error:
             return _code(error)
         await self._post_control()
         self._flusher = asyncio.create_task(self._flush_loop())
@@ -572,7 +594,7 @@ class NativeReporter(_ThreadReporter):
                 ],
             )
             self._control_ts = str(response["ts"])
-        except SlackApiError as error:
+        except _FAILURES as error:
             log.warning("could not post the Stop button: %s", _code(error))
 
     # events → pending chunks
@@ -586,11 +608,12 @@ class NativeReporter(_ThreadReporter):
 
     def _on_round(self) -> None:
         self._gap = self._any_text
+        self._round_text = False
 
     def _on_text(self, text: str) -> None:
         if self._gap:
             text, self._gap = "\n\n" + text, False
-        self._any_text = True
+        self._any_text = self._round_text = True
         self._queue({"type": "markdown_text", "text": text})
 
     def _on_task(self, task: _Task) -> None:
@@ -631,7 +654,7 @@ class NativeReporter(_ThreadReporter):
                 paced=True,
             )
             self._record(batch)
-        except SlackApiError as error:
+        except _FAILURES as error:
             code = _code(error)
             if code in STREAM_GONE:
                 log.info("stream %s ended on Slack's side; continuing in a new one", ts)
@@ -666,7 +689,7 @@ class NativeReporter(_ThreadReporter):
                         lambda: self._client.chat_stopStream(channel=self._channel, ts=old),
                         paced=False,
                     )
-                except SlackApiError as error:
+                except _FAILURES as error:
                     if _code(error) not in STREAM_GONE | {USER_STOPPED}:
                         raise
                     await self._finish_by_update(slot, old, copy.CONTINUED_BELOW, [], final=False)
@@ -681,7 +704,7 @@ class NativeReporter(_ThreadReporter):
         chunks = [_plan(copy.PLAN_WORKING), *running, *_trim_leading_gap(carry)]
         try:
             self._ts = await self._start_stream(slot, chunks)
-        except SlackApiError as error:
+        except _FAILURES as error:
             log.warning("could not start a new stream: %s", _code(error))
             self._ts = None
             self._lost = True
@@ -707,7 +730,7 @@ class NativeReporter(_ThreadReporter):
                 ),
                 paced=True,
             )
-        except SlackApiError as error:
+        except _FAILURES as error:
             log.warning("could not finish the stream message %s: %s", ts, _code(error))
             self._lost = True
 
@@ -721,19 +744,32 @@ class NativeReporter(_ThreadReporter):
         chunks += [
             task.chunk(unfinished=True) for task in self._tasks.values() if task.status is None
         ]
+        tail: list[str] = []
+        if finished.finish in (TurnFinish.STOP, TurnFinish.MAX_ITERATIONS):
+            # An answer the engine gave without streaming it (e.g. after a presentation).
+            if not self._round_text and finished.answer.strip():
+                tail.append(finished.answer.strip())
+            elif not self._any_text:
+                tail.append(copy.EMPTY_ANSWER)
         ending = self._ending(finished)
-        if finished.finish is TurnFinish.STOP and not self._any_text:
-            ending = copy.EMPTY_ANSWER
         if ending:
-            text = f"\n\n{ending}" if self._any_text else ending
-            chunks.append({"type": "markdown_text", "text": text})
+            tail.append(ending)
+        if tail:
+            text = "\n\n".join(tail)
+            chunks.append(
+                {"type": "markdown_text", "text": f"\n\n{text}" if self._any_text else text}
+            )
         blocks = footer_blocks(self._footer(finished))
         async with self._ctx.pacer.hold(self._channel, self._thread_ts) as slot:
             await self._stop(slot, chunks, blocks)
             await self._delete_control(slot)
-        if self._lost and finished.finish in (TurnFinish.STOP, TurnFinish.MAX_ITERATIONS):
-            answer = finished.answer.strip() or copy.EMPTY_ANSWER
-            await self._post_answer(to_mrkdwn(answer))
+        if not self._lost:
+            return
+        # Some of the stream may not have reached Slack: post the outcome as a message too.
+        if finished.finish in (TurnFinish.STOP, TurnFinish.MAX_ITERATIONS):
+            await self._post_answer(to_mrkdwn(finished.answer.strip()) or copy.EMPTY_ANSWER)
+        elif finished.finish is TurnFinish.ERROR:
+            await self._post_answer(copy.error_answer(finished.error or copy.INTERNAL_ERROR))
 
     async def _stop(self, slot: _Slot, chunks: list[Json], blocks: list[Json]) -> None:
         batches = _batches(chunks)
@@ -743,6 +779,8 @@ class NativeReporter(_ThreadReporter):
         ts = self._ts
         if ts is None:
             return
+        if not self._segment_text:
+            last = _trim_leading_gap(last)
         if self._dead:
             self._record(last)
             await self._finish_by_update(slot, ts, "", blocks)
@@ -755,7 +793,7 @@ class NativeReporter(_ThreadReporter):
                 ),
                 paced=False,
             )
-        except SlackApiError as error:
+        except _FAILURES as error:
             code = _code(error)
             self._record(last)
             if code in STREAM_GONE or code == USER_STOPPED:
@@ -774,7 +812,7 @@ class NativeReporter(_ThreadReporter):
                 lambda: self._client.chat_delete(channel=self._channel, ts=control),
                 paced=False,
             )
-        except SlackApiError as error:
+        except _FAILURES as error:
             log.info("could not remove the Stop button: %s", _code(error))
 
 
@@ -801,7 +839,7 @@ class UpdateReporter(_ThreadReporter):
                     paced=False,
                 )
             self._progress_ts = str(response["ts"])
-        except SlackApiError as error:
+        except _FAILURES as error:
             # Keep going: the answer is still posted at the end.
             log.error("could not post the progress message: %s", _code(error))
             return
@@ -846,7 +884,7 @@ class UpdateReporter(_ThreadReporter):
                 ),
                 paced=True,
             )
-        except SlackApiError as error:
+        except _FAILURES as error:
             log.warning("progress update failed: %s", _code(error))
 
     def _render(self, finished: TurnFinished | None) -> tuple[str, list[Json]]:
