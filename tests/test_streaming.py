@@ -398,12 +398,6 @@ async def test_a_new_message_interrupts_the_running_turn_which_ends_cleanly(worl
     assert all(m.content == "Answer to the second message." for m in answers if m.complete)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="session.run_turn takes the newest stored message as this turn's user message, but "
-    "the interrupted turn's repair (the tool result) is stored after the new message was "
-    "accepted, so the second turn never runs (outside the reporter; reported to the lead)",
-)
 async def test_after_an_interrupt_the_new_message_gets_its_answer(world: World):
     _, mention, follow_up = await interrupt_a_running_turn(world)
 

@@ -86,8 +86,12 @@ class ConversationStore(Protocol):
         """Persist messages in one commit; returns only when they are durable."""
         ...
 
-    async def history(self, session_id: int, limit: int) -> list[Message]:
-        """The last `limit` complete messages of the session, oldest first."""
+    async def history(
+        self, session_id: int, limit: int, before_turn: str | None = None
+    ) -> list[Message]:
+        """The last `limit` complete messages of the session, oldest first, each turn's
+        messages kept together (a turn interrupted by a newer message may store its repair
+        after that message). With `before_turn`, only turns that began before that one."""
         ...
 
     async def record_usage(

@@ -113,7 +113,9 @@ class _UsageOnlyStore:
     async def append(self, session_id: int, turn_id: str, messages: list[Message]) -> None:
         return None
 
-    async def history(self, session_id: int, limit: int) -> list[Message]:
+    async def history(
+        self, session_id: int, limit: int, before_turn: str | None = None
+    ) -> list[Message]:
         return []
 
     async def record_usage(

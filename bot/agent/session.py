@@ -74,6 +74,8 @@ class AcceptedMessage:
     message: IncomingMessage
     binding: ChannelBinding
     turn_id: str
+    # The stored user message; None for a turn resumed from the stored conversation.
+    user_message: Message | None = None
 
 
 class SessionOpenings(Protocol):
@@ -144,24 +146,18 @@ class AgentSessions:
             namespace=binding.namespace,
             slack_user=message.user,
         )
-        await self._conversation.append(
-            session.id,
-            turn_id,
-            [Message(Role.USER, text, slack_user=message.user, slack_ts=message.ts)],
-        )
-        return AcceptedMessage(session, message, binding, turn_id)
+        user = Message(Role.USER, text, slack_user=message.user, slack_ts=message.ts)
+        await self._conversation.append(session.id, turn_id, [user])
+        return AcceptedMessage(session, message, binding, turn_id, user)
 
     async def run_turn(self, accepted: AcceptedMessage, abort: asyncio.Event) -> None:
         session, message = accepted.session, accepted.message
         reporter = await self._reporters.open(session, message)
+        # Turns that began before this one, then this turn's own (already stored) message.
         history = await self._conversation.history(
-            session.id, self._config.agent.history_messages + 1
+            session.id, self._config.agent.history_messages, before_turn=accepted.turn_id
         )
-        # The newest stored message is this turn's own user message.
-        user = history.pop() if history and history[-1].role is Role.USER else None
-        if user is None:
-            log.error("session %s: the accepted message is missing from history", session.id)
-            return
+        user = accepted.user_message
         await self._turn(accepted, reporter, history, user, abort)
 
     async def resumable(self, session_id: int, turn_id: str, user: str) -> AcceptedMessage | None:

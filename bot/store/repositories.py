@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import col, select
+from sqlmodel import col, func, select
 
 from bot.agent.conversation import (
     Message,
@@ -145,17 +145,37 @@ class MessageRepository:
                 )
             await session.commit()
 
-    async def history(self, session_id: int, limit: int) -> list[Message]:
+    async def history(
+        self, session_id: int, limit: int, before_turn: str | None = None
+    ) -> list[Message]:
         async with self._db.sessions() as session:
+            starts = {
+                turn_id: first_id
+                for turn_id, first_id in (
+                    await session.exec(
+                        select(MessageRow.turn_id, func.min(MessageRow.id))
+                        .where(MessageRow.session_id == session_id)
+                        .group_by(col(MessageRow.turn_id))
+                    )
+                ).all()
+            }
+            query = select(MessageRow).where(
+                MessageRow.session_id == session_id, col(MessageRow.complete)
+            )
+            if before_turn is not None:
+                cutoff = starts.get(before_turn)
+                if cutoff is not None:
+                    earlier = [
+                        turn
+                        for turn, first in starts.items()
+                        if first is not None and first < cutoff
+                    ]
+                    query = query.where(col(MessageRow.turn_id).in_(earlier))
             rows = (
-                await session.exec(
-                    select(MessageRow)
-                    .where(MessageRow.session_id == session_id, col(MessageRow.complete))
-                    .order_by(col(MessageRow.id).desc())
-                    .limit(limit)
-                )
+                await session.exec(query.order_by(col(MessageRow.id).desc()).limit(limit))
             ).all()
-        messages = [_message(row) for row in reversed(rows)]
+        ordered = sorted(rows, key=lambda row: (starts.get(row.turn_id, 0), row.id))
+        messages = [_message(row) for row in ordered]
         # A cut at the limit may start with tool results whose call was cut off: drop them.
         while messages and messages[0].role is Role.TOOL:
             messages.pop(0)
