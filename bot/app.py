@@ -7,7 +7,7 @@ exercise is what runs in production. Nothing else in `bot/` constructs collabora
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -145,28 +145,41 @@ class Drainable(Protocol):
 
 @dataclass
 class Kelpie:
-    """The running bot: start/stop, and handles the tests use to look inside."""
+    """The running Slack bot: the shared core plus Slack's connection (socket or HTTP)."""
 
     config: Config
-    db: Database
+    core: AgentCore
     slack_app: AsyncApp
     scheduler: TurnScheduler
-    messages: MessageRepository
-    sessions: SessionRepository
-    kube: KubeClients
     app_token: str | None
     _socket: AsyncSocketModeHandler | None = None
     _runner: web.AppRunner | None = None
     http_port: int | None = None
-    background: list[Drainable] = field(default_factory=list)
-    approvals: ApprovalService | None = None
-    # The last masked request sent to the model per session (`/kelpie payload`).
-    payloads: PayloadLog | None = None
+
+    # Handles the tests use to look inside.
+    @property
+    def db(self) -> Database:
+        return self.core.db
+
+    @property
+    def messages(self) -> MessageRepository:
+        return self.core.messages
+
+    @property
+    def sessions(self) -> SessionRepository:
+        return self.core.sessions
+
+    @property
+    def approvals(self) -> ApprovalService:
+        return self.core.approvals
+
+    @property
+    def payloads(self) -> PayloadLog:
+        return self.core.payloads
 
     async def start(self) -> None:
-        await self.db.create_schema()
-        if self.approvals is not None:
-            await self.approvals.recover()
+        await self.core.start()
+        await self.core.approvals.recover()
         if self.config.slack.mode is SlackMode.SOCKET:
             self._socket = AsyncSocketModeHandler(self.slack_app, app_token=self.app_token)
             await self._socket.connect_async()
@@ -201,12 +214,7 @@ class Kelpie:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.scheduler.close()
-        if self.approvals is not None:
-            await self.approvals.close()
-        for background in self.background:
-            await background.drain()
-        self.kube.close()
-        await self.db.close()
+        await self.core.close()
 
 
 @dataclass
@@ -327,9 +335,7 @@ def build_kelpie(
     core = build_core(
         config, secrets, SlackApprovalCards(client), reporters, write_audit=write_audit
     )
-    db, messages, sessions, kube = core.db, core.messages, core.sessions, core.kube
-    registry, agent, approvals, orphans = core.registry, core.agent, core.approvals, core.orphans
-    approval_store, payloads = core.approval_store, core.payloads
+    agent = core.agent
     approvers = ApproverDirectory(client)
 
     async def resume(approval: Approval) -> None:
@@ -341,36 +347,26 @@ def build_kelpie(
                 accepted.session.session_key, lambda abort: agent.resume_turn(accepted, abort)
             )
 
-    orphans.resume = resume
-    ApprovalClicks(slack_app, config, approvals, approval_store, approvers).register()
+    core.orphans.resume = resume
+    ApprovalClicks(slack_app, config, core.approvals, core.approval_store, approvers).register()
     StopHandler(slack_app, reporters.turns, approvers, config.roles, scheduler.interrupt).register()
     channels = ChannelDirectory(client)
     roles = ChannelRoles(config)
-    SlashCommands(slack_app, channels, roles, registry, sessions, payloads).register()
+    SlashCommands(
+        slack_app, channels, roles, core.registry, core.sessions, core.payloads
+    ).register()
     SlackAdapter(
         slack_app,
         config.slack,
         channels,
         roles,
-        EventLedger(db),
-        sessions,
+        EventLedger(core.db),
+        core.sessions,
         agent,
         scheduler,
     ).register()
     app_token = secrets.app_token if config.slack.mode is SlackMode.SOCKET else None
-    return Kelpie(
-        config,
-        db,
-        slack_app,
-        scheduler,
-        messages,
-        sessions,
-        kube,
-        app_token,
-        background=core.background,
-        approvals=approvals,
-        payloads=payloads,
-    )
+    return Kelpie(config, core, slack_app, scheduler, app_token)
 
 
 def build_terminal(

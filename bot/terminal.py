@@ -39,6 +39,7 @@ from bot.agent.events import (
     TurnFinish,
     TurnFinished,
     TurnStats,
+    footer_line,
 )
 from bot.agent.session import AgentSessions, IncomingMessage
 from bot.approvals.model import Approval, ApprovalState
@@ -171,24 +172,6 @@ class Console:
         self.write(f"{text}\n")
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-def footer(stats: TurnStats, tier: str | None, evidence: list[str]) -> str:
-    parts = [stats.model] if stats.model else []
-    if tier:
-        parts.append(f"tier {tier}")
-    parts += [_plural(stats.rounds, "round"), _plural(stats.tool_calls, "tool call")]
-    if stats.input_tokens or stats.output_tokens:
-        mark = "~" if stats.tokens_estimated else ""
-        parts.append(f"{mark}{stats.input_tokens:,} in / {mark}{stats.output_tokens:,} out tokens")
-    parts.append(f"{stats.duration_s:.1f} s")
-    if evidence:
-        parts.append(f"evidence {', '.join(evidence)}")
-    return " · ".join(parts)
-
-
 class TerminalReporter:
     """One turn at the terminal: a line per tool call, the answer streamed, a footer."""
 
@@ -249,7 +232,7 @@ class TerminalReporter:
                 tool_calls=self._tool_calls,
                 duration_s=time.monotonic() - self._started,
             )
-        console.line(f"  [{footer(stats, self._tier, finished.evidence)}]")
+        console.line(f"  [{footer_line(stats, self._tier, finished.evidence)}]")
 
 
 def _call(name: str, args: str) -> str:

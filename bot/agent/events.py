@@ -70,3 +70,27 @@ class TurnFinished:
 
 TurnEvent = TextDelta | ToolStarted | ToolFinished | RoundStarted | TurnFinished
 EventSink = Callable[[TurnEvent], Awaitable[None]]
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
+def footer_line(
+    stats: TurnStats, tier: str | None = None, evidence: list[str] | None = None
+) -> str:
+    """One line under an answer: model, tier, rounds, tool calls, tokens (estimates marked),
+    the evidence the answer cites, duration. Slack and the terminal show the same line."""
+    parts = [stats.model] if stats.model else []
+    if tier:
+        parts.append(f"tier {tier}")
+    parts += [plural(stats.rounds, "round"), plural(stats.tool_calls, "tool call")]
+    if stats.input_tokens or stats.output_tokens:
+        tokens = f"{stats.input_tokens:,} in / {stats.output_tokens:,} out tokens"
+        if stats.tokens_estimated:
+            tokens = f"~{stats.input_tokens:,} in / ~{stats.output_tokens:,} out tokens (estimated)"
+        parts.append(tokens)
+    if evidence:
+        parts.append(f"evidence {', '.join(evidence)}")
+    parts.append(f"{stats.duration_s:.1f} s")
+    return " · ".join(parts)

@@ -52,6 +52,8 @@ from bot.agent.events import (
     TurnFinish,
     TurnFinished,
     TurnStats,
+    footer_line,
+    plural,
 )
 from bot.agent.session import IncomingMessage, Reporter
 from bot.config import SlackConfig, StreamingMode
@@ -242,25 +244,6 @@ class _Task:
         args = f" {escape(self.args)}" if self.args else ""
         tail = f" {escape(tail)}" if tail else ""
         return f"• `{self.name}`{args} {mark}{tail}"
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count:,} {noun}" + ("" if count == 1 else "s")
-
-
-def footer(stats: TurnStats, tier: str | None = None) -> str:
-    """One line: model, tier, rounds, tool calls, tokens in/out, duration."""
-    parts = [f"`{stats.model}`"] if stats.model else []
-    if tier:
-        parts.append(f"tier {tier}")
-    parts += [_plural(stats.rounds, "round"), _plural(stats.tool_calls, "tool call")]
-    if stats.input_tokens or stats.output_tokens:
-        tokens = f"{stats.input_tokens:,} in / {stats.output_tokens:,} out tokens"
-        if stats.tokens_estimated:
-            tokens = f"~{stats.input_tokens:,} in / ~{stats.output_tokens:,} out tokens (estimated)"
-        parts.append(tokens)
-    parts.append(f"{stats.duration_s:.1f} s")
-    return " · ".join(parts)
 
 
 def footer_blocks(text: str) -> list[Json]:
@@ -471,7 +454,7 @@ class _ThreadReporter:
     def _footer(self, finished: TurnFinished) -> str:
         stats = self._stats(finished)
         tier = getattr(stats, "tier", None) or self._ctx.tier
-        return footer(stats, str(tier) if tier else None)
+        return footer_line(stats, str(tier) if tier else None, finished.evidence)
 
     def _ending(self, finished: TurnFinished) -> str | None:
         """The sentence that ends the turn's text, if any."""
@@ -498,7 +481,7 @@ class _ThreadReporter:
         lines = [task.line(unfinished=unfinished) for task in self._tasks.values()]
         if len(lines) > TIMELINE_LINES:
             hidden = len(lines) - TIMELINE_LINES + 1
-            lines = [f"… {_plural(hidden, 'earlier call')}", *lines[-(TIMELINE_LINES - 1) :]]
+            lines = [f"… {plural(hidden, 'earlier call')}", *lines[-(TIMELINE_LINES - 1) :]]
         return lines
 
     def _user_stopped(self) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from bot.agent.events import plural
 from bot.tools.kube.client import KubeClient, KubeClients
 from bot.tools.spec import (
     Tool,
@@ -128,10 +129,6 @@ def _capped(rows: list[list[str]], noun: str) -> tuple[list[list[str]], str | No
         return rows, None
     more = len(rows) - MAX_ROWS
     return rows[:MAX_ROWS], f"… and {more} more {noun} (narrow with a selector or namespace)."
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _where(namespace: str | None) -> str:
@@ -309,7 +306,7 @@ class _ReadTools:
             for n in items
         ]
         rows, more = _capped(rows, "namespaces")
-        summary = _plural(len(items), "namespace")
+        summary = plural(len(items), "namespace")
         lines = [summary, *_table(["NAME", "STATUS", "AGE"], rows), *([more] if more else [])]
         return _result(lines, summary)
 
@@ -350,7 +347,7 @@ class _ReadTools:
                 ]
             )
         rows, more = _capped(rows, "pods")
-        summary = f"{_plural(len(pods), 'pod')} {_where(namespace)}, {not_ready} not ready"
+        summary = f"{plural(len(pods), 'pod')} {_where(namespace)}, {not_ready} not ready"
         if not pods:
             return _result([f"No pods {_where(namespace)} match."], summary)
         return _result([summary, *_table(header, rows), *([more] if more else [])], summary)
@@ -457,7 +454,7 @@ class _ReadTools:
         logs = logs if isinstance(logs, str) else str(logs or "")
         line_count = len(logs.splitlines())
         size = len(logs.encode())
-        summary = f"logs of {which} {namespace}/{name}{instance}: {_plural(line_count, 'line')}"
+        summary = f"logs of {which} {namespace}/{name}{instance}: {plural(line_count, 'line')}"
         if not logs:
             window = f" in the last {since}s" if since else ""
             return _result([f"(no log lines{window})"], summary, attachment="")
@@ -507,7 +504,7 @@ class _ReadTools:
             )
         rows, more = _capped(rows, "deployments")
         summary = (
-            f"{_plural(len(deployments), 'deployment')} {_where(namespace)}, "
+            f"{plural(len(deployments), 'deployment')} {_where(namespace)}, "
             f"{lagging} not fully available"
         )
         if not deployments:
@@ -643,7 +640,7 @@ class _ReadTools:
         events = _sorted_events(_items(listing))
         warnings = sum(1 for e in events if e.get("type") == "Warning")
         about = f" about {kind or 'object'} {name}" if name else (f" about {kind}s" if kind else "")
-        summary = f"{_plural(len(events), 'event')}{about} {_where(namespace)}, {warnings} warnings"
+        summary = f"{plural(len(events), 'event')}{about} {_where(namespace)}, {warnings} warnings"
         if not events:
             return _result([f"No events{about} {_where(namespace)} match."], summary)
         rows = [_event_row(e, with_object=True, with_namespace=namespace is None) for e in events]
@@ -680,7 +677,7 @@ class _ReadTools:
                 + [age(dig(node, "metadata", "creationTimestamp"))]
             )
         rows, more = _capped(rows, "nodes")
-        summary = f"{_plural(len(nodes), 'node')}, {not_ready} not ready, {cordoned} cordoned"
+        summary = f"{plural(len(nodes), 'node')}, {not_ready} not ready, {cordoned} cordoned"
         header = ["NAME", "STATUS", "CPU alloc/cap", "MEMORY alloc/cap", "PODS alloc/cap"]
         header += ["TAINTS", "VERSION", "AGE"]
         return _result([summary, *_table(header, rows), *([more] if more else [])], summary)
@@ -749,7 +746,7 @@ class _ReadTools:
                 ]
             )
         rows, more = _capped(rows, "services")
-        summary = f"{_plural(len(items), 'service')} {where}, {without} without ready endpoints"
+        summary = f"{plural(len(items), 'service')} {where}, {without} without ready endpoints"
         if not items:
             return _result([f"No services {where} match."], summary)
         header = ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL", "PORTS", "ENDPOINTS"]
