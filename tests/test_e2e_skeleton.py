@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from bot.agent.conversation import Role
-from tests.peers.model_server import TextStep
+from tests.peers.model_server import HangStep, TextStep
 from tests.world import (
     ALICE,
     BOB,
@@ -283,3 +283,39 @@ def test_missing_secret_is_named(tmp_path: Path):
     assert result.returncode == 2
     assert "slack.bot_token_env: environment variable SLACK_BOT_TOKEN is not set" in result.stderr
     assert "slack.app_token_env: environment variable SLACK_APP_TOKEN is not set" in result.stderr
+
+
+async def test_queue_mode_waits_for_the_running_turn(world: World):
+    world.model.enqueue(HangStep(1.5, then=TextStep("First answer.")))
+    world.model.reply_text("Second answer.")
+    await world.start_bot({"slack": {"on_new_message": "queue"}})
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "first question")
+    await world.model.wait_for_requests(1)
+    follow_up = world.slack.message(SHOP_CHANNEL, BOB, "second question", thread_ts=mention["ts"])
+    await world.slack.deliver_event(follow_up)
+    await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 4)
+    await world.drain()
+    texts = [m.text for m in world.slack.thread(SHOP_CHANNEL, mention["ts"]) if m.is_bot]
+    assert "First answer." in texts and "Second answer." in texts
+    # The second turn started only after the first finished: it carries the first answer.
+    sent = [m["content"] for m in world.model.requests[1]["messages"]]
+    assert "First answer." in sent and "second question" in sent[-1]
+
+
+async def test_edits_joins_and_bot_messages_start_nothing(world: World):
+    world.model.reply_text("Answer.")
+    await world.start_bot()
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "question")
+    await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 2)
+    await world.drain()
+    thread = mention["ts"]
+    for subtype in ("message_changed", "channel_join", "bot_message"):
+        event = world.slack.message(
+            SHOP_CHANNEL, BOB, f"{subtype} in thread", thread_ts=thread, subtype=subtype
+        )
+        await world.slack.deliver_event(event)
+    own = world.slack.message(SHOP_CHANNEL, "U0KELPIE", "my own reply", thread_ts=thread)
+    await world.slack.deliver_event(own)
+    await world.slack.wait_for(lambda s: len(s.acks) >= 5)
+    await world.drain()
+    assert len(world.model.requests) == 1

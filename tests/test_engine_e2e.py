@@ -198,6 +198,15 @@ async def test_secrets_in_logs_never_reach_the_model_and_the_payload_shows_them_
     assert {"credential_pair", "jwt", "secret_pair", "bearer_token"} <= kinds
     # Evidence: the unknown [E9] is gone from what the thread shows; known refs stay.
     assert "[E9]" not in answer and "[E1]" in answer and "[E2]" in answer
+
+    # `/kelpie payload` in the channel uploads that masked payload into the thread.
+    command = world.slack.slash_command("/kelpie", "payload", ALICE, SHOP_CHANNEL)
+    await world.slack.deliver("slash_commands", command)
+    reply = await world.slack.wait_for(lambda s: s.responses_to(command["response_url"]))
+    assert "Posted the last request" in str(reply[-1].body.get("text"))
+    uploaded = [f for f in world.slack.files.values() if f.thread_ts == mention["ts"]]
+    assert len(uploaded) == 1 and uploaded[0].text == payload_text
+    assert "password=[MASKED]" in uploaded[0].text
     world.model.assert_script_consumed()
 
 

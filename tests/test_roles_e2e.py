@@ -197,3 +197,31 @@ async def test_kelpie_role_shows_each_channels_role(world: World):
     assert "approval card" in help_text
     assert "read-only" in await slash(world, SHOP_CHANNEL, "help")
     assert "not enabled" in await slash(world, "C0RANDOM", "role")
+
+
+async def test_session_hooks_run_at_session_start_and_turn_end(world: World):
+    started = world.tmp / "started.json"
+    ended = world.tmp / "ended.json"
+    start_hook = write_hook(world.tmp, "start.sh", f"cat > {started}\n")
+    end_hook = write_hook(world.tmp, "end.sh", f"cat >> {ended}; echo >> {ended}\n")
+    world.model.reply_text("first")
+    world.model.reply_text("second")
+    bot = await world.start_bot(
+        {
+            "hooks": {
+                "session_start": [{"command": [start_hook]}],
+                "session_end": [{"command": [end_hook]}],
+            }
+        }
+    )
+    mention = await ask(world, SHOP_CHANNEL, "one")
+    follow = world.slack.message(SHOP_CHANNEL, ALICE, "two", thread_ts=mention["ts"])
+    await world.slack.deliver_event(follow)
+    await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 4)
+    await world.drain()
+    for hooks in bot.core.background:
+        await hooks.drain()
+    start_doc = json.loads(started.read_text())
+    assert start_doc["event"] == "session_start" and mention["ts"] in start_doc["session"]
+    end_docs = [json.loads(line) for line in ended.read_text().splitlines() if line.strip()]
+    assert [doc["event"] for doc in end_docs] == ["session_end", "session_end"]
