@@ -29,6 +29,7 @@ from bot.approvals.model import Approval, ApprovalCards, WriteAuditLog
 from bot.approvals.orphans import ConversationOrphans
 from bot.approvals.service import ApprovalService
 from bot.config import Config, OnNewMessage, Secrets, SlackMode
+from bot.health import health_app, serve
 from bot.model.gateway import LiteLLMGateway, probe_capabilities
 from bot.model.outbound import MaskingGateway
 from bot.model.router import ModelRouter
@@ -155,6 +156,8 @@ class Kelpie:
     _socket: AsyncSocketModeHandler | None = None
     _runner: web.AppRunner | None = None
     http_port: int | None = None
+    _health: web.AppRunner | None = None
+    health_port: int | None = None
 
     # Handles the tests use to look inside.
     @property
@@ -186,6 +189,20 @@ class Kelpie:
             log.info("connected to Slack in socket mode")
         else:
             await self._start_http()
+        health = self.config.server.health
+        if health.enabled:
+            self._health, self.health_port = await serve(
+                health_app(self._readiness), health.host, health.port
+            )
+
+    async def _readiness(self) -> str | None:
+        try:
+            await self.core.db.ping()
+        except Exception:
+            return "the database does not answer"
+        if self._socket is not None and not await self._socket.client.is_connected():
+            return "the Slack socket mode connection is down"
+        return None
 
     async def _start_http(self) -> None:
         settings = self.config.slack.http
@@ -197,13 +214,7 @@ class Kelpie:
             return await to_aiohttp_response(bolt_response)
 
         web_app.router.add_post(settings.path, slack_events)
-        self._runner = web.AppRunner(web_app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, settings.host, settings.port)
-        await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        self.http_port = sockets[0].getsockname()[1] if sockets else settings.port
+        self._runner, self.http_port = await serve(web_app, settings.host, settings.port)
         log.info(
             "listening for Slack events on %s:%s%s", settings.host, self.http_port, settings.path
         )
@@ -211,8 +222,9 @@ class Kelpie:
     async def stop(self) -> None:
         if self._socket is not None:
             await self._socket.close_async()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        for runner in (self._runner, self._health):
+            if runner is not None:
+                await runner.cleanup()
         await self.scheduler.close()
         await self.core.close()
 

@@ -252,8 +252,12 @@ class ListenConfig(_Strict):
     port: int = Field(default=8080, ge=0, le=65535)
 
 
+class HealthConfig(ListenConfig):
+    enabled: bool = True
+
+
 class ServerConfig(_Strict):
-    health: ListenConfig = ListenConfig()
+    health: HealthConfig = HealthConfig()
 
 
 NO_ROLE = "none"

@@ -319,3 +319,20 @@ async def test_edits_joins_and_bot_messages_start_nothing(world: World):
     await world.slack.wait_for(lambda s: len(s.acks) >= 5)
     await world.drain()
     assert len(world.model.requests) == 1
+
+
+async def test_health_and_readiness_endpoints(world: World):
+    import aiohttp
+
+    bot = await world.start_bot()
+    base = f"http://127.0.0.1:{bot.health_port}"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{base}/healthz") as response:
+            assert response.status == 200
+        async with http.get(f"{base}/readyz") as response:
+            assert response.status == 200 and "ready" in await response.text()
+        await world.slack.disconnect_all()  # Slack drops the socket: not ready until back
+        async with http.get(f"{base}/readyz") as response:
+            assert response.status == 503
+            assert "socket mode connection is down" in await response.text()
+        await world.slack.wait_connected(timeout=15)

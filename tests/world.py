@@ -42,6 +42,7 @@ def base_config(
             "streaming": "update",
         },
         "database": {"url": f"sqlite:///{db}"},
+        "server": {"health": {"host": "127.0.0.1", "port": 0}},
         "kubernetes": {
             "clusters": [
                 {"name": "prod", "kubeconfig": str(kubeconfig), "description": "test cluster"}
