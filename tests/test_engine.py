@@ -79,11 +79,14 @@ def build(
     tools: list[Tool],
     role: RoleConfig | None = None,
     retry: RetryPolicy | None = None,
+    sleep: Any = asyncio.sleep,
 ):
     registry = ToolRegistry(tools)
     pipeline = Pipeline([AbortStage(), RoleGateStage(), PermissionStage()])
     harness = ToolHarness(registry, pipeline, ToolAuditRepository(db), NoApprovals(), timeout_s=5)
-    engine = Engine(gateway, harness, MessageRepository(db), retry or RetryPolicy(2, 0.0))
+    engine = Engine(
+        gateway, harness, MessageRepository(db), retry or RetryPolicy(2, 0.0), sleep=sleep
+    )
     role = role or RoleConfig(tools=["read/*"], namespaces=["*"])
 
     def request(session: SessionInfo, abort: asyncio.Event | None = None) -> TurnRequest:
@@ -139,6 +142,24 @@ async def test_retries_then_answer(store):
     finished = await engine.run_turn(request(session), Recorder())
     assert finished.finish is TurnFinish.STOP and finished.answer == "ok"
     assert len(gateway.requests) == 3
+
+
+async def test_default_retry_schedule_is_two_retries_one_then_two_seconds(store):
+    from bot.config import AgentConfig
+
+    session = await new_session(store)
+    slept: list[float] = []
+
+    async def record_sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    gateway = script.ScriptedGateway(script.error(), script.error(), script.error())
+    defaults = AgentConfig()
+    policy = RetryPolicy(retries=defaults.llm_retries, delay_s=defaults.llm_retry_delay_s)
+    engine, request = build(store, gateway, [], retry=policy, sleep=record_sleep)
+    finished = await engine.run_turn(request(session), Recorder())
+    assert finished.finish is TurnFinish.ERROR
+    assert slept == [1.0, 2.0] and len(gateway.requests) == 3
 
 
 async def test_retries_exhausted_gives_one_sentence(store):
