@@ -5,3 +5,23 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.peers.kube_server import Demo, KubeServer
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[KubeServer]:
+    """The Kubernetes-compatible peer, empty; `demo` seeds the small shop world."""
+    server = KubeServer()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+def demo(kube: KubeServer) -> Demo:
+    return kube.seed_demo()

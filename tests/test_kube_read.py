@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +22,6 @@ from tests.peers.kube_server import Demo, KubeServer, RecordedRequest
 
 CTX = ToolContext(cluster="prod", default_namespace="shop")
 NO_DEFAULT = ToolContext(cluster="prod", default_namespace=None)
-
-
-@pytest.fixture
-async def kube() -> AsyncIterator[KubeServer]:
-    server = KubeServer()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-def demo(kube: KubeServer) -> Demo:
-    return kube.seed_demo()
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +38,6 @@ CTX = ToolContext(cluster="prod", default_namespace="shop")
 DEPLOYMENTS = "/apis/apps/v1/namespaces/shop/deployments"
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
-
-
-@pytest.fixture
-async def kube() -> AsyncIterator[KubeServer]:
-    server = KubeServer()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-def demo(kube: KubeServer) -> Demo:
-    return kube.seed_demo()
 
 
 @pytest.fixture
