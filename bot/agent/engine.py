@@ -9,9 +9,10 @@ the best answer from what was found. A tool may end the turn at once (direct pre
 The engine knows no Slack and no SDK. It persists every message through the
 `ConversationStore` port as the turn goes (the assistant's tool calls before they run, the
 round's results in call order) and emits typed events for whoever shows progress.
-Interruption is task cancellation: the engine rolls the in-memory conversation back,
-repairs the stored one (a result for every call) and stores any partial answer as
-incomplete before re-raising. Usage is recorded per round, estimated (characters / 4) when
+Interruption is task cancellation: the engine rolls the in-memory conversation back and,
+when a person interrupted (the abort event is set; a shutdown leaves it clear), repairs the
+stored one (a result for every call) and stores any partial answer as incomplete before
+re-raising. Usage is recorded per round, estimated (characters / 4) when
 the provider reports none; a request that reached the server is always counted.
 """
 
