@@ -357,6 +357,45 @@ async def test_slack_stop_control_on_the_stream_stops_the_turn(world: World):
     assert world.slack.calls_to("chat.stopStream") == []
 
 
+async def test_slack_stop_event_stops_the_turn_even_between_appends(world: World):
+    world.model.enqueue(HangStep(20, then=TextStep("too late")))
+    await world.start_bot(NATIVE)
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "slow?")
+    start = await world.slack.wait_for_call("chat.startStream", timeout=TURN_S)
+    assert start.params.get("is_stoppable") in (True, "true")  # Slack shows its stop control
+    await world.model.wait_for_requests(1)
+    await world.slack.press_stream_stop(SHOP_CHANNEL, start.response["ts"], ALICE)
+    await world.slack.wait_for_call("chat.update", timeout=TURN_S)
+    await world.drain()
+    stream = bot_messages(world, SHOP_CHANNEL, mention["ts"])[0]
+    assert stream.text.endswith(f"Stopped by <@{ALICE}>._")
+    assert "too late" not in stream.text and len(world.model.requests) == 1
+
+
+async def test_streams_go_without_stop_control_where_the_app_is_not_subscribed(world: World):
+    world.slack.stream_stop_subscribed = False
+    world.model.reply_text("First.")
+    world.model.reply_text("Second.")
+    await world.start_bot(NATIVE)
+    for text in ("one?", "two?"):
+        mention = await world.mention(SHOP_CHANNEL, ALICE, text)
+        await world.slack.wait_for(
+            lambda s, ts=mention["ts"]: any(
+                not m.streaming for m in s.thread(SHOP_CHANNEL, ts) if m.kind == "stream"
+            ),
+            timeout=TURN_S,
+        )
+        await world.drain()
+    starts = world.slack.calls_to("chat.startStream")
+    # Refused once with is_stoppable, then remembered for the workspace: three calls in all.
+    assert [c.params.get("is_stoppable") in (True, "true") for c in starts] == [
+        True,
+        False,
+        False,
+    ]
+    assert len([c for c in starts if c.ok]) == 2
+
+
 # --------------------------------------------------------------------------- interrupt, expiry
 
 

@@ -21,7 +21,14 @@ BOT_SCOPES = [
     "commands",  # the /kelpie slash command
     "usergroups:read",  # usergroups.users.list: approvers given as user groups
 ]
-BOT_EVENTS = ["app_mention", "message.channels", "message.groups", "message.im", "channel_rename"]
+BOT_EVENTS = [
+    "app_mention",
+    "message.channels",
+    "message.groups",
+    "message.im",
+    "channel_rename",
+    "message_stream_stopped",  # Slack's own stop control on streams (is_stoppable)
+]
 
 
 def manifest(

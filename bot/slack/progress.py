@@ -102,6 +102,7 @@ CHANNEL_REFUSALS = frozenset(
 )
 STREAM_GONE = frozenset({"message_not_in_streaming_state"})
 USER_STOPPED = "stopped_by_user"
+STOP_NOT_SUBSCRIBED = "not_subscribed_to_message_stream_stopped"
 
 Interrupt = Callable[[str], bool]
 Json = dict[str, Any]
@@ -175,6 +176,9 @@ class ActiveTurn:
     channel_id: str
     thread_ts: str
     stopped_by: str | None = None
+    # The turn's stream messages, so Slack's own stop control (an event naming the stopped
+    # message) finds its turn.
+    stream_ts: set[str] = field(default_factory=set)
 
 
 class ActiveTurns:
@@ -193,6 +197,12 @@ class ActiveTurns:
         if self._turns.get(turn.session_key) is turn:
             del self._turns[turn.session_key]
 
+    def by_stream(self, channel_id: str, ts: str) -> ActiveTurn | None:
+        for turn in self._turns.values():
+            if turn.channel_id == channel_id and ts in turn.stream_ts:
+                return turn
+        return None
+
 
 @dataclass
 class _WorkspaceMemory:
@@ -201,6 +211,9 @@ class _WorkspaceMemory:
     update_only_teams: set[str] = field(default_factory=set)
     update_only_channels: set[tuple[str, str]] = field(default_factory=set)
     no_assistant_status_teams: set[str] = field(default_factory=set)
+    # Workspaces where the app is not subscribed to message_stream_stopped, so streams
+    # cannot offer Slack's own stop control (is_stoppable).
+    no_stop_control_teams: set[str] = field(default_factory=set)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -365,6 +378,7 @@ class StatusIndicator:
 @dataclass
 class _TurnContext:
     client: AsyncWebClient
+    memory: _WorkspaceMemory
     pacer: ThreadPacer
     turns: ActiveTurns
     turn: ActiveTurn
@@ -548,22 +562,35 @@ class NativeReporter(_ThreadReporter):
         return None
 
     async def _start_stream(self, slot: _Slot, chunks: list[Json]) -> str:
-        turn = self._ctx.turn
-        response = await self._ctx.pacer.call(
-            slot,
-            lambda: self._client.chat_startStream(
-                channel=self._channel,
-                thread_ts=self._thread_ts,
-                recipient_team_id=turn.team_id or None,
-                recipient_user_id=turn.asker,
-                task_display_mode="plan",
-                chunks=chunks,
-            ),
-            paced=False,
-        )
+        turn, memory = self._ctx.turn, self._ctx.memory
+        # Offer Slack's own stop control where the app is subscribed to its event.
+        stoppable = turn.team_id not in memory.no_stop_control_teams
+        extra: dict[str, Any] = {"is_stoppable": True} if stoppable else {}
+        try:
+            response = await self._ctx.pacer.call(
+                slot,
+                lambda: self._client.chat_startStream(
+                    channel=self._channel,
+                    thread_ts=self._thread_ts,
+                    recipient_team_id=turn.team_id or None,
+                    recipient_user_id=turn.asker,
+                    task_display_mode="plan",
+                    chunks=chunks,
+                    **extra,
+                ),
+                paced=False,
+            )
+        except SlackApiError as error:
+            if not stoppable or _code(error) != STOP_NOT_SUBSCRIBED:
+                raise
+            log.info("no message_stream_stopped subscription: streams without stop control")
+            memory.no_stop_control_teams.add(turn.team_id)
+            return await self._start_stream(slot, chunks)
         self._segment_text, self._segment_tasks = [], []
         self._record(chunks)
-        return str(response["ts"])
+        ts = str(response["ts"])
+        turn.stream_ts.add(ts)
+        return ts
 
     async def _post_control(self) -> None:
         try:
@@ -1004,6 +1031,7 @@ class SlackReporters:
         await status.start()
         ctx = _TurnContext(
             client=self._client,
+            memory=self._memory,
             pacer=self._pacer,
             turns=self.turns,
             turn=turn,

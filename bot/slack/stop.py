@@ -46,6 +46,23 @@ class StopHandler:
 
     def register(self) -> None:
         self._app.action(STOP_ACTION_ID)(self._on_stop)
+        self._app.event("message_stream_stopped")(self._on_stream_stopped)
+
+    async def _on_stream_stopped(self, event: dict[str, Any]) -> None:
+        """Slack's own stop control on a stoppable stream: the same as pressing Stop."""
+        channel = str(event.get("channel") or "")
+        ts = str(event.get("ts") or event.get("message_ts") or "")
+        turn = self._turns.by_stream(channel, ts)
+        if turn is None:
+            log.info("stream %s in %s stopped, but no running turn owns it", ts, channel)
+            return
+        user = str(event.get("user") or turn.asker)
+        if not await self.may_stop(user, turn):
+            log.warning("ignoring a stream stop by %s, who may not stop this turn", user)
+            return
+        turn.stopped_by = user
+        if self._interrupt(turn.session_key):
+            log.info("turn in %s stopped by %s with Slack's stop control", turn.session_key, user)
 
     async def _on_stop(
         self, ack: Callable[[], Awaitable[None]], body: dict[str, Any], client: AsyncWebClient

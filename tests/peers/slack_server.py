@@ -376,6 +376,8 @@ class SlackServer:
         self.acks: dict[str, Ack] = {}
         self.sent_envelopes: list[Json] = []
         self.response_posts: list[ResponseUrlPost] = []
+        # Whether the app subscribed to `message_stream_stopped` (needed for is_stoppable).
+        self.stream_stop_subscribed = True
         self.statuses: dict[tuple[str, str], list[str]] = {}
         self._reactions: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self._channels: dict[str, _Channel] = {}
@@ -564,6 +566,23 @@ class SlackServer:
     def stop_stream_by_user(self, ts: str) -> None:
         """Simulate the user pressing stop: further appends answer `stopped_by_user`."""
         self._set_stream_state(ts, "stopped_by_user")
+
+    async def press_stream_stop(self, channel: str, ts: str, user: str) -> None:
+        """The recipient presses Slack's own stop control on a stoppable stream: the stream
+        stops and, as the app subscribed to it, a `message_stream_stopped` event arrives."""
+        message = self.get_message(channel, ts)
+        thread_ts = message.thread_ts if message else None
+        self._set_stream_state(ts, "stopped_by_user")
+        await self.deliver_event(
+            {
+                "type": "message_stream_stopped",
+                "channel": channel,
+                "ts": ts,
+                "thread_ts": thread_ts,
+                "user": user,
+                "event_ts": self._next_ts(),
+            }
+        )
 
     def _set_stream_state(self, ts: str, state: str) -> None:
         for channel_messages in self.messages.values():
@@ -924,6 +943,8 @@ class SlackServer:
                 return _error("missing_recipient_user_id")
             if not p.get("recipient_team_id"):
                 return _error("missing_recipient_team_id")
+        if _truthy(p.get("is_stoppable")) and not self.stream_stop_subscribed:
+            return _error("not_subscribed_to_message_stream_stopped")
         msg = Message(
             channel=channel,
             ts=self._next_ts(),
