@@ -4,6 +4,7 @@ Kubernetes peers. The cluster server's request log proves what was (not) written
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -362,3 +363,39 @@ async def test_forged_http_click_is_refused_and_writes_nothing(world: World):
     await world.drain()
     assert real_writes(world) == [] and replicas(world) == 3
     assert "expired" in last_tool_result(world)
+
+
+async def test_guardian_denial_stops_a_write_before_any_card(world: World):
+    world.model.reply_tool_calls(
+        [
+            (
+                "scale_deployment",
+                {
+                    "namespace": "shop",
+                    "name": "checkout-api",
+                    "replicas": 5,
+                    "reason": "more capacity",
+                },
+            )
+        ]
+    )
+    # The guardian's review is its own model request; it answers with a verdict.
+    world.model.reply_text(
+        '{"decision": "deny", "reason": "scaling is frozen during the incident"}'
+    )
+    world.model.reply_text("The guardian refused the change.")
+    await world.start_bot({"guardian": {"enabled": True, "model_profile": "default"}})
+    mention = await world.mention(OPS_CHANNEL, ALICE, "scale checkout-api to 5")
+    await world.wait_bot_replies(OPS_CHANNEL, mention["ts"], 2)
+    await world.drain()
+    review = world.model.requests[1]
+    assert review.get("tools") in (None, [])
+    assert "scale_deployment" in json.dumps(review["messages"])
+    assert "scale checkout-api to 5" in json.dumps(review["messages"])
+    result = last_tool_result(world)
+    assert "guardian" in result and "scaling is frozen during the incident" in result
+    assert real_writes(world) == []
+    assert not any(
+        "approval:" in json.dumps(m.blocks or [])
+        for m in world.slack.thread(OPS_CHANNEL, mention["ts"])
+    )
