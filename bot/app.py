@@ -355,8 +355,12 @@ def build_kelpie(
             approval.session_id, approval.turn_id, approval.requested_by
         )
         if accepted is not None:
+            # A decision arriving after a restart continues its turn; it never interrupts a
+            # turn someone started in that thread meanwhile.
             scheduler.submit(
-                accepted.session.session_key, lambda abort: agent.resume_turn(accepted, abort)
+                accepted.session.session_key,
+                lambda abort: agent.resume_turn(accepted, abort),
+                may_interrupt=False,
             )
 
     core.orphans.resume = resume

@@ -29,9 +29,13 @@ class TurnScheduler:
         self._slots: dict[str, _Slot] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def submit(self, session_key: str, body: TurnBody) -> asyncio.Task[None]:
+    def submit(
+        self, session_key: str, body: TurnBody, *, may_interrupt: bool = True
+    ) -> asyncio.Task[None]:
+        """Run `body` as the session's next turn. A person's new message may interrupt the
+        running turn (per config); a resumed turn (`may_interrupt=False`) always waits."""
         slot = self._slots.setdefault(session_key, _Slot())
-        if self._interrupt:
+        if self._interrupt and may_interrupt:
             self.interrupt(session_key)
         task = asyncio.create_task(self._run(session_key, slot, body), name=f"turn:{session_key}")
         self._tasks.add(task)
