@@ -52,7 +52,11 @@ from bot.slack.commands import SlashCommands
 from bot.slack.people import ApproverDirectory
 from bot.slack.progress import SlackReporters
 from bot.slack.stop import StopHandler
-from bot.store.approvals import ApprovalRepository, WriteAuditRepository
+from bot.store.approvals import (
+    ApprovalRepository,
+    WriteAuditRepository,
+    WriteReservationRepository,
+)
 from bot.store.db import Database
 from bot.store.history import SessionOpenings
 from bot.store.payloads import PayloadLog
@@ -283,7 +287,9 @@ def build_core(
     approvals = ApprovalService(
         approval_store,
         cards,
-        WriteCoordinator(registry, write_audit or WriteAuditRepository(db)),
+        WriteCoordinator(
+            registry, write_audit or WriteAuditRepository(db), WriteReservationRepository(db)
+        ),
         orphans,
     )
     harness = ToolHarness(

@@ -399,3 +399,46 @@ async def test_guardian_denial_stops_a_write_before_any_card(world: World):
         "approval:" in json.dumps(m.blocks or [])
         for m in world.slack.thread(OPS_CHANNEL, mention["ts"])
     )
+
+
+async def test_two_approved_writes_to_one_object_never_run_at_once(world: World):
+    await world.start_bot()
+    scale = {"namespace": "shop", "name": "checkout-api", "replicas": 5, "reason": "load"}
+    world.model.reply_tool_calls([("scale_deployment", scale)])
+    world.model.reply_tool_calls([("scale_deployment", {**scale, "replicas": 6})])
+    world.model.reply_text("Done.")
+    world.model.reply_text("Done.")
+    first_mention = await world.mention(OPS_CHANNEL, ALICE, "scale checkout-api to 5")
+    first_card = await wait_card(world, first_mention["ts"])
+    second_mention = await world.mention(OPS_CHANNEL, BOB, "scale checkout-api to 6")
+    second_card = await wait_card(world, second_mention["ts"])
+    world.kube.delay(r"/deployments/checkout-api$", 1.5)  # the first write's re-check is slow
+    await click(world, CAROL, first_card)
+    await world.slack.wait_for(
+        lambda s: "Executing" in card_text(s.get_message(OPS_CHANNEL, first_card.ts))
+    )
+    await click(world, DAVE, second_card)
+    await world.wait_bot_replies(OPS_CHANNEL, second_mention["ts"], 3)
+    await world.wait_bot_replies(OPS_CHANNEL, first_mention["ts"], 3)
+    await world.drain()
+    assert len(real_writes(world)) == 1
+    second = card_text(world.slack.get_message(OPS_CHANNEL, second_card.ts))
+    assert "another write to Deployment/shop/checkout-api is in progress" in second
+
+
+async def test_write_reservations_are_shared_and_outlive_no_crash(world: World):
+    from datetime import timedelta
+
+    from bot.store.approvals import WriteReservationRepository
+
+    bot = await world.start_bot()
+    first = WriteReservationRepository(bot.db)
+    other_replica = WriteReservationRepository(bot.db)
+    assert await first.reserve("prod/Deployment/shop/a", "approval-1")
+    assert not await other_replica.reserve("prod/Deployment/shop/a", "approval-2")
+    assert await other_replica.reserve("prod/Deployment/shop/b", "approval-3")
+    await first.release("prod/Deployment/shop/a", "approval-1")
+    assert await other_replica.reserve("prod/Deployment/shop/a", "approval-2")
+    # A reservation left by a crashed replica is taken over once it is stale.
+    impatient = WriteReservationRepository(bot.db, stale_after=timedelta(seconds=0))
+    assert await impatient.reserve("prod/Deployment/shop/a", "approval-4")

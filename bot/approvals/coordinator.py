@@ -12,7 +12,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from bot.approvals.model import Approval, WriteAudit, WriteAuditLog
+from bot.approvals.model import Approval, WriteAudit, WriteAuditLog, WriteReservations
 from bot.tools.harness import ToolRegistry
 from bot.tools.spec import ToolContext, ToolFailure, WriteConflict
 
@@ -29,22 +29,23 @@ class WriteOutcome:
 
 
 class WriteCoordinator:
-    def __init__(self, registry: ToolRegistry, audit: WriteAuditLog) -> None:
+    def __init__(
+        self, registry: ToolRegistry, audit: WriteAuditLog, reservations: WriteReservations
+    ) -> None:
         self._registry = registry
         self._audit = audit
-        self._reserved: set[str] = set()
+        self._reservations = reservations
 
     async def execute(self, approval: Approval, approved_by: str) -> WriteOutcome:
         plan = approval.plan
         key = f"{plan.cluster}/{plan.target.key}"
-        if key in self._reserved:
+        if not await self._reservations.reserve(key, approval.id):
             text = f"another write to {plan.target.key} is in progress; not executed."
             return WriteOutcome(False, False, f"Not executed: {text}", text)
-        self._reserved.add(key)
         try:
             return await self._execute(approval, approved_by)
         finally:
-            self._reserved.discard(key)
+            await asyncio.shield(self._reservations.release(key, approval.id))
 
     async def _execute(self, approval: Approval, approved_by: str) -> WriteOutcome:
         plan = approval.plan

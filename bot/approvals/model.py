@@ -107,3 +107,13 @@ class ApprovalCards(Protocol):
         ...
 
     async def update(self, approval: Approval, note: str = "") -> None: ...
+
+
+class WriteReservations(Protocol):
+    """One write per object at a time. Shared by every replica (the database)."""
+
+    async def reserve(self, target: str, approval_id: str) -> bool:
+        """True if this approval now holds the target; False if another write holds it."""
+        ...
+
+    async def release(self, target: str, approval_id: str) -> None: ...

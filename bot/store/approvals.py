@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import update
+from sqlalchemy import delete, update
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
 from bot.approvals.model import (
@@ -15,7 +16,7 @@ from bot.approvals.model import (
     plan_to_json,
 )
 from bot.store.db import Database
-from bot.store.tables import ApprovalRow, WriteAuditRow
+from bot.store.tables import ApprovalRow, WriteAuditRow, WriteReservationRow
 
 
 def _aware(value: datetime) -> datetime:
@@ -160,3 +161,38 @@ class WriteAuditRepository:
         async with self._db.sessions() as session:
             rows = await session.exec(select(WriteAuditRow).order_by(col(WriteAuditRow.id)))
             return list(rows.all())
+
+
+class WriteReservationRepository:
+    """Implements WriteReservations with a row per target. A reservation left by a crashed
+    process is taken over after `stale_after` (longer than any write takes)."""
+
+    def __init__(self, db: Database, stale_after: timedelta = timedelta(minutes=10)) -> None:
+        self._db = db
+        self._stale_after = stale_after
+
+    async def reserve(self, target: str, approval_id: str) -> bool:
+        async with self._db.sessions() as session:
+            stale = datetime.now(UTC) - self._stale_after
+            await session.exec(
+                delete(WriteReservationRow).where(
+                    col(WriteReservationRow.target) == target,
+                    col(WriteReservationRow.created_at) < stale,
+                )
+            )
+            session.add(WriteReservationRow(target=target, approval_id=approval_id))
+            try:
+                await session.commit()
+            except IntegrityError:
+                return False
+        return True
+
+    async def release(self, target: str, approval_id: str) -> None:
+        async with self._db.sessions() as session:
+            await session.exec(
+                delete(WriteReservationRow).where(
+                    col(WriteReservationRow.target) == target,
+                    col(WriteReservationRow.approval_id) == approval_id,
+                )
+            )
+            await session.commit()

@@ -152,3 +152,13 @@ class PayloadRow(SQLModel, table=True):
     payload_json: str
     masked_count: int = 0
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class WriteReservationRow(SQLModel, table=True):
+    """One write per object at a time, across replicas: the primary key is the target."""
+
+    __tablename__ = "write_reservations"
+
+    target: str = Field(primary_key=True)  # cluster/Kind/namespace/name
+    approval_id: str
+    created_at: datetime = Field(default_factory=utcnow)
