@@ -1,0 +1,501 @@
+"""What both renderings of a turn share: pacing (one write per thread per second), the
+registry of running turns, workspace memory, the status indicator, rendering helpers and
+the reporter base class."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from bot.agent.events import (
+    RoundStarted,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    ToolStatus,
+    TurnEvent,
+    TurnFinish,
+    TurnFinished,
+    TurnStats,
+    footer_line,
+    plural,
+)
+from bot.agent.session import IncomingMessage
+from bot.slack import copy
+from bot.slack.markdown import (
+    MAX_BLOCKS,
+    SECTION_LIMIT,
+    escape,
+    split_text,
+)
+
+log = logging.getLogger(__name__)
+
+STOP_ACTION_ID = "kelpie_stop"
+# One paced write (an edit or an append) per thread per second: chat.update is Tier 3
+# (~50/min per workspace) and several turns may run at once.
+MIN_WRITE_INTERVAL_S = 1.0
+STREAM_TEXT_LIMIT = 12_000  # markdown_text per stream call
+# Slack truncates a message's text beyond 40,000 characters: start a new stream before.
+STREAM_SEGMENT_LIMIT = 30_000
+UPDATE_TEXT_LIMIT = 3_900  # chat.update refuses text over 4,000 characters
+ANSWER_MESSAGE_CHARS = 12_000  # per answer message (in section blocks of ≤ 3,000)
+TIMELINE_LINES = 30
+ATTACHMENT_TOOL_PREFIX = "show_"
+
+# startStream errors meaning the workspace does not let this app stream at all.
+WORKSPACE_REFUSALS = frozenset(
+    {
+        "unknown_method",
+        "not_allowed_token_type",
+        "method_deprecated",
+        "feature_not_enabled",
+        "not_enabled",
+        "missing_scope",
+        "no_permission",
+        "not_allowed",
+        "access_denied",
+    }
+)
+# ... and errors meaning this channel (type) cannot take a stream.
+CHANNEL_REFUSALS = frozenset(
+    {"channel_type_not_supported", "method_not_supported_for_channel_type"}
+)
+STREAM_GONE = frozenset({"message_not_in_streaming_state"})
+USER_STOPPED = "stopped_by_user"
+STOP_NOT_SUBSCRIBED = "not_subscribed_to_message_stream_stopped"
+
+Interrupt = Callable[[str], bool]
+Json = dict[str, Any]
+
+
+# What a Slack call can raise once slack_sdk's retry handlers gave up.
+SLACK_FAILURES = (SlackClientError, aiohttp.ClientError, TimeoutError)
+
+
+def error_code(error: BaseException) -> str:
+    if isinstance(error, SlackApiError):
+        return str(error.response.get("error") or "unknown_error")
+    return type(error).__name__
+
+
+# --------------------------------------------------------------------------- shared state
+
+
+@dataclass
+class ThreadSlot:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    last: float = float("-inf")
+
+
+class ThreadPacer:
+    """Serialises the bot's writes to one thread and keeps paced writes (edits, appends)
+    at least `interval_s` apart. The gap is measured from the end of the previous write, so
+    it also holds where Slack receives them, retries after a 429 included."""
+
+    def __init__(self, interval_s: float = MIN_WRITE_INTERVAL_S) -> None:
+        self._interval_s = interval_s
+        self._slots: dict[tuple[str, str], ThreadSlot] = {}
+
+    @asynccontextmanager
+    async def hold(self, channel: str, thread_ts: str) -> AsyncIterator[ThreadSlot]:
+        self._prune()
+        slot = self._slots.setdefault((channel, thread_ts), ThreadSlot())
+        async with slot.lock:
+            yield slot
+
+    async def call(
+        self, slot: ThreadSlot, call: Callable[[], Awaitable[AsyncSlackResponse]], *, paced: bool
+    ) -> AsyncSlackResponse:
+        """Make one write while holding `slot`; paced writes wait for their turn first."""
+        if paced:
+            wait = slot.last + self._interval_s - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        try:
+            return await call()
+        finally:
+            slot.last = time.monotonic()
+
+    def _prune(self) -> None:
+        if len(self._slots) < 512:
+            return
+        horizon = time.monotonic() - 60
+        for key, slot in list(self._slots.items()):
+            if not slot.lock.locked() and slot.last < horizon:
+                del self._slots[key]
+
+
+@dataclass
+class ActiveTurn:
+    """A running turn the Stop button can act on."""
+
+    session_key: str
+    asker: str
+    role: str
+    team_id: str
+    channel_id: str
+    thread_ts: str
+    stopped_by: str | None = None
+    # The turn's stream messages, so Slack's own stop control (an event naming the stopped
+    # message) finds its turn.
+    stream_ts: set[str] = field(default_factory=set)
+
+
+class ActiveTurns:
+    """Running turns by session key (one per session: the scheduler runs one at a time)."""
+
+    def __init__(self) -> None:
+        self._turns: dict[str, ActiveTurn] = {}
+
+    def get(self, session_key: str) -> ActiveTurn | None:
+        return self._turns.get(session_key)
+
+    def add(self, turn: ActiveTurn) -> None:
+        self._turns[turn.session_key] = turn
+
+    def discard(self, turn: ActiveTurn) -> None:
+        if self._turns.get(turn.session_key) is turn:
+            del self._turns[turn.session_key]
+
+    def by_stream(self, channel_id: str, ts: str) -> ActiveTurn | None:
+        for turn in self._turns.values():
+            if turn.channel_id == channel_id and ts in turn.stream_ts:
+                return turn
+        return None
+
+
+@dataclass
+class WorkspaceMemory:
+    """What kelpie learnt about workspaces while running (not persisted: a restart retries)."""
+
+    update_only_teams: set[str] = field(default_factory=set)
+    update_only_channels: set[tuple[str, str]] = field(default_factory=set)
+    no_assistant_status_teams: set[str] = field(default_factory=set)
+    # Workspaces where the app is not subscribed to message_stream_stopped, so streams
+    # cannot offer Slack's own stop control (is_stoppable).
+    no_stop_control_teams: set[str] = field(default_factory=set)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+@dataclass
+class TaskLine:
+    tool_call_id: str
+    name: str
+    args: str
+    status: ToolStatus | None = None
+    summary: str = ""
+
+    def output(self) -> str:
+        summary = self.summary
+        if self.status is ToolStatus.DENIED and "denied" not in summary.lower():
+            return f"denied: {summary}" if summary else "denied"
+        if self.status is ToolStatus.FAILED and not summary:
+            return "failed"
+        return summary
+
+    def chunk(self, *, unfinished: bool = False) -> Json:
+        chunk: Json = {"type": "task_update", "id": self.tool_call_id, "title": self.name}
+        if self.status is None:
+            chunk["status"] = "error" if unfinished else "in_progress"
+        else:
+            chunk["status"] = "complete" if self.status is ToolStatus.OK else "error"
+        if self.args:
+            chunk["details"] = self.args
+        output = copy.TOOL_NOT_FINISHED if unfinished and self.status is None else self.output()
+        if output:
+            chunk["output"] = output
+        return chunk
+
+    def line(self, *, unfinished: bool = False) -> str:
+        marks = {ToolStatus.OK: "✓", ToolStatus.FAILED: "✗", ToolStatus.DENIED: "⛔"}
+        if self.status is None:
+            mark, tail = ("✗", copy.TOOL_NOT_FINISHED) if unfinished else ("⏳", "")
+        else:
+            mark, tail = marks[self.status], self.output()
+        args = f" {escape(self.args)}" if self.args else ""
+        tail = f" {escape(tail)}" if tail else ""
+        return f"• `{self.name}`{args} {mark}{tail}"
+
+
+def footer_blocks(text: str) -> list[Json]:
+    return [{"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}]
+
+
+def stop_button_block(session_key: str) -> Json:
+    return {
+        "type": "actions",
+        "block_id": STOP_ACTION_ID,
+        "elements": [
+            {
+                "type": "button",
+                "action_id": STOP_ACTION_ID,
+                "text": {"type": "plain_text", "text": copy.STOP_BUTTON},
+                "style": "danger",
+                "value": session_key,
+            }
+        ],
+    }
+
+
+def truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def answer_messages(mrkdwn: str) -> list[tuple[str, list[Json]]]:
+    """(fallback text, section blocks) per message: sections ≤ 3,000 characters, split at
+    paragraph boundaries, ≤ 50 blocks and ≤ 12,000 characters per message."""
+    messages: list[tuple[str, list[Json]]] = []
+    parts: list[str] = []
+    size = 0
+    for part in split_text(mrkdwn, SECTION_LIMIT):
+        if parts and (len(parts) >= MAX_BLOCKS or size + len(part) > ANSWER_MESSAGE_CHARS):
+            messages.append(_answer_message(parts))
+            parts, size = [], 0
+        parts.append(part)
+        size += len(part) + 2
+    if parts:
+        messages.append(_answer_message(parts))
+    return messages
+
+
+def _answer_message(parts: list[str]) -> tuple[str, list[Json]]:
+    blocks: list[Json] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": part}} for part in parts if part
+    ]
+    return "\n\n".join(parts), blocks
+
+
+# --------------------------------------------------------------------------- status
+
+
+class StatusIndicator:
+    """Shows that kelpie works on a message: the assistant thread status in DMs (Slack's
+    AI-app threads live there; a workspace that refuses it is remembered), otherwise an
+    `eyes` reaction replaced by `white_check_mark` or `x` at the end."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        memory: WorkspaceMemory,
+        message: IncomingMessage,
+        *,
+        reactions: bool,
+    ) -> None:
+        self._client = client
+        self._memory = memory
+        self._message = message
+        self._reactions = reactions
+        self._kind: str | None = None
+
+    async def start(self) -> None:
+        message = self._message
+        if message.is_dm and message.team_id not in self._memory.no_assistant_status_teams:
+            try:
+                await self._client.assistant_threads_setStatus(
+                    channel_id=message.channel_id,
+                    thread_ts=message.thread_ts,
+                    status=copy.ASSISTANT_STATUS,
+                )
+                self._kind = "assistant"
+                return
+            except SLACK_FAILURES as error:
+                log.info("assistant status refused (%s); using reactions", error_code(error))
+                if isinstance(error, SlackApiError):
+                    self._memory.no_assistant_status_teams.add(message.team_id)
+        if self._reactions:
+            await self._react("reactions_add", "eyes")
+            self._kind = "reaction"
+
+    async def finish(self, finish: TurnFinish) -> None:
+        if self._kind == "assistant":
+            try:
+                await self._client.assistant_threads_setStatus(
+                    channel_id=self._message.channel_id,
+                    thread_ts=self._message.thread_ts,
+                    status="",
+                )
+            except SLACK_FAILURES as error:
+                log.info("could not clear the assistant status: %s", error_code(error))
+        elif self._kind == "reaction":
+            await self._react("reactions_remove", "eyes")
+            ok = finish in (TurnFinish.STOP, TurnFinish.MAX_ITERATIONS)
+            await self._react("reactions_add", "white_check_mark" if ok else "x")
+
+    async def _react(self, method: str, name: str) -> None:
+        try:
+            await getattr(self._client, method)(
+                channel=self._message.channel_id, timestamp=self._message.ts, name=name
+            )
+        except SLACK_FAILURES as error:
+            log.info("%s %s failed: %s", method, name, error_code(error))
+
+
+# --------------------------------------------------------------------------- reporters
+
+
+@dataclass
+class TurnContext:
+    client: AsyncWebClient
+    memory: WorkspaceMemory
+    pacer: ThreadPacer
+    turns: ActiveTurns
+    turn: ActiveTurn
+    message: IncomingMessage
+    status: StatusIndicator
+    interrupt: Interrupt | None
+    model_name: str
+    tier: str | None
+
+
+class ThreadReporter:
+    """What both renderings share: the timeline state, uploads, the end of the turn."""
+
+    def __init__(self, ctx: TurnContext) -> None:
+        self._ctx = ctx
+        self._client = ctx.client
+        self._channel = ctx.turn.channel_id
+        self._thread_ts = ctx.turn.thread_ts
+        self._tasks: dict[str, TaskLine] = {}
+        self._rounds = 0
+        self._tool_calls = 0
+        self._started = time.monotonic()
+        self._uploads: set[asyncio.Task[None]] = set()
+        self._closing_task: asyncio.Future[None] | None = None
+
+    async def emit(self, event: TurnEvent) -> None:
+        # Never awaits Slack: the turn must not wait on (or be cancelled inside) a Slack call.
+        if isinstance(event, RoundStarted):
+            self._rounds = max(self._rounds, event.round_index + 1)
+            self._on_round()
+        elif isinstance(event, TextDelta):
+            if event.text:
+                self._on_text(event.text)
+        elif isinstance(event, ToolStarted):
+            task = TaskLine(event.tool_call_id, event.name, event.args_summary)
+            self._tasks[event.tool_call_id] = task
+            self._on_task(task)
+        elif isinstance(event, ToolFinished):
+            task = self._tasks.setdefault(
+                event.tool_call_id, TaskLine(event.tool_call_id, event.name, "")
+            )
+            task.status = event.status
+            task.summary = event.summary
+            self._tool_calls += 1
+            self._on_task(task)
+            if event.attachment is not None and event.name.startswith(ATTACHMENT_TOOL_PREFIX):
+                upload = asyncio.create_task(self._upload(event))
+                self._uploads.add(upload)
+
+    async def close(self, finished: TurnFinished) -> None:
+        if self._closing_task is None:
+            self._closing_task = asyncio.ensure_future(self._close(finished))
+        # Shielded: a cancellation arriving now (a newer message) must not leave the
+        # stream or the progress message half finished.
+        await asyncio.shield(self._closing_task)
+
+    async def _close(self, finished: TurnFinished) -> None:
+        self._ctx.turns.discard(self._ctx.turn)
+        try:
+            if self._uploads:
+                await asyncio.gather(*self._uploads, return_exceptions=True)
+            await self._finish(finished)
+        finally:
+            await self._ctx.status.finish(finished.finish)
+
+    # hooks for the renderings
+    def _on_round(self) -> None: ...
+
+    def _on_text(self, text: str) -> None: ...
+
+    def _on_task(self, task: TaskLine) -> None: ...
+
+    async def _finish(self, finished: TurnFinished) -> None: ...
+
+    # shared helpers
+    def _stats(self, finished: TurnFinished) -> TurnStats:
+        if finished.stats.model:
+            return finished.stats
+        # An interrupted turn reports no stats; show what this reporter saw.
+        return TurnStats(
+            model=self._ctx.model_name,
+            rounds=self._rounds,
+            tool_calls=self._tool_calls,
+            duration_s=time.monotonic() - self._started,
+        )
+
+    def _footer(self, finished: TurnFinished) -> str:
+        stats = self._stats(finished)
+        tier = getattr(stats, "tier", None) or self._ctx.tier
+        return footer_line(stats, str(tier) if tier else None, finished.evidence)
+
+    def _ending(self, finished: TurnFinished) -> str | None:
+        """The sentence that ends the turn's text, if any."""
+        if finished.finish is TurnFinish.MAX_ITERATIONS:
+            return copy.MAX_ITERATIONS_NOTE
+        if finished.finish is TurnFinish.ERROR:
+            return copy.error_answer(finished.error or copy.INTERNAL_ERROR)
+        if finished.finish is TurnFinish.INTERRUPTED:
+            stopper = self._ctx.turn.stopped_by
+            return f"_{copy.stopped_by(stopper)}_" if stopper else f"_{copy.INTERRUPTED}_"
+        return None
+
+    def _header(self, finished: TurnFinished) -> str:
+        if finished.finish is TurnFinish.INTERRUPTED:
+            stopper = self._ctx.turn.stopped_by
+            return copy.stopped_by(stopper) if stopper else copy.INTERRUPTED
+        return {
+            TurnFinish.STOP: copy.DONE,
+            TurnFinish.MAX_ITERATIONS: copy.DONE_MAX_ITERATIONS,
+            TurnFinish.ERROR: copy.FAILED,
+        }[finished.finish]
+
+    def _timeline(self, *, unfinished: bool = False) -> list[str]:
+        lines = [task.line(unfinished=unfinished) for task in self._tasks.values()]
+        if len(lines) > TIMELINE_LINES:
+            hidden = len(lines) - TIMELINE_LINES + 1
+            lines = [f"… {plural(hidden, 'earlier call')}", *lines[-(TIMELINE_LINES - 1) :]]
+        return lines
+
+    def _user_stopped(self) -> None:
+        """Slack's own stop control ended the stream: stop the turn as the asker's Stop."""
+        turn = self._ctx.turn
+        if turn.stopped_by is None:
+            turn.stopped_by = turn.asker
+        if self._ctx.interrupt is not None:
+            self._ctx.interrupt(turn.session_key)
+
+    async def _post_answer(self, mrkdwn: str) -> None:
+        for text, blocks in answer_messages(mrkdwn):
+            try:
+                await self._client.chat_postMessage(
+                    channel=self._channel, thread_ts=self._thread_ts, text=text, blocks=blocks
+                )
+            except SLACK_FAILURES as error:
+                log.error("could not post the answer: %s", error_code(error))
+
+    async def _upload(self, event: ToolFinished) -> None:
+        try:
+            await self._client.files_upload_v2(
+                channel=self._channel,
+                thread_ts=self._thread_ts,
+                content=event.attachment or "",
+                filename=f"{event.name}-{event.tool_call_id}.log",
+                title=copy.attachment_title(event.name),
+            )
+        except SLACK_FAILURES as error:
+            log.error("could not upload the output of %s: %s", event.name, error_code(error))
+        except Exception:
+            log.exception("could not upload the output of %s", event.name)

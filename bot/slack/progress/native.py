@@ -1,0 +1,388 @@
+"""The native rendering: one streamed message per turn (chat.startStream / appendStream /
+stopStream) with a task card per tool call and the answer streamed in bursts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+
+from bot.agent.events import (
+    TurnFinish,
+    TurnFinished,
+)
+from bot.slack import copy
+from bot.slack.markdown import (
+    MAX_BLOCKS,
+    cut,
+    section_blocks,
+    to_mrkdwn,
+)
+from bot.slack.progress.common import (
+    SLACK_FAILURES,
+    STOP_NOT_SUBSCRIBED,
+    STREAM_GONE,
+    STREAM_SEGMENT_LIMIT,
+    STREAM_TEXT_LIMIT,
+    UPDATE_TEXT_LIMIT,
+    USER_STOPPED,
+    Json,
+    TaskLine,
+    ThreadReporter,
+    ThreadSlot,
+    TurnContext,
+    error_code,
+    footer_blocks,
+    stop_button_block,
+    truncate,
+)
+
+log = logging.getLogger(__name__)
+
+
+class NativeReporter(ThreadReporter):
+    """One turn as a native Slack stream (plus a small Stop message below it)."""
+
+    def __init__(self, ctx: TurnContext) -> None:
+        super().__init__(ctx)
+        self._ts: str | None = None
+        self._control_ts: str | None = None
+        self._pending: list[Json] = []
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._flusher: asyncio.Task[None] | None = None
+        self._any_text = False
+        self._round_text = False  # the current round streamed text
+        self._gap = False
+        # What the current stream message shows, to finish it by chat.update if needed.
+        self._segment_text: list[str] = []
+        self._segment_tasks: list[str] = []
+        self._dead = False  # the stream takes no more appends (stopped by the user)
+        self._lost = False  # some answer text may not have reached Slack
+
+    async def start(self) -> str | None:
+        """Start the stream; the Slack error code when the workspace refuses it."""
+        try:
+            async with self._ctx.pacer.hold(self._channel, self._thread_ts) as slot:
+                self._ts = await self._start_stream(slot, [_plan(copy.PLAN_WORKING)])
+        except SLACK_FAILURES as error:
+            return error_code(error)
+        await self._post_control()
+        self._flusher = asyncio.create_task(self._flush_loop())
+        return None
+
+    async def _start_stream(self, slot: ThreadSlot, chunks: list[Json]) -> str:
+        turn, memory = self._ctx.turn, self._ctx.memory
+        # Offer Slack's own stop control where the app is subscribed to its event.
+        stoppable = turn.team_id not in memory.no_stop_control_teams
+        extra: dict[str, Any] = {"is_stoppable": True} if stoppable else {}
+        try:
+            response = await self._ctx.pacer.call(
+                slot,
+                lambda: self._client.chat_startStream(
+                    channel=self._channel,
+                    thread_ts=self._thread_ts,
+                    recipient_team_id=turn.team_id or None,
+                    recipient_user_id=turn.asker,
+                    task_display_mode="plan",
+                    chunks=chunks,
+                    **extra,
+                ),
+                paced=False,
+            )
+        except SlackApiError as error:
+            if not stoppable or error_code(error) != STOP_NOT_SUBSCRIBED:
+                raise
+            log.info("no message_stream_stopped subscription: streams without stop control")
+            memory.no_stop_control_teams.add(turn.team_id)
+            return await self._start_stream(slot, chunks)
+        self._segment_text, self._segment_tasks = [], []
+        self._record(chunks)
+        ts = str(response["ts"])
+        turn.stream_ts.add(ts)
+        return ts
+
+    async def _post_control(self) -> None:
+        try:
+            response = await self._client.chat_postMessage(
+                channel=self._channel,
+                thread_ts=self._thread_ts,
+                text=copy.STOP_HINT,
+                blocks=[
+                    {"type": "context", "elements": [{"type": "mrkdwn", "text": copy.STOP_HINT}]},
+                    stop_button_block(self._ctx.turn.session_key),
+                ],
+            )
+            self._control_ts = str(response["ts"])
+        except SLACK_FAILURES as error:
+            log.warning("could not post the Stop button: %s", error_code(error))
+
+    # events → pending chunks
+    def _queue(self, chunk: Json) -> None:
+        last = self._pending[-1] if self._pending else None
+        if chunk["type"] == "markdown_text" and last and last["type"] == "markdown_text":
+            last["text"] += chunk["text"]
+        else:
+            self._pending.append(chunk)
+        self._wake.set()
+
+    def _on_round(self) -> None:
+        self._gap = self._any_text
+        self._round_text = False
+
+    def _on_text(self, text: str) -> None:
+        if self._gap:
+            text, self._gap = "\n\n" + text, False
+        self._any_text = self._round_text = True
+        self._queue({"type": "markdown_text", "text": text})
+
+    def _on_task(self, task: TaskLine) -> None:
+        self._queue(task.chunk())
+
+    # writing
+    async def _flush_loop(self) -> None:
+        try:
+            while not self._closing and not self._dead:
+                await self._wake.wait()
+                if self._closing:
+                    return
+                async with self._ctx.pacer.hold(self._channel, self._thread_ts) as slot:
+                    self._wake.clear()
+                    chunks, self._pending = self._pending, []
+                    for batch in _batches(chunks):
+                        await self._append(slot, batch)
+        except Exception:
+            log.exception("streaming progress failed; the answer will be posted as a message")
+            self._lost = True
+
+    async def _append(self, slot: ThreadSlot, batch: list[Json]) -> None:
+        if self._dead or self._ts is None:
+            self._record(batch)
+            return
+        if _text_size(self._segment_text) + _text_size(_texts(batch)) > STREAM_SEGMENT_LIMIT:
+            await self._rotate(slot, expired=False)
+            if self._ts is None:
+                self._record(batch)
+                return
+        if not self._segment_text:
+            batch = _trim_leading_gap(batch)
+        ts = self._ts
+        try:
+            await self._ctx.pacer.call(
+                slot,
+                lambda: self._client.chat_appendStream(channel=self._channel, ts=ts, chunks=batch),
+                paced=True,
+            )
+            self._record(batch)
+        except SLACK_FAILURES as error:
+            code = error_code(error)
+            if code in STREAM_GONE:
+                log.info("stream %s ended on Slack's side; continuing in a new one", ts)
+                await self._rotate(slot, expired=True, carry=batch)
+            elif code == USER_STOPPED:
+                self._dead = True
+                self._record(batch)
+                if not self._closing:
+                    self._user_stopped()
+            else:
+                log.warning("chat.appendStream failed: %s", code)
+                self._record(batch)
+                self._lost = True
+
+    def _record(self, chunks: list[Json]) -> None:
+        for chunk in chunks:
+            if chunk["type"] == "markdown_text":
+                self._segment_text.append(chunk["text"])
+            elif chunk["type"] == "task_update" and chunk["id"] not in self._segment_tasks:
+                self._segment_tasks.append(chunk["id"])
+
+    async def _rotate(
+        self, slot: ThreadSlot, *, expired: bool, carry: list[Json] | None = None
+    ) -> None:
+        """End the current stream message and continue the turn in a new one."""
+        old = self._ts
+        if old is not None:
+            if expired:
+                await self._finish_by_update(slot, old, copy.CONTINUED_BELOW, [], final=False)
+            else:
+                try:
+                    await self._ctx.pacer.call(
+                        slot,
+                        lambda: self._client.chat_stopStream(channel=self._channel, ts=old),
+                        paced=False,
+                    )
+                except SLACK_FAILURES as error:
+                    if error_code(error) not in STREAM_GONE | {USER_STOPPED}:
+                        raise
+                    await self._finish_by_update(slot, old, copy.CONTINUED_BELOW, [], final=False)
+        carry = carry or []
+        carried_ids = {c["id"] for c in carry if c["type"] == "task_update"}
+        # Calls still running show up again in the new message, then the carried content.
+        running = [
+            task.chunk()
+            for task in self._tasks.values()
+            if task.status is None and task.tool_call_id not in carried_ids
+        ]
+        chunks = [_plan(copy.PLAN_WORKING), *running, *_trim_leading_gap(carry)]
+        try:
+            self._ts = await self._start_stream(slot, chunks)
+        except SLACK_FAILURES as error:
+            log.warning("could not start a new stream: %s", error_code(error))
+            self._ts = None
+            self._lost = True
+
+    async def _finish_by_update(
+        self, slot: ThreadSlot, ts: str, tail: str, extra_blocks: list[Json], *, final: bool = True
+    ) -> None:
+        """Finish a stream message Slack no longer streams with what it showed."""
+        tasks = [
+            self._tasks[i].line(unfinished=final) for i in self._segment_tasks if i in self._tasks
+        ]
+        parts = ["\n".join(tasks), to_mrkdwn("".join(self._segment_text)), tail]
+        body = "\n\n".join(part for part in parts if part.strip())
+        blocks = section_blocks(body)[: MAX_BLOCKS - len(extra_blocks)] + extra_blocks
+        try:
+            await self._ctx.pacer.call(
+                slot,
+                lambda: self._client.chat_update(
+                    channel=self._channel,
+                    ts=ts,
+                    text=truncate(body, UPDATE_TEXT_LIMIT),
+                    blocks=blocks,
+                ),
+                paced=True,
+            )
+        except SLACK_FAILURES as error:
+            log.warning("could not finish the stream message %s: %s", ts, error_code(error))
+            self._lost = True
+
+    async def _finish(self, finished: TurnFinished) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._flusher is not None:
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        chunks = [_plan(_plan_title(finished.finish)), *self._pending]
+        self._pending = []
+        chunks += [
+            task.chunk(unfinished=True) for task in self._tasks.values() if task.status is None
+        ]
+        tail: list[str] = []
+        if finished.finish in (TurnFinish.STOP, TurnFinish.MAX_ITERATIONS):
+            # An answer the engine gave without streaming it (e.g. after a presentation).
+            if not self._round_text and finished.answer.strip():
+                tail.append(finished.answer.strip())
+            elif not self._any_text:
+                tail.append(copy.EMPTY_ANSWER)
+        ending = self._ending(finished)
+        if ending:
+            tail.append(ending)
+        if tail:
+            text = "\n\n".join(tail)
+            chunks.append(
+                {"type": "markdown_text", "text": f"\n\n{text}" if self._any_text else text}
+            )
+        blocks = footer_blocks(self._footer(finished))
+        async with self._ctx.pacer.hold(self._channel, self._thread_ts) as slot:
+            await self._stop(slot, chunks, blocks)
+            await self._delete_control(slot)
+        if not self._lost:
+            return
+        # Some of the stream may not have reached Slack: post the outcome as a message too.
+        if finished.finish in (TurnFinish.STOP, TurnFinish.MAX_ITERATIONS):
+            await self._post_answer(to_mrkdwn(finished.answer.strip()) or copy.EMPTY_ANSWER)
+        elif finished.finish is TurnFinish.ERROR:
+            await self._post_answer(copy.error_answer(finished.error or copy.INTERNAL_ERROR))
+
+    async def _stop(self, slot: ThreadSlot, chunks: list[Json], blocks: list[Json]) -> None:
+        batches = _batches(chunks)
+        for batch in batches[:-1]:
+            await self._append(slot, batch)
+        last = batches[-1] if batches else []
+        ts = self._ts
+        if ts is None:
+            return
+        if not self._segment_text:
+            last = _trim_leading_gap(last)
+        if self._dead:
+            self._record(last)
+            await self._finish_by_update(slot, ts, "", blocks)
+            return
+        try:
+            await self._ctx.pacer.call(
+                slot,
+                lambda: self._client.chat_stopStream(
+                    channel=self._channel, ts=ts, chunks=last, blocks=blocks
+                ),
+                paced=False,
+            )
+        except SLACK_FAILURES as error:
+            code = error_code(error)
+            self._record(last)
+            if code in STREAM_GONE or code == USER_STOPPED:
+                await self._finish_by_update(slot, ts, "", blocks)
+            else:
+                log.warning("chat.stopStream failed: %s", code)
+                self._lost = True
+
+    async def _delete_control(self, slot: ThreadSlot) -> None:
+        control = self._control_ts
+        if control is None:
+            return
+        try:
+            await self._ctx.pacer.call(
+                slot,
+                lambda: self._client.chat_delete(channel=self._channel, ts=control),
+                paced=False,
+            )
+        except SLACK_FAILURES as error:
+            log.info("could not remove the Stop button: %s", error_code(error))
+
+
+def _plan(title: str) -> Json:
+    return {"type": "plan_update", "title": title}
+
+
+def _plan_title(finish: TurnFinish) -> str:
+    return {
+        TurnFinish.STOP: copy.PLAN_DONE,
+        TurnFinish.MAX_ITERATIONS: copy.PLAN_DONE,
+        TurnFinish.ERROR: copy.PLAN_FAILED,
+        TurnFinish.INTERRUPTED: copy.PLAN_INTERRUPTED,
+    }[finish]
+
+
+def _trim_leading_gap(chunks: list[Json]) -> list[Json]:
+    """A new stream message does not start with the blank lines that separated rounds."""
+    for index, chunk in enumerate(chunks):
+        if chunk["type"] == "markdown_text":
+            text = chunk["text"].lstrip("\n")
+            trimmed = [*chunks[:index], {**chunk, "text": text}, *chunks[index + 1 :]]
+            return [c for c in trimmed if c["type"] != "markdown_text" or c["text"]]
+    return chunks
+
+
+def _texts(chunks: list[Json]) -> list[str]:
+    return [c["text"] for c in chunks if c["type"] == "markdown_text"]
+
+
+def _text_size(texts: list[str]) -> int:
+    return sum(len(text) for text in texts)
+
+
+def _batches(chunks: list[Json], limit: int = STREAM_TEXT_LIMIT) -> list[list[Json]]:
+    """Group chunks into stream calls carrying at most `limit` characters of text each."""
+    batches: list[list[Json]] = [[]]
+    size = 0
+    for chunk in chunks:
+        if chunk["type"] != "markdown_text":
+            batches[-1].append(chunk)
+            continue
+        for piece in cut(chunk["text"], limit):
+            if size + len(piece) > limit and batches[-1]:
+                batches.append([])
+                size = 0
+            batches[-1].append({"type": "markdown_text", "text": piece})
+            size += len(piece)
+    return [batch for batch in batches if batch]

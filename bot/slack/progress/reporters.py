@@ -1,0 +1,110 @@
+"""The reporter factory: picks native streaming or chat.update per turn and remembers what
+each workspace refused."""
+
+from __future__ import annotations
+
+import logging
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.agent.conversation import SessionInfo
+from bot.agent.session import IncomingMessage, Reporter
+from bot.config import SlackConfig, StreamingMode
+from bot.slack.progress.common import (
+    CHANNEL_REFUSALS,
+    WORKSPACE_REFUSALS,
+    ActiveTurn,
+    ActiveTurns,
+    Interrupt,
+    StatusIndicator,
+    ThreadPacer,
+    TurnContext,
+    WorkspaceMemory,
+)
+from bot.slack.progress.native import NativeReporter
+from bot.slack.progress.update import UpdateReporter
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- factory
+
+
+class SlackReporters:
+    """ReporterFactory for Slack threads: picks the rendering per workspace and keeps the
+    registry of running turns for the Stop button."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        config: SlackConfig,
+        *,
+        interrupt: Interrupt | None = None,
+        model_name: str = "",
+        tier: str | None = None,
+    ) -> None:
+        self._client = client
+        self._config = config
+        self._interrupt = interrupt
+        self._model_name = model_name
+        self._tier = tier
+        self._pacer = ThreadPacer()
+        self._memory = WorkspaceMemory()
+        self.turns = ActiveTurns()
+
+    def mode_for(self, team_id: str, channel_id: str) -> StreamingMode:
+        """The rendering the next turn in this channel gets."""
+        configured = self._config.streaming
+        if configured is StreamingMode.AUTO:
+            if (
+                team_id in self._memory.update_only_teams
+                or (team_id, channel_id) in self._memory.update_only_channels
+            ):
+                return StreamingMode.UPDATE
+            return StreamingMode.NATIVE
+        return configured
+
+    async def open(self, session: SessionInfo, message: IncomingMessage) -> Reporter:
+        turn = ActiveTurn(
+            session_key=session.session_key,
+            asker=message.user,
+            role=session.role,
+            team_id=message.team_id,
+            channel_id=session.channel_id,
+            thread_ts=session.thread_ts,
+        )
+        self.turns.add(turn)
+        status = StatusIndicator(
+            self._client, self._memory, message, reactions=self._config.status_reactions
+        )
+        await status.start()
+        ctx = TurnContext(
+            client=self._client,
+            memory=self._memory,
+            pacer=self._pacer,
+            turns=self.turns,
+            turn=turn,
+            message=message,
+            status=status,
+            interrupt=self._interrupt,
+            model_name=self._model_name,
+            tier=self._tier,
+        )
+        if self.mode_for(message.team_id, session.channel_id) is StreamingMode.NATIVE:
+            native = NativeReporter(ctx)
+            refused = await native.start()
+            if refused is None:
+                return native
+            self._remember_refusal(message, session.channel_id, refused)
+        update = UpdateReporter(ctx)
+        await update.start()
+        return update
+
+    def _remember_refusal(self, message: IncomingMessage, channel_id: str, code: str) -> None:
+        log.warning("chat.startStream refused (%s); using chat.update for this turn", code)
+        if self._config.streaming is not StreamingMode.AUTO:
+            return
+        if code in WORKSPACE_REFUSALS:
+            self._memory.update_only_teams.add(message.team_id)
+        elif code in CHANNEL_REFUSALS:
+            self._memory.update_only_channels.add((message.team_id, channel_id))
