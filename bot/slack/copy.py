@@ -16,7 +16,7 @@ def error_answer(sentence: str) -> str:
     return f":warning: {sentence}"
 
 
-# Live progress (bot/slack/progress.py) and the Stop button (bot/slack/stop.py).
+# Live progress (bot/slack/progress/) and the Stop button (bot/slack/stop.py).
 WRITING = "_Writing the answer…_"
 PLAN_WORKING = "Looking into it"
 PLAN_DONE = "Done"
