@@ -240,6 +240,12 @@ async def test_bad_arguments_come_back_as_a_tool_error(store):
     engine, request = build(store, gateway, [make_tool("list_pods")])
     await engine.run_turn(request(session), Recorder())
     assert "not valid JSON" in gateway.requests[1].messages[-1]["content"]
+    # Not run, and still audited: every call leaves a decision behind.
+    audit = await ToolAuditRepository(store).for_session(session.id)
+    assert [(row.stage, row.decision, row.tool) for row in audit] == [
+        ("validate", "failed", "list_pods")
+    ]
+    assert "{not json" in audit[0].arguments_json
 
 
 async def test_interrupt_repairs_unanswered_calls(store):

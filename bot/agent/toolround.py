@@ -193,6 +193,7 @@ class ToolRounds:
             await self._emit(ToolStarted(item.call.id, item.call.name, _summary(item)))
         for item in planned:
             if item.error is not None:
+                await self._harness.refuse(item.call, self._scope, item.error)
                 summary = item.error if len(item.error) <= 120 else item.error[:119] + "…"
                 await self._emit(
                     ToolFinished(item.call.id, item.call.name, ToolStatus.FAILED, summary)

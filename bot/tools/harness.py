@@ -122,25 +122,18 @@ class ToolHarness:
 
     async def dispatch(self, call: ToolCallRequest, scope: CallScope) -> ToolOutcome:
         tool = self._registry.get(call.name)
-        if tool is None:
-            return _failed(f'unknown tool "{call.name}"; use one of the tools offered.')
         try:
+            if tool is None:
+                raise ToolArgumentError(f'unknown tool "{call.name}"; use one of the tools offered')
             args = parse_arguments(call.arguments)
         except ToolArgumentError as error:
-            return _failed(f"{call.name}: {error}")
+            outcome = _failed(f"{call.name}: {error}")
+            await self.refuse(call, scope, outcome.summary)
+            return outcome
         invocation = ToolInvocation(call.id, tool, args, scope)
         trail = await self._gate.decide(invocation)
         final = trail[-1] if trail else StageDecision("pipeline", Decision.deny("no stages"))
-        if final.decision.verdict is Verdict.NEEDS_APPROVAL:
-            outcome = await self._approve_and_write(invocation)
-            await self._record(
-                invocation,
-                [*trail, StageDecision("approval", _decision_of(outcome))],
-                final_verdict=str(outcome.status),
-            )
-            await self._gate.after(invocation, outcome)
-            return outcome
-        if final.decision.verdict is not Verdict.ALLOW:
+        if final.decision.verdict is Verdict.DENY:
             reason = final.decision.reason or "not allowed"
             await self._record(invocation, trail)
             return ToolOutcome(
@@ -149,18 +142,38 @@ class ToolHarness:
                 f"denied by {final.stage}: {reason}",
                 stage=final.stage,
             )
-        outcome = await self._execute(invocation)
-        result = (
-            Decision.allow("ok")
-            if outcome.status is ToolStatus.OK
-            else Decision.deny(outcome.summary)
-        )
-        verdict = "ok" if outcome.status is ToolStatus.OK else "error"
+        if final.decision.verdict is Verdict.NEEDS_APPROVAL:
+            stage, outcome = "approval", await self._approve_and_write(invocation)
+        else:
+            stage, outcome = "execute", await self._execute(invocation)
         await self._record(
-            invocation, [*trail, StageDecision("execute", result)], final_verdict=verdict
+            invocation,
+            [*trail, StageDecision(stage, _decision_of(outcome))],
+            final_verdict=str(outcome.status),
         )
         await self._gate.after(invocation, outcome)
         return outcome
+
+    async def refuse(self, call: ToolCallRequest, scope: CallScope, reason: str) -> None:
+        """Audit a call that was not run because it was malformed (unknown tool, bad or
+        duplicate id, arguments that are not a JSON object, over the round's limit): a
+        refusal is a decision too."""
+        raw, _ = mask_value(call.arguments)
+        await self._audit.record(
+            [
+                AuditEntry(
+                    session_id=scope.session_id,
+                    turn_id=scope.turn_id,
+                    tool_call_id=call.id,
+                    tool=call.name,
+                    arguments={"raw": raw},
+                    stage="validate",
+                    decision=str(ToolStatus.FAILED),
+                    reason=reason,
+                    slack_user=scope.slack_user,
+                )
+            ]
+        )
 
     async def _approve_and_write(self, call: ToolInvocation) -> ToolOutcome:
         """Prepare (RBAC check, target read, dry-run preview), then ask a person."""
