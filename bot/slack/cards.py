@@ -12,13 +12,13 @@ import logging
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.approvals.model import Approval, ApprovalState, ApprovalStore
 from bot.approvals.service import ApprovalService, DecideResult
 from bot.config import Config
 from bot.slack.people import ApproverDirectory, describe_approvers
+from bot.slack.replies import whisper
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,9 @@ class ApprovalClicks:
         approval = await self._store.get(approval_id)
         if approval is None or approval.channel_id != channel:
             log.warning("click on unknown approval %s by %s", approval_id, user)
-            await self._ephemeral(channel, user, "This approval does not exist (any more).")
+            await whisper(
+                self._app.client, channel, user, "This approval does not exist (any more)."
+            )
             return
         role = self._config.roles.get(approval.role)
         if role is None or not await self._approvers.may_approve(
@@ -185,28 +187,15 @@ class ApprovalClicks:
         ):
             who = describe_approvers(role.approval) if role else "nobody"
             log.info("user %s may not decide approval %s", user, approval.id)
-            await self._ephemeral(
-                channel, user, f"You may not decide this change. Who can: {who}.", approval
-            )
+            text = f"You may not decide this change. Who can: {who}."
+            await whisper(self._app.client, channel, user, text, approval.thread_ts)
             return
         decided = await self._service.decide(approval.id, user, approve)
         if decided.result is DecideResult.ALREADY_DECIDED and decided.approval is not None:
-            await self._ephemeral(
+            await whisper(
+                self._app.client,
                 channel,
                 user,
                 f"This approval is already {decided.approval.status}; nothing changed.",
-                approval,
+                approval.thread_ts,
             )
-
-    async def _ephemeral(
-        self, channel: str, user: str, text: str, approval: Approval | None = None
-    ) -> None:
-        try:
-            await self._app.client.chat_postEphemeral(
-                channel=channel,
-                user=user,
-                text=text,
-                thread_ts=approval.thread_ts if approval else None,
-            )
-        except SlackApiError as error:
-            log.warning("ephemeral reply failed: %s", error.response.get("error"))

@@ -54,10 +54,16 @@ class ApproverDirectory:
         return await self.is_approver(user, approval)
 
 
-def describe_approvers(approval: ApprovalConfig) -> str:
-    """Slack mentions of who may approve, e.g. "<@U1>, <!subteam^S2>"."""
+def approver_mentions(approval: ApprovalConfig) -> list[str]:
+    """Slack mentions of the configured approvers, e.g. ["<@U1>", "<!subteam^S2>"]."""
     names = [f"<@{user}>" for user in approval.approvers.users]
     names += [f"<!subteam^{group}>" for group in approval.approvers.usergroups]
+    return names
+
+
+def describe_approvers(approval: ApprovalConfig) -> str:
+    """Who may approve, in one phrase: "<@U1>, <!subteam^S2> (not the person who asked)"."""
+    names = approver_mentions(approval)
     if not names:
         return "nobody (no approvers are configured for this channel's role)"
     text = ", ".join(names)

@@ -16,13 +16,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import ApprovalConfig, RoleConfig
 from bot.slack import copy
-from bot.slack.people import ApproverDirectory
+from bot.slack.people import ApproverDirectory, approver_mentions
 from bot.slack.progress import STOP_ACTION_ID, ActiveTurn, ActiveTurns
+from bot.slack.replies import whisper
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +75,13 @@ class StopHandler:
         thread_ts = (body.get("container") or {}).get("thread_ts")
         turn = self._turns.get(session_key)
         if turn is None:
-            await self._whisper(client, channel, user, thread_ts, copy.TURN_ALREADY_FINISHED)
+            await whisper(client, channel, user, copy.TURN_ALREADY_FINISHED, thread_ts)
             return
         if not await self.may_stop(user, turn):
-            text = copy.who_may_stop(turn.asker, _approver_names(self._approval(turn)))
-            await self._whisper(client, turn.channel_id, user, turn.thread_ts, text)
+            approval = self._approval(turn)
+            approvers = approver_mentions(approval) if approval is not None else []
+            text = copy.who_may_stop(turn.asker, approvers)
+            await whisper(client, turn.channel_id, user, text, turn.thread_ts)
             return
         turn.stopped_by = user
         if not self._interrupt(session_key):
@@ -96,23 +98,3 @@ class StopHandler:
     def _approval(self, turn: ActiveTurn) -> ApprovalConfig | None:
         role = self._roles.get(turn.role)
         return role.approval if role is not None else None
-
-    async def _whisper(
-        self, client: AsyncWebClient, channel: str, user: str, thread_ts: str | None, text: str
-    ) -> None:
-        if not channel or not user:
-            return
-        try:
-            await client.chat_postEphemeral(
-                channel=channel, user=user, text=text, thread_ts=thread_ts
-            )
-        except SlackApiError as error:
-            log.warning("could not answer a Stop click: %s", error.response.get("error"))
-
-
-def _approver_names(approval: ApprovalConfig | None) -> list[str]:
-    if approval is None:
-        return []
-    names = [f"<@{user}>" for user in approval.approvers.users]
-    names += [f"<!subteam^{group}>" for group in approval.approvers.usergroups]
-    return names
