@@ -7,19 +7,11 @@ import asyncio
 import json
 from typing import Any
 
-import pytest
-
 from bot.approvals.model import WriteAudit
 from bot.store.approvals import WriteAuditRepository
-from tests.world import ALICE, BOB, CAROL, DAVE, OPS_CHANNEL, World, running_world
+from tests.world import ALICE, BOB, CAROL, DAVE, OPS_CHANNEL, World
 
 SCALE_PATH = "/apis/apps/v1/namespaces/shop/deployments/checkout-api/scale"
-
-
-@pytest.fixture
-async def world(tmp_path):
-    async with running_world(tmp_path) as world:
-        yield world
 
 
 def real_writes(world: World) -> list[Any]:

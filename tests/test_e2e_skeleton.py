@@ -9,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
 from bot.agent.conversation import Role
@@ -23,14 +22,7 @@ from tests.world import (
     SHOP_CHANNEL,
     World,
     environ,
-    running_world,
 )
-
-
-@pytest.fixture
-async def world(tmp_path):
-    async with running_world(tmp_path) as world:
-        yield world
 
 
 def pod_lists(world: World) -> list:

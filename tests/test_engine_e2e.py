@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 from sqlmodel import col, select
 
 from bot.agent.engine import FINAL_ANSWER_NUDGE, INVESTIGATOR_NOTE, PRESENTED_ANSWER
@@ -15,17 +14,11 @@ from bot.agent.toolround import REPEATED_NOTE
 from bot.store.tables import UsageRow
 from tests.peers.kube_server import RecordedRequest
 from tests.peers.model_server import DynamicStep, TextStep, tool_calls_step
-from tests.world import ALICE, BOB, SHOP_CHANNEL, World, running_world
+from tests.world import ALICE, BOB, SHOP_CHANNEL, World
 
 UPDATE = {"slack": {"streaming": "update"}}
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJrZWxwaWUtdGVzdCJ9.c2lnbmF0dXJlLW9mLWEtdGVzdC1qd3Q"
-
-
-@pytest.fixture
-async def world(tmp_path):
-    async with running_world(tmp_path) as world:
-        yield world
 
 
 async def ask(world: World, text: str) -> tuple[dict[str, Any], str]:

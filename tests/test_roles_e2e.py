@@ -19,14 +19,7 @@ from tests.world import (
     OPS_CHANNEL,
     SHOP_CHANNEL,
     World,
-    running_world,
 )
-
-
-@pytest.fixture
-async def world(tmp_path):
-    async with running_world(tmp_path) as world:
-        yield world
 
 
 def visible(message: Any) -> str:

@@ -32,19 +32,12 @@ from tests.world import (
     OPS_CHANNEL,
     SHOP_CHANNEL,
     World,
-    running_world,
 )
 
 NATIVE = {"slack": {"streaming": "native"}}
 # A ceiling for a turn to get somewhere (the first one imports LiteLLM), not a speed check.
 TURN_S = 30
 STREAM_METHODS = ("chat.startStream", "chat.appendStream", "chat.stopStream")
-
-
-@pytest.fixture
-async def world(tmp_path):
-    async with running_world(tmp_path) as world:
-        yield world
 
 
 # --------------------------------------------------------------------------- helpers
