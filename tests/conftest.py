@@ -11,6 +11,14 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.peers.kube_server import Demo, KubeServer
+from tests.world import World, running_world
+
+
+@pytest.fixture
+async def world(tmp_path) -> AsyncIterator[World]:
+    """The Slack, model and Kubernetes peers; each test starts kelpie as it needs."""
+    async with running_world(tmp_path) as world:
+        yield world
 
 
 @pytest.fixture
