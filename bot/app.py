@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
@@ -81,6 +82,9 @@ from bot.tools.kube.write import write_tools
 from bot.tools.present import present_tools
 
 log = logging.getLogger(__name__)
+
+# How long processed Slack event ids are remembered (Slack retries within minutes).
+EVENT_MEMORY = timedelta(days=1)
 
 
 def slack_client(config: Config, secrets: Secrets) -> AsyncWebClient:
@@ -156,6 +160,7 @@ class Kelpie:
     core: AgentCore
     slack_app: AsyncApp
     scheduler: TurnScheduler
+    ledger: EventLedger
     app_token: str | None
     _socket: AsyncSocketModeHandler | None = None
     _runner: web.AppRunner | None = None
@@ -186,6 +191,7 @@ class Kelpie:
 
     async def start(self) -> None:
         await self.core.start()
+        await self.ledger.forget_before(datetime.now(UTC) - EVENT_MEMORY)
         await self.core.approvals.recover()
         if self.config.slack.mode is SlackMode.SOCKET:
             self._socket = AsyncSocketModeHandler(self.slack_app, app_token=self.app_token)
@@ -374,6 +380,7 @@ def build_kelpie(
     StopHandler(slack_app, reporters.turns, approvers, config.roles, scheduler.interrupt).register()
     channels = ChannelDirectory(client)
     roles = ChannelRoles(config)
+    ledger = EventLedger(core.db)
     SlashCommands(
         slack_app, channels, roles, core.registry, core.sessions, core.payloads
     ).register()
@@ -382,13 +389,13 @@ def build_kelpie(
         config.slack,
         channels,
         roles,
-        EventLedger(core.db),
+        ledger,
         core.sessions,
         agent,
         scheduler,
     ).register()
     app_token = secrets.app_token if config.slack.mode is SlackMode.SOCKET else None
-    return Kelpie(config, core, slack_app, scheduler, app_token)
+    return Kelpie(config, core, slack_app, scheduler, ledger, app_token)
 
 
 def build_terminal(

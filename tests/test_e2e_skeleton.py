@@ -328,3 +328,16 @@ async def test_health_and_readiness_endpoints(world: World):
             assert response.status == 503
             assert "socket mode connection is down" in await response.text()
         await world.slack.wait_connected(timeout=15)
+
+
+async def test_event_ids_are_forgotten_after_a_day_not_before(world: World):
+    from datetime import UTC, datetime, timedelta
+
+    bot = await world.start_bot()
+    assert await bot.ledger.claim("Ev0OLD")
+    assert not await bot.ledger.claim("Ev0OLD")
+    # A day later the id may be forgotten (Slack never retries that late); nothing newer is.
+    assert await bot.ledger.forget_before(datetime.now(UTC) - timedelta(days=1)) == 0
+    assert not await bot.ledger.claim("Ev0OLD")
+    assert await bot.ledger.forget_before(datetime.now(UTC) + timedelta(seconds=1)) == 1
+    assert await bot.ledger.claim("Ev0OLD")

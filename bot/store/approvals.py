@@ -77,13 +77,7 @@ class ApprovalRepository:
             return _approval(row) if row else None
 
     async def set_card(self, approval_id: str, card_ts: str) -> None:
-        async with self._db.sessions() as session:
-            await session.exec(
-                update(ApprovalRow)
-                .where(col(ApprovalRow.id) == approval_id)
-                .values(card_ts=card_ts)
-            )
-            await session.commit()
+        await self._update(approval_id, card_ts=card_ts)
 
     async def transition(
         self,
@@ -110,11 +104,12 @@ class ApprovalRepository:
             return bool(result.rowcount)
 
     async def set_outcome(self, approval_id: str, outcome: str) -> None:
+        await self._update(approval_id, outcome=outcome)
+
+    async def _update(self, approval_id: str, **values: object) -> None:
         async with self._db.sessions() as session:
             await session.exec(
-                update(ApprovalRow)
-                .where(col(ApprovalRow.id) == approval_id)
-                .values(outcome=outcome)
+                update(ApprovalRow).where(col(ApprovalRow.id) == approval_id).values(**values)
             )
             await session.commit()
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
+from sqlalchemy import delete
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, func, select
 
@@ -58,6 +60,16 @@ class EventLedger:
             except IntegrityError:
                 return False
         return True
+
+    async def forget_before(self, cutoff: datetime) -> int:
+        """Drop event ids older than `cutoff`: Slack retries within minutes, so a day of
+        memory is plenty, and the table does not grow forever."""
+        async with self._db.sessions() as session:
+            result = await session.exec(
+                delete(ProcessedEventRow).where(col(ProcessedEventRow.created_at) < cutoff)
+            )
+            await session.commit()
+            return int(result.rowcount or 0)
 
 
 class SessionRepository:
