@@ -503,8 +503,7 @@ async def test_delete_dry_run_and_replaced_target(
         client.core.delete_namespaced_pod,
         demo.crashing_pod,
         "shop",
-        body=body,
-        dry_run="All",
+        body=body | {"dryRun": ["All"]},
     )
     assert kube.get("Pod", "shop", demo.crashing_pod) == pod
 

@@ -73,7 +73,7 @@ class Watch:
         return [r for r in self.kube.writes() if r in self.requests()]
 
     def real_writes(self) -> list[RecordedRequest]:
-        return [w for w in self.writes() if "dryRun" not in w.query]
+        return [w for w in self.writes() if not is_dry_run(w)]
 
     def reviews(self) -> list[dict[str, Any]]:
         return [
@@ -81,6 +81,13 @@ class Watch:
             for r in self.requests()
             if r.path == SSAR_PATH and isinstance(r.body, dict)
         ]
+
+
+def is_dry_run(request: RecordedRequest) -> bool:
+    """As the API server reads it: a DELETE with a body takes dryRun from the body only."""
+    if request.method == "DELETE" and isinstance(request.body, dict) and request.body:
+        return request.body.get("dryRun") == ["All"]
+    return request.query == {"dryRun": "All"}
 
 
 async def prepared(
@@ -91,7 +98,7 @@ async def prepared(
     world = {kind: kube.objects(kind) for kind in ("Deployment", "ReplicaSet", "Pod", "Node")}
     plan = await op(tools, name).prepare(args, CTX)
     assert watch.writes(), "prepare previews with a dry run"
-    assert all(w.query == {"dryRun": "All"} for w in watch.writes())
+    assert all(is_dry_run(w) for w in watch.writes())
     assert all(w.status is not None and w.status < 300 for w in watch.writes())
     assert {kind: kube.objects(kind) for kind in world} == world
     assert plan.tool == name and plan.cluster == "prod"
@@ -576,7 +583,7 @@ async def test_delete_pod_previews_and_deletes_bound(
     assert (dry.method, dry.path, dry.body) == (
         "DELETE",
         f"/api/v1/namespaces/shop/pods/{demo.crashing_pod}",
-        body,
+        body | {"dryRun": ["All"]},
     )
 
     watch = Watch(kube)
@@ -591,6 +598,18 @@ async def test_delete_pod_previews_and_deletes_bound(
         200,
     )
     assert kube.get("Pod", "shop", demo.crashing_pod) is None
+
+
+async def test_delete_pod_preview_leaves_the_pod_in_place(
+    kube: KubeServer, tools: dict[str, Tool], demo: Demo
+) -> None:
+    """The API server reads a DELETE's options from its body: the dry run must be there."""
+    before = current(kube, "Pod", "shop", demo.crashing_pod)
+    plan, watch = await prepared(kube, tools, "delete_pod", {"name": demo.crashing_pod})
+    (dry,) = watch.writes()
+    assert dry.body["dryRun"] == ["All"]
+    assert current(kube, "Pod", "shop", demo.crashing_pod) == before
+    assert plan.target.uid == before["metadata"]["uid"]
 
 
 async def test_delete_pod_without_a_grace_period_uses_the_pods_own(

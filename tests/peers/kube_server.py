@@ -1134,9 +1134,13 @@ class KubeServer:
 
     @staticmethod
     def _dry_run(request: web.Request, body: Any = None) -> bool:
+        # Like the real API server: a DELETE that carries a body (DeleteOptions) takes its
+        # options, dryRun included, from the body alone and ignores the query string.
         values = request.query.getall("dryRun", [])
-        if isinstance(body, dict) and isinstance(body.get("dryRun"), list):
-            values = [*values, *body["dryRun"]]
+        if isinstance(body, dict) and body:
+            values = body.get("dryRun") or []
+            if not isinstance(values, list):
+                raise _StatusError(400, "dryRun in DeleteOptions must be a list")
         for value in values:
             if value != "All":
                 raise _StatusError(400, f'Invalid dryRun value "{value}": supported is "All"')

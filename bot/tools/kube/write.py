@@ -316,6 +316,17 @@ class _WriteOperation:
             raise ToolFailure(f"Kubernetes answered the dry run to {describe} with no object.")
         return answer
 
+    async def _dry_run_in_body(
+        self, kube: KubeClient, describe: str, fn: Callable[..., Any], *args: Any, body: Obj
+    ) -> Obj:
+        """A dry run whose options travel in the body (DELETE): never `dry_run=` in the query."""
+        if body.get("dryRun") != ["All"]:
+            raise ToolFailure(f"refusing to preview {describe} without dryRun in its body.")
+        answer = await kube.call_json(f"dry-run {describe}", fn, *args, body=body)
+        if not isinstance(answer, dict):
+            raise ToolFailure(f"Kubernetes answered the dry run to {describe} with no object.")
+        return answer
+
     async def _bound_write(
         self,
         kube: KubeClient,
@@ -836,13 +847,15 @@ class DeletePod(_WriteOperation):
             raise ToolArgumentError(
                 f"pod {namespace}/{name} is already being deleted (Terminating)."
             )
-        answer = await self._dry_run(
+        # A DELETE's options come from its body, and the API server then ignores the query
+        # string: `?dryRun=All` beside a DeleteOptions body is a real delete.
+        answer = await self._dry_run_in_body(
             kube,
             f"delete pod {namespace}/{name}",
             kube.core.delete_namespaced_pod,
             name,
             namespace,
-            body=self._body(target, grace),
+            body=self._body(target, grace) | {"dryRun": ["All"]},
         )
         effective = dig(answer, "metadata", "deletionGracePeriodSeconds")
         if effective is None:
