@@ -3,6 +3,7 @@ on the official Kubernetes client → cluster peer, answers back in the Slack th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -323,10 +324,18 @@ async def test_health_and_readiness_endpoints(world: World):
             assert response.status == 200
         async with http.get(f"{base}/readyz") as response:
             assert response.status == 200 and "ready" in await response.text()
-        await world.slack.disconnect_all()  # Slack drops the socket: not ready until back
-        async with http.get(f"{base}/readyz") as response:
-            assert response.status == 503
-            assert "socket mode connection is down" in await response.text()
+        # Slack drops the socket and refuses new ones for a while: not ready until back.
+        world.slack.fail("apps.connections.open")
+        await world.slack.disconnect_all()
+        status, text = 200, ""
+        for _ in range(100):  # until the bot notices the drop (no fixed sleep)
+            async with http.get(f"{base}/readyz") as response:
+                status, text = response.status, await response.text()
+            if status == 503:
+                break
+            await asyncio.sleep(0.05)
+        assert status == 503 and "socket mode connection is down" in text
+        world.slack.clear_faults("apps.connections.open")
         await world.slack.wait_connected(timeout=15)
 
 
