@@ -1,8 +1,9 @@
-"""The outbound policy: what leaves kelpie for a model provider, or lands in an audit row.
+"""The outbound policy: the one masking step in front of everything that leaves kelpie or
+is kept by it (model requests, Slack, logs, hooks, the database).
 
-Masks secrets in text (bearer tokens, key=value credentials, private keys, JWTs, cloud and
-Slack/OpenAI-style access keys, base64 Secret data, values of env vars named like secrets).
-Records what kind of secret was masked and where, never the value.
+Masks secrets in text with the patterns of `secret_rules` (RE2: linear time, so no input
+can stall it), scanning at most `MAX_SCAN_CHARS` per call and large texts in a worker
+thread. Records what kind of secret was masked and where, never the value.
 
 `MaskingGateway` is the request gateway in front of any `ModelGateway`: before each request
 it masks every message, applies a size limit and keeps the exact payload it hands on (the
@@ -12,12 +13,19 @@ models and knows no SDK.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from bot.model.secret_rules import (
+    RULES,
+    SECRET_DATA_JSON,
+    SECRET_DATA_JSON_VALUE,
+    SECRET_DATA_YAML,
+    YAML_ENTRY,
+)
 from bot.model.types import (
     ModelError,
     ModelGateway,
@@ -30,68 +38,10 @@ from bot.model.types import (
 log = logging.getLogger(__name__)
 
 MASK = "[MASKED]"
-
-# Env-var style names (upper case) that say they hold a secret: DB_PASSWORD, API_KEY…
-_SECRET_NAME = r"[A-Z0-9_]*(?:SECRET|TOKEN|PASSWORD|PASSWD|KEY|CREDENTIAL)[A-Z0-9_]*"
-# Config keys in any case that hold credentials, possibly with a prefix
-# (aws_secret_access_key, db.password, clientSecret…). A bare "key" is not one.
-_CREDENTIAL_KEY = (
-    r"(?:password|passwd|pwd|pass|token|secret|api[_-]?key|access[_-]?key|secret[_-]?key|"
-    r"client[_-]?secret|private[_-]?key|auth[_-]?token|access[_-]?token|credentials?)"
-)
-_Q = r"""["']?"""  # an optional quote around a key or value (JSON, YAML, Python reprs)
-_VALUE = r"""([^\s"',;&]{3,})"""
-
-# (kind, pattern, group to mask: 0 = whole match)
-_RULES: list[tuple[str, re.Pattern[str], int]] = [
-    (
-        "private_key",
-        re.compile(
-            r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"
-        ),
-        0,
-    ),
-    ("bearer_token", re.compile(r"(?i)\bbearer\s+([A-Za-z0-9\-._~+/]{8,}=*)"), 1),
-    ("basic_auth", re.compile(r"(?i)\bbasic\s+([A-Za-z0-9+/]{8,}={0,2})"), 1),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), 0),
-    ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), 0),
-    ("gcp_api_key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), 0),
-    ("azure_key", re.compile(r"(?i)\b(?:AccountKey|SharedAccessKey)=([^;\s\"']{8,})"), 1),
-    ("azure_sas", re.compile(r"[?&]sig=([A-Za-z0-9%+/=]{16,})"), 1),
-    ("slack_token", re.compile(r"\bx(?:ox[abposr]|app)-[A-Za-z0-9-]{8,}"), 0),
-    ("api_key", re.compile(r"\b(?:sk|rk|pk)-[A-Za-z0-9_-]{16,}"), 0),
-    ("github_token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), 0),
-    # Kubernetes env entries as JSON or a Python repr: {"name": "DB_PASSWORD", "value": "..."}
-    (
-        "secret_env",
-        re.compile(
-            r"""["']name["']\s*:\s*["']"""
-            + _SECRET_NAME
-            + r"""["']\s*,\s*["']value["']\s*:\s*["']([^"']*)["']"""
-        ),
-        1,
-    ),
-    # The same as YAML:  - name: DB_PASSWORD\n    value: hunter2
-    (
-        "secret_env",
-        re.compile(r"\bname:\s*" + _Q + _SECRET_NAME + _Q + r"\s*\n\s*value:\s*" + _Q + _VALUE),
-        1,
-    ),
-    # NAME=value / NAME: value / "NAME": "value" where the name says it is a secret.
-    ("secret_pair", re.compile(r"\b" + _SECRET_NAME + _Q + r"\s*[=:]\s*" + _Q + _VALUE), 1),
-    (
-        "credential_pair",
-        re.compile(r"(?i)\b[\w.-]*?" + _CREDENTIAL_KEY + _Q + r"\s*[=:]\s*" + _Q + _VALUE),
-        1,
-    ),
-    ("url_password", re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:([^/\s@]+)@"), 1),
-]
-
-# A Secret's `data` / `stringData` map, as JSON or YAML: every value in it is masked.
-_SECRET_DATA_JSON = re.compile(r"""["'](?:data|stringData)["']\s*:\s*\{([^{}]*)\}""")
-_JSON_VALUE = re.compile(r"""(["'][^"']+["']\s*:\s*["'])([^"']*)(["'])""")
-_SECRET_DATA_YAML = re.compile(r"(?m)^(?P<indent>[ \t]*)(?:data|stringData):[ \t]*\n")
-_YAML_ENTRY = re.compile(r"^(?P<lead>[ \t]+[^:\s]+:[ \t]*)(?P<value>\S.*)$")
+# One call scans at most this much; the rest is cut, never passed on unscanned.
+MAX_SCAN_CHARS = 2_000_000
+# Texts longer than this are masked in a worker thread, off the event loop.
+THREAD_THRESHOLD = 20_000
 
 
 @dataclass(frozen=True)
@@ -101,22 +51,63 @@ class Masking:
 
 
 def mask_text(text: str, where: str = "") -> tuple[str, list[Masking]]:
+    """Mask every secret in `text`; linear in its length (RE2), whatever it contains."""
     findings: list[Masking] = []
+    text = _scannable(text)
     if "ata" in text:  # cheap pre-check for data / stringData
         text = _mask_secret_data(text, where, findings)
-    for kind, pattern, group in _RULES:
+    for kind, pattern in RULES:
 
-        def replace(match: re.Match[str], kind: str = kind, group: int = group) -> str:
+        def replace(match: Any, kind: str = kind, groups: int = pattern.groups) -> str:
+            # The first value group that took part (quoted or bare), else the whole match.
+            group = next((g for g in range(1, groups + 1) if match.start(g) >= 0), 0)
             value = match.group(group)
             if not value or value == MASK:
-                return match.group(0)
+                return str(match.group(0))
             findings.append(Masking(kind, where))
             whole = match.group(0)
             start = match.start(group) - match.start(0)
-            return whole[:start] + MASK + whole[start + len(value) :]
+            return str(whole[:start] + MASK + whole[start + len(value) :])
 
         text = pattern.sub(replace, text)
     return text, findings
+
+
+def _scannable(text: str) -> str:
+    """Within the scan cap, and valid Unicode: RE2 reads UTF-8, which a lone surrogate
+    (from a JSON `\\ud800` escape) cannot be encoded to."""
+    if len(text) > MAX_SCAN_CHARS:
+        cut = len(text) - MAX_SCAN_CHARS
+        text = text[:MAX_SCAN_CHARS] + f"\n[cut by kelpie: {cut:,} characters not scanned]"
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+async def mask_text_async(text: str, where: str = "") -> tuple[str, list[Masking]]:
+    """`mask_text`, in a worker thread when the text is large enough to matter."""
+    if len(text) < THREAD_THRESHOLD:
+        return mask_text(text, where)
+    return await asyncio.to_thread(mask_text, text, where)
+
+
+async def mask_value_async(value: Any, where: str = "") -> tuple[Any, list[Masking]]:
+    """`mask_value`, in a worker thread when the value holds a lot of text."""
+    if _size(value) < THREAD_THRESHOLD:
+        return mask_value(value, where)
+    return await asyncio.to_thread(mask_value, value, where)
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list | tuple):
+        return sum(_size(item) for item in value)
+    if isinstance(value, dict):
+        return sum(_size(item) for item in value.values())
+    return 0
 
 
 def _mask_secret_data(text: str, where: str, findings: list[Masking]) -> str:
@@ -124,36 +115,35 @@ def _mask_secret_data(text: str, where: str, findings: list[Masking]) -> str:
     if "Secret" not in text and "secret" not in text:
         return text
 
-    def json_block(match: re.Match[str]) -> str:
-        def value(inner: re.Match[str]) -> str:
+    def json_block(match: Any) -> str:
+        def value(inner: Any) -> str:
             if not inner.group(2) or inner.group(2) == MASK:
-                return inner.group(0)
+                return str(inner.group(0))
             findings.append(Masking("secret_data", where))
-            return inner.group(1) + MASK + inner.group(3)
+            return str(inner.group(1) + MASK + inner.group(3))
 
-        block = _JSON_VALUE.sub(value, match.group(1))
-        return match.group(0).replace(match.group(1), block)
+        block = SECRET_DATA_JSON_VALUE.sub(value, match.group(1))
+        return str(match.group(0).replace(match.group(1), block))
 
-    text = _SECRET_DATA_JSON.sub(json_block, text)
-    if _SECRET_DATA_YAML.search(text) is None:
+    text = SECRET_DATA_JSON.sub(json_block, text)
+    if SECRET_DATA_YAML.search(text) is None:
         return text
-    lines = text.split("\n")
     out: list[str] = []
     block_indent: int | None = None
-    for line in lines:
+    for line in text.split("\n"):
         if block_indent is not None:
             indent = len(line) - len(line.lstrip(" \t"))
-            entry = _YAML_ENTRY.match(line)
+            entry = YAML_ENTRY.match(line)
             if line.strip() and indent > block_indent and entry is not None:
-                if entry.group("value") != MASK:
+                if entry.group(2) != MASK:
                     findings.append(Masking("secret_data", where))
-                    line = entry.group("lead") + MASK
+                    line = entry.group(1) + MASK
                 out.append(line)
                 continue
             block_indent = None
-        header = _SECRET_DATA_YAML.match(line + "\n")
+        header = SECRET_DATA_YAML.match(line)
         if header is not None:
-            block_indent = len(header.group("indent"))
+            block_indent = len(header.group(1))
         out.append(line)
     return "\n".join(out)
 
@@ -272,7 +262,10 @@ class MaskingGateway:
         return self._inner.model_name
 
     async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelReply:
-        messages, findings = mask_messages(request.messages)
+        if _size(request.messages) < THREAD_THRESHOLD:
+            messages, findings = mask_messages(request.messages)
+        else:
+            messages, findings = await asyncio.to_thread(mask_messages, request.messages)
         cut: list[int] = []
         for index, message in enumerate(messages):
             content = message.get("content")
