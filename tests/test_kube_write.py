@@ -125,6 +125,18 @@ def bound(obj: dict[str, Any]) -> dict[str, str]:
     return {"uid": obj["metadata"]["uid"], "resourceVersion": obj["metadata"]["resourceVersion"]}
 
 
+def uid_of(obj: dict[str, Any]) -> dict[str, str]:
+    """What a preview's body names: the uid it was read with, no resourceVersion."""
+    return {"uid": obj["metadata"]["uid"]}
+
+
+def churn_status(kube: KubeServer, kind: str, namespace: str, name: str) -> dict[str, Any]:
+    """A controller rewrites the object's status: a new resourceVersion, same spec."""
+    obj = current(kube, kind, namespace, name)
+    obj.setdefault("status", {})["observedAt"] = str(len(kube.requests))
+    return kube.put(kind, obj)
+
+
 def target_of(kind: str, obj: dict[str, Any]) -> WriteTarget:
     meta = obj["metadata"]
     return WriteTarget(
@@ -133,14 +145,14 @@ def target_of(kind: str, obj: dict[str, Any]) -> WriteTarget:
 
 
 async def touch_deployment(clients: KubeClients, name: str = "checkout-api") -> None:
-    """Someone else changes the deployment (a label): a new resourceVersion, same uid."""
+    """Someone else changes the deployment's spec: a new generation, same uid."""
     kube = clients["prod"]
     await kube.call_json(
-        "label deployment",
+        "pause deployment",
         kube.apps.patch_namespaced_deployment,
         name,
         "shop",
-        {"metadata": {"labels": {"touched": "yes"}}},
+        {"spec": {"minReadySeconds": 7}},
         _content_type=MERGE,
     )
 
@@ -191,7 +203,12 @@ async def test_scale_previews_with_a_dry_run_and_executes_bound(
     assert plan.changes == (FieldChange("spec.replicas", "3", "5"),)
     assert plan.changes[0].render() == "spec.replicas 3 → 5"
     assert plan.description == "Scale deployment shop/checkout-api from 3 to 5 replicas"
-    assert plan.args == {"namespace": "shop", "name": "checkout-api", "replicas": 5}
+    assert plan.args == {
+        "namespace": "shop",
+        "name": "checkout-api",
+        "replicas": 5,
+        "expect": [[["metadata", "generation"], 1], [["spec", "replicas"], 3]],
+    }
     assert watch.reviews() == [
         {
             "verb": "patch",
@@ -204,7 +221,7 @@ async def test_scale_previews_with_a_dry_run_and_executes_bound(
     ]
     (dry,) = watch.writes()
     assert dry.method == "PATCH" and dry.path == f"{DEPLOYMENTS}/checkout-api/scale"
-    assert dry.body == {"metadata": bound(before), "spec": {"replicas": 5}}
+    assert dry.body == {"metadata": uid_of(before), "spec": {"replicas": 5}}
 
     watch = Watch(kube)
     result = await op(tools, "scale_deployment").execute(plan, CTX)
@@ -218,7 +235,7 @@ async def test_scale_previews_with_a_dry_run_and_executes_bound(
     assert write.content_type == MERGE
     assert write.body == {"metadata": bound(before), "spec": {"replicas": 5}}
     assert write.status == 200
-    # The deployment was re-read (uid and resourceVersion compared) before the patch.
+    # The deployment was re-read (uid, generation and replicas compared) before the patch.
     assert next((r.method, r.path) for r in watch.requests()) == (
         "GET",
         f"{DEPLOYMENTS}/checkout-api",
@@ -244,7 +261,7 @@ async def test_scale_to_a_replaced_deployment_is_a_conflict(
     assert current(kube, "Deployment", "shop", "checkout-api") == replaced
 
 
-async def test_scale_after_another_change_is_a_conflict(
+async def test_scale_after_a_spec_change_is_a_conflict(
     kube: KubeServer, tools: dict[str, Tool], clients: KubeClients
 ) -> None:
     plan, _ = await prepared(
@@ -252,16 +269,62 @@ async def test_scale_after_another_change_is_a_conflict(
     )
     await touch_deployment(clients)
     watch = Watch(kube)
-    with pytest.raises(WriteConflict, match=r"resourceVersion .* is now"):
+    with pytest.raises(WriteConflict) as caught:
         await op(tools, "scale_deployment").execute(plan, CTX)
+    assert str(caught.value) == (
+        "deployment shop/checkout-api changed since the preview (its spec was changed by "
+        "someone else: generation 1 is now 2); nothing was changed; propose the change again."
+    )
     assert watch.writes() == []
     assert current(kube, "Deployment", "shop", "checkout-api")["spec"]["replicas"] == 3
 
 
-async def test_the_scale_patch_itself_carries_the_preconditions(
+async def test_scale_after_replicas_moved_is_a_conflict(
     kube: KubeServer, tools: dict[str, Tool]
 ) -> None:
-    """A change that lands between the re-read and the scale patch is refused by the server."""
+    plan, _ = await prepared(
+        kube, tools, "scale_deployment", {"name": "checkout-api", "replicas": 5}
+    )
+    moved = current(kube, "Deployment", "shop", "checkout-api")
+    moved["spec"]["replicas"] = 4  # e.g. an autoscaler, writing the scale subresource
+    kube.put("Deployment", moved)
+    with pytest.raises(WriteConflict, match=r"spec\.replicas was 3 and is now 4"):
+        await op(tools, "scale_deployment").execute(plan, CTX)
+    assert current(kube, "Deployment", "shop", "checkout-api")["spec"]["replicas"] == 4
+
+
+async def test_status_churn_does_not_block_an_approved_write(
+    kube: KubeServer, tools: dict[str, Tool], demo: Demo
+) -> None:
+    """Controllers rewrite status all the time: neither the preview nor the write may care."""
+    churn_status(kube, "Deployment", "shop", "checkout-api")
+    plan, _ = await prepared(
+        kube, tools, "scale_deployment", {"name": "checkout-api", "replicas": 5}
+    )
+    churned = churn_status(kube, "Deployment", "shop", "checkout-api")
+    watch = Watch(kube)
+    await op(tools, "scale_deployment").execute(plan, CTX)
+    (write,) = watch.real_writes()
+    assert write.status == 200 and write.body["metadata"] == bound(churned)
+    assert current(kube, "Deployment", "shop", "checkout-api")["spec"]["replicas"] == 5
+
+    pod = await op(tools, "delete_pod").prepare({"name": demo.crashing_pod}, CTX)
+    churn_status(kube, "Pod", "shop", demo.crashing_pod)
+    await op(tools, "delete_pod").execute(pod, CTX)
+    assert kube.get("Pod", "shop", demo.crashing_pod) is None
+
+    node = await op(tools, "cordon_node").prepare({"name": "node-a"}, CTX)
+    churn_status(kube, "Node", "", "node-a")
+    await op(tools, "cordon_node").execute(node, CTX)
+    assert current(kube, "Node", "", "node-a")["spec"]["unschedulable"] is True
+
+
+async def test_a_change_between_reread_and_write_is_read_again(
+    kube: KubeServer, tools: dict[str, Tool]
+) -> None:
+    """A change that lands between the re-read and the scale patch is refused by the server
+    (409: the patch carries the re-read's resourceVersion); kelpie reads again, finds only
+    metadata moved, and writes."""
     plan, _ = await prepared(
         kube, tools, "scale_deployment", {"name": "checkout-api", "replicas": 5}
     )
@@ -277,17 +340,32 @@ async def test_the_scale_patch_itself_carries_the_preconditions(
         return kube.put("Deployment", changed)
 
     racer = asyncio.create_task(meanwhile())
-    with pytest.raises(WriteConflict, match=r"409 Conflict: .*has been modified"):
-        await op(tools, "scale_deployment").execute(plan, CTX)
+    await op(tools, "scale_deployment").execute(plan, CTX)
     changed = await racer
-    (refused,) = watch.writes()
+    refused, accepted = watch.writes()
     assert refused.status == 409 and isinstance(refused.body, dict)
     assert refused.body["metadata"] == {
         "uid": plan.target.uid,
         "resourceVersion": plan.target.resource_version,
     }
-    assert current(kube, "Deployment", "shop", "checkout-api") == changed
-    assert changed["spec"]["replicas"] == 3
+    assert accepted.status == 200 and accepted.body["metadata"] == bound(changed)
+    after = current(kube, "Deployment", "shop", "checkout-api")
+    assert after["spec"]["replicas"] == 5 and after["metadata"]["labels"]["touched"] == "yes"
+
+
+async def test_a_target_that_never_holds_still_is_given_up_with_one_sentence(
+    kube: KubeServer, tools: dict[str, Tool]
+) -> None:
+    plan, _ = await prepared(kube, tools, "restart_deployment", {"name": "checkout-api"})
+    kube.fail("PATCH", "/deployments/checkout-api$", 409)
+    watch = Watch(kube)
+    with pytest.raises(WriteConflict) as caught:
+        await op(tools, "restart_deployment").execute(plan, CTX)
+    assert str(caught.value) == (
+        "deployment shop/checkout-api kept changing while kelpie tried to write it "
+        "(4 attempts); nothing was changed; propose the change again."
+    )
+    assert [w.status for w in watch.writes()] == [409] * 4
 
 
 @pytest.mark.parametrize(
@@ -385,13 +463,9 @@ async def test_restart_previews_the_annotation_and_executes_the_same_timestamp(
     assert "rolling update" in plan.description and "3 pods" in plan.description
     assert watch.reviews()[0]["verb"] == "patch"
     assert "subresource" not in watch.reviews()[0]
-    expected = {
-        "metadata": bound(before),
-        "spec": {
-            "template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": stamp}}}
-        },
-    }
-    assert [w.body for w in watch.writes()] == [expected]
+    template = {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": stamp}}}
+    expected = {"metadata": bound(before), "spec": {"template": template}}
+    assert [w.body for w in watch.writes()] == [expected | {"metadata": uid_of(before)}]
 
     watch = Watch(kube)
     result = await op(tools, "restart_deployment").execute(plan, CTX)
@@ -411,36 +485,29 @@ async def test_restart_previews_the_annotation_and_executes_the_same_timestamp(
     assert after["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "3"
 
 
-async def test_restart_after_another_change_is_refused_by_the_server(
+async def test_restart_after_a_spec_change_writes_nothing(
     kube: KubeServer, tools: dict[str, Tool], clients: KubeClients
 ) -> None:
     plan, _ = await prepared(kube, tools, "restart_deployment", {"name": "checkout-api"})
     await touch_deployment(clients)
     touched = current(kube, "Deployment", "shop", "checkout-api")
     watch = Watch(kube)
-    with pytest.raises(WriteConflict) as caught:
+    with pytest.raises(WriteConflict, match="generation 1 is now 2"):
         await op(tools, "restart_deployment").execute(plan, CTX)
-    assert "409 Conflict" in str(caught.value) and "the object has been modified" in str(
-        caught.value
-    )
-    (refused,) = watch.writes()
-    assert refused.status == 409 and isinstance(refused.body, dict)
-    assert refused.body["metadata"] == {
-        "uid": plan.target.uid,
-        "resourceVersion": plan.target.resource_version,
-    }
+    assert watch.writes() == []
     assert current(kube, "Deployment", "shop", "checkout-api") == touched
 
 
-async def test_restart_of_a_replaced_deployment_is_refused_by_the_server(
+async def test_restart_of_a_replaced_deployment_writes_nothing(
     kube: KubeServer, tools: dict[str, Tool]
 ) -> None:
     plan, _ = await prepared(kube, tools, "restart_deployment", {"name": "checkout-api"})
     replaced = kube.replace_object("Deployment", "shop", "checkout-api")
-    with pytest.raises(WriteConflict, match=r"changed since the preview .*409 Conflict"):
+    watch = Watch(kube)
+    with pytest.raises(WriteConflict, match=r"changed since the preview \(it was replaced"):
         await op(tools, "restart_deployment").execute(plan, CTX)
     assert current(kube, "Deployment", "shop", "checkout-api") == replaced
-    assert [w.status for w in kube.writes() if "dryRun" not in w.query] == [409]
+    assert watch.writes() == []
 
 
 async def test_a_deleted_target_is_a_conflict(
@@ -551,7 +618,7 @@ async def test_rollback_of_a_replaced_deployment_is_a_conflict(
 ) -> None:
     plan, _ = await prepared(kube, tools, "rollback_deployment", {"name": "checkout-api"})
     replaced = kube.replace_object("Deployment", "shop", "checkout-api")
-    with pytest.raises(WriteConflict, match="Precondition failed: UID in precondition"):
+    with pytest.raises(WriteConflict, match="it was replaced: uid"):
         await op(tools, "rollback_deployment").execute(plan, CTX)
     assert current(kube, "Deployment", "shop", "checkout-api") == replaced
 
@@ -578,7 +645,7 @@ async def test_delete_pod_previews_and_deletes_bound(
         {"verb": "delete", "group": "", "resource": "pods", "namespace": "shop"}
         | {"name": demo.crashing_pod}
     ]
-    body = {"preconditions": bound(pod), "gracePeriodSeconds": 10}
+    body = {"preconditions": uid_of(pod), "gracePeriodSeconds": 10}
     (dry,) = watch.writes()
     assert (dry.method, dry.path, dry.body) == (
         "DELETE",
@@ -620,11 +687,16 @@ async def test_delete_pod_without_a_grace_period_uses_the_pods_own(
     plan = await op(tools, "delete_pod").prepare({"name": "lonely"}, context)
     assert plan.changes[0].after == "pod deleted (grace 30 s)"
     assert "nothing will replace it" in plan.description
-    assert plan.args == {"namespace": "dev-a", "name": "lonely", "grace_period_seconds": None}
+    assert plan.args == {
+        "namespace": "dev-a",
+        "name": "lonely",
+        "grace_period_seconds": None,
+        "expect": [],
+    }
     watch = Watch(kube)
     await op(tools, "delete_pod").execute(plan, context)
     (write,) = watch.writes()
-    assert write.body == {"preconditions": bound(pod)}  # no gracePeriodSeconds
+    assert write.body == {"preconditions": uid_of(pod)}  # no gracePeriodSeconds
     assert kube.get("Pod", "dev-a", "lonely") is None
 
 
@@ -637,14 +709,15 @@ async def test_delete_of_a_replaced_pod_is_refused(
     with pytest.raises(WriteConflict) as caught:
         await op(tools, "delete_pod").execute(plan, CTX)
     assert str(caught.value).startswith(f"pod shop/{demo.crashing_pod} changed since the preview")
-    assert "UID in precondition" in str(caught.value)
-    assert [w.status for w in watch.writes()] == [409]
+    assert "it was replaced: uid" in str(caught.value)
+    assert watch.writes() == []
     assert current(kube, "Pod", "shop", demo.crashing_pod) == replaced
 
 
-async def test_delete_of_a_changed_pod_is_refused(
+async def test_delete_of_a_relabelled_pod_still_deletes_that_pod(
     kube: KubeServer, tools: dict[str, Tool], clients: KubeClients, demo: Demo
 ) -> None:
+    """A pod is bound by its uid: a label or status change is not a different pod."""
     plan, _ = await prepared(kube, tools, "delete_pod", {"name": demo.crashing_pod})
     client = clients["prod"]
     await client.call_json(
@@ -654,9 +727,8 @@ async def test_delete_of_a_changed_pod_is_refused(
         "shop",
         {"metadata": {"labels": {"debug": "1"}}},
     )
-    with pytest.raises(WriteConflict, match="ResourceVersion in precondition"):
-        await op(tools, "delete_pod").execute(plan, CTX)
-    assert kube.get("Pod", "shop", demo.crashing_pod) is not None
+    await op(tools, "delete_pod").execute(plan, CTX)
+    assert kube.get("Pod", "shop", demo.crashing_pod) is None
 
 
 async def test_delete_of_a_pod_already_gone_is_a_conflict(
@@ -785,7 +857,7 @@ async def test_set_container_resources_merges_by_container_name(
         "metadata": bound(before),
         "spec": {"template": {"spec": {"containers": [{"name": "app", "resources": resources}]}}},
     }
-    assert [w.body for w in watch.writes()] == [expected]
+    assert [w.body for w in watch.writes()] == [expected | {"metadata": uid_of(before)}]
     assert watch.writes()[0].content_type == STRATEGIC
 
     watch = Watch(kube)
@@ -869,7 +941,7 @@ async def test_set_container_resources_conflicts(
     args = {"name": "checkout-api", "container": "app", "limits": {"memory": "512Mi"}}
     plan, _ = await prepared(kube, tools, "set_container_resources", args)
     await touch_deployment(clients)
-    with pytest.raises(WriteConflict, match="the object has been modified"):
+    with pytest.raises(WriteConflict, match="generation 1 is now 2"):
         await op(tools, "set_container_resources").execute(plan, CTX)
     assert (
         "limits"

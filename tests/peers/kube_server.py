@@ -1169,9 +1169,15 @@ class KubeServer:
         dry_run = self._dry_run(request)
         current = self._require(target)
         patch_meta = body.get("metadata") or {}
-        self._check_preconditions(
-            target, current, patch_meta.get("uid"), patch_meta.get("resourceVersion")
-        )
+        uid = patch_meta.get("uid")
+        if uid is not None and uid != current["metadata"]["uid"]:
+            # A uid in a PATCH body is a change to an immutable field, not a precondition
+            # (the scale subresource and DELETE treat it as one: 409 there).
+            res = target.resource
+            kind = f"{res.kind}.{res.group}" if res.group else res.kind
+            message = f'{kind} "{target.name}" is invalid: metadata.uid: Invalid value: '
+            raise _StatusError(422, message + f'"{uid}": field is immutable')
+        self._check_preconditions(target, current, None, patch_meta.get("resourceVersion"))
         merged = merge_patch(current, body, strategic=request.content_type == STRATEGIC)
         merged["metadata"] = current["metadata"] | {
             k: v for k, v in merged["metadata"].items() if k in ("labels", "annotations")

@@ -7,15 +7,18 @@ its `write` operation in two halves:
 - `prepare(args, context)` changes nothing: it validates the arguments (ToolArgumentError,
   one sentence), asks the API server whether kelpie's own identity may do exactly this
   (a SelfSubjectAccessReview for the verb, resource, subresource, namespace and name),
-  reads the target (its uid and resourceVersion become the plan's `WriteTarget`) and sends
-  the very same change as a server-side dry run (`dryRun=All`). The fields that differ
-  between the object read and the dry run's answer are the preview (`FieldChange`s).
-- `execute(plan, context)` runs after a person approved and is bound to the previewed
-  object: PATCH bodies carry `metadata.uid` and `metadata.resourceVersion` and the DELETE
-  carries `preconditions`, so the API server refuses (409 Conflict) if the object changed
-  or was replaced meanwhile; the scale subresource is re-read (uid and resourceVersion
-  compared) before its patch, which also carries both. Any such mismatch, and a target
-  that disappeared, raise `WriteConflict`: nothing was changed.
+  reads the target (its uid becomes the plan's `WriteTarget`) and sends the very same change
+  as a server-side dry run (`dryRun=All`; for a DELETE inside the DeleteOptions body). The
+  dry run names the uid but no resourceVersion: controllers rewrite status every few
+  seconds, and a preview must not fail on that. The fields that differ between the object
+  read and the dry run's answer are the preview (`FieldChange`s).
+- `execute(plan, context)` runs after a person approved and is bound to what was approved:
+  it re-reads the target and writes nothing (`WriteConflict`, one sentence) if it is gone,
+  was replaced (another uid), or what the preview rested on moved (`plan.args["expect"]`:
+  a deployment's `metadata.generation`, a node's `spec.unschedulable`). Status-only changes
+  pass. The write then carries the re-read's uid and resourceVersion, so nothing slips in
+  between; a 409 there means the object moved meanwhile, and the re-read and check are
+  repeated (`MAX_WRITE_ATTEMPTS`). A pod is bound by its uid alone.
 
 Everything `execute` needs is in `plan.args` (JSON-serialisable, so a plan can wait in the
 database): the validated arguments plus what `prepare` computed (`restarted_at` for a
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -60,6 +63,8 @@ Obj = dict[str, Any]
 DEFAULT_MAX_REPLICAS = 50
 MAX_GRACE_PERIOD_S = 3600
 MAX_CHANGES = 20  # FieldChanges shown in one preview
+# Tries at the approved write when the object keeps moving (409) between re-read and write.
+MAX_WRITE_ATTEMPTS = 4
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 REVISION = "deployment.kubernetes.io/revision"
 POD_TEMPLATE_HASH = "pod-template-hash"
@@ -248,11 +253,14 @@ def _conflict(target: WriteTarget, reason: str) -> WriteConflict:
     )
 
 
-def _server_reason(exc: KubeFailure) -> str:
-    """The API server's own words from a KubeFailure message ("… to <what>: <message>.")."""
-    text = str(exc).rstrip(".")
-    _, _, message = text.partition(": ")
-    return message or text
+def _write_failure(target: WriteTarget, exc: KubeFailure) -> ToolFailure:
+    """A failed write as one sentence: a vanished or replaced target is a conflict (the
+    API server answers a uid mismatch in a PATCH body with 422 "field is immutable")."""
+    if exc.status == 404:
+        return _conflict(target, "it no longer exists")
+    if exc.status == 422 and "metadata.uid" in str(exc):
+        return _conflict(target, "it was replaced by a new object of the same name")
+    return exc
 
 
 def _target(kind: str, obj: Obj) -> WriteTarget:
@@ -272,9 +280,47 @@ def _target(kind: str, obj: Obj) -> WriteTarget:
     )
 
 
-def _bound_metadata(target: WriteTarget) -> Obj:
-    """The preconditions a PATCH body carries: the API server answers 409 on a mismatch."""
-    return {"uid": target.uid, "resourceVersion": target.resource_version}
+def _preview_metadata(target: WriteTarget) -> Obj:
+    """A dry run names the uid it was read with, never a resourceVersion: controllers rewrite
+    status every few seconds, and a preview must not fail on that."""
+    return {"uid": target.uid}
+
+
+def _fresh_metadata(current: Obj) -> Obj:
+    """The write's preconditions: the uid and resourceVersion of the re-read that was just
+    checked against the plan, so nothing can slip in between the check and the write."""
+    meta = current.get("metadata") or {}
+    return {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}
+
+
+GENERATION = ("metadata", "generation")
+
+
+def _expect(obj: Obj, *paths: tuple[str, ...]) -> list[list[Any]]:
+    """What `execute` re-checks (JSON-serialisable): [[path…], value as previewed] pairs."""
+    return [[list(path), dig(obj, *path)] for path in paths]
+
+
+def _expectations(plan: WritePlan) -> list[tuple[tuple[str, ...], Any]]:
+    """The plan's expectations; a plan stored before they existed binds to its
+    resourceVersion, as it was approved under."""
+    raw = plan.args.get("expect")
+    if raw is None:
+        return [(("metadata", "resourceVersion"), plan.target.resource_version)]
+    return [(tuple(path), value) for path, value in raw]
+
+
+def _moved(path: tuple[str, ...], before: Any, now: Any) -> str:
+    if path == GENERATION:
+        return f"its spec was changed by someone else: generation {before} is now {now}"
+    return f"{'.'.join(path)} was {_show(before)} and is now {_show(now)}"
+
+
+_READERS = {
+    "Deployment": lambda kube: kube.apps.read_namespaced_deployment,
+    "Pod": lambda kube: kube.core.read_namespaced_pod,
+    "Node": lambda kube: kube.core.read_node,
+}
 
 
 class _WriteOperation:
@@ -328,42 +374,44 @@ class _WriteOperation:
         return answer
 
     async def _bound_write(
-        self,
-        kube: KubeClient,
-        target: WriteTarget,
-        describe: str,
-        fn: Callable[..., Any],
-        *args: Any,
-        **kwargs: Any,
+        self, kube: KubeClient, plan: WritePlan, write: Callable[[Obj], Awaitable[Any]]
     ) -> Any:
-        """The real write; 409 (preconditions) and 404 (gone) become WriteConflict."""
-        try:
-            return await kube.call_json(describe, fn, *args, **kwargs)
-        except KubeFailure as exc:
-            if exc.status == 409:
-                raise _conflict(target, f"409 Conflict: {_server_reason(exc)}") from exc
-            if exc.status == 404:
-                raise _conflict(target, "it no longer exists") from exc
-            raise
+        """Re-read the target, check it is still what was approved, then `write(current)`.
 
-    async def _recheck(
-        self, kube: KubeClient, target: WriteTarget, read: Callable[..., Any], *args: Any
-    ) -> Obj:
-        """Re-read the target and compare its uid and resourceVersion with the preview's."""
+        A 409 means the object moved between the re-read and the write (a controller
+        writing status, usually): read again and retry, a bounded number of times.
+        """
+        target = plan.target
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            current = await self._reread(kube, plan)
+            try:
+                return await write(current)
+            except KubeFailure as exc:
+                if exc.status == 409:
+                    continue
+                raise _write_failure(target, exc) from exc
+        raise WriteConflict(
+            f"{_noun(target)} kept changing while kelpie tried to write it "
+            f"({MAX_WRITE_ATTEMPTS} attempts); nothing was changed; propose the change again."
+        )
+
+    async def _reread(self, kube: KubeClient, plan: WritePlan) -> Obj:
+        """The target as it is now, if it is still the object and state that was approved."""
+        target = plan.target
+        read = _READERS[target.kind](kube)
         try:
-            current = await kube.call_json(f"read {_noun(target)}", read, *args)
+            current = await kube.call_json(f"read {_noun(target)}", read, *_at(target))
         except KubeFailure as exc:
             if exc.status == 404:
                 raise _conflict(target, "it no longer exists") from exc
             raise
-        meta = dig(current, "metadata") or {}
-        if meta.get("uid") != target.uid:
-            raise _conflict(target, f"it was replaced: uid {target.uid} is now {meta.get('uid')}")
-        if meta.get("resourceVersion") != target.resource_version:
-            raise _conflict(
-                target,
-                f"resourceVersion {target.resource_version} is now {meta.get('resourceVersion')}",
-            )
+        uid = dig(current, "metadata", "uid")
+        if uid != target.uid:
+            raise _conflict(target, f"it was replaced: uid {target.uid} is now {uid}")
+        for path, value in _expectations(plan):
+            now = dig(current, *path)
+            if now != value:
+                raise _conflict(target, _moved(path, value, now))
         return dict(current)
 
     @staticmethod
@@ -393,19 +441,27 @@ class _DeploymentWrite(_WriteOperation):
         return dict(deployment)
 
     async def _patch_deployment(
-        self, kube: KubeClient, target: WriteTarget, body: Obj, content_type: str, verb: str
+        self,
+        kube: KubeClient,
+        plan: WritePlan,
+        body: Callable[[Obj], Obj],
+        content_type: str,
+        verb: str,
     ) -> Obj:
-        answer = await self._bound_write(
-            kube,
-            target,
-            f"{verb} {_noun(target)}",
-            kube.apps.patch_namespaced_deployment,
-            target.name,
-            target.namespace,
-            body,
-            _content_type=content_type,
-        )
-        return dict(answer or {})
+        """The approved patch, `body(preconditions)`, bound by `_bound_write`."""
+        target = plan.target
+
+        async def patch(current: Obj) -> Any:
+            return await kube.call_json(
+                f"{verb} {_noun(target)}",
+                kube.apps.patch_namespaced_deployment,
+                target.name,
+                target.namespace,
+                body(_fresh_metadata(current)),
+                _content_type=content_type,
+            )
+
+        return dict(await self._bound_write(kube, plan, patch) or {})
 
 
 class ScaleDeployment(_DeploymentWrite):
@@ -439,7 +495,7 @@ class ScaleDeployment(_DeploymentWrite):
             kube.apps.patch_namespaced_deployment_scale,
             name,
             namespace,
-            self._body(target, replicas),
+            self._body(_preview_metadata(target), replicas),
             _content_type=MERGE_PATCH,
         )
         after = dig(scale, "spec", "replicas")
@@ -452,30 +508,36 @@ class ScaleDeployment(_DeploymentWrite):
             cluster=context.cluster,
             target=target,
             changes=(FieldChange("spec.replicas", _show(before), _show(after)),),
-            args={"namespace": namespace, "name": name, "replicas": replicas},
+            args={
+                "namespace": namespace,
+                "name": name,
+                "replicas": replicas,
+                "expect": _expect(deployment, GENERATION, ("spec", "replicas")),
+            },
         )
 
     @staticmethod
-    def _body(target: WriteTarget, replicas: int) -> Obj:
-        return {"metadata": _bound_metadata(target), "spec": {"replicas": replicas}}
+    def _body(metadata: Obj, replicas: int) -> Obj:
+        return {"metadata": metadata, "spec": {"replicas": replicas}}
 
     async def execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
         self._check_plan(plan)
         target, replicas = plan.target, int(plan.args["replicas"])
         kube = self._kube(plan.cluster)
-        # The scale subresource is a view of the deployment: check the deployment itself
-        # first, then send the preconditions with the patch as well.
-        await self._recheck(kube, target, kube.apps.read_namespaced_deployment, *_at(target))
-        scale = await self._bound_write(
-            kube,
-            target,
-            f"scale {_noun(target)}",
-            kube.apps.patch_namespaced_deployment_scale,
-            target.name,
-            target.namespace,
-            self._body(target, replicas),
-            _content_type=MERGE_PATCH,
-        )
+
+        # The scale subresource is a view of the deployment: the deployment is re-read and
+        # checked, and its uid and resourceVersion are the scale patch's preconditions.
+        async def patch(current: Obj) -> Any:
+            return await kube.call_json(
+                f"scale {_noun(target)}",
+                kube.apps.patch_namespaced_deployment_scale,
+                target.name,
+                target.namespace,
+                self._body(_fresh_metadata(current), replicas),
+                _content_type=MERGE_PATCH,
+            )
+
+        scale = await self._bound_write(kube, plan, patch)
         now = dig(scale, "spec", "replicas")
         where = f"{target.namespace}/{target.name}"
         return ToolResult(
@@ -514,7 +576,7 @@ class RestartDeployment(_DeploymentWrite):
             kube.apps.patch_namespaced_deployment,
             name,
             namespace,
-            self._body(target, restarted_at),
+            self._body(_preview_metadata(target), restarted_at),
             _content_type=MERGE_PATCH,
         )
         changes = self._spec_changes(deployment, after, "the restart annotation is already set")
@@ -526,14 +588,19 @@ class RestartDeployment(_DeploymentWrite):
             cluster=context.cluster,
             target=target,
             changes=changes,
-            args={"namespace": namespace, "name": name, "restarted_at": restarted_at},
+            args={
+                "namespace": namespace,
+                "name": name,
+                "restarted_at": restarted_at,
+                "expect": _expect(deployment, GENERATION),
+            },
         )
 
     @staticmethod
-    def _body(target: WriteTarget, restarted_at: str) -> Obj:
+    def _body(metadata: Obj, restarted_at: str) -> Obj:
         annotations = {RESTARTED_AT: restarted_at}
         return {
-            "metadata": _bound_metadata(target),
+            "metadata": metadata,
             "spec": {"template": {"metadata": {"annotations": annotations}}},
         }
 
@@ -541,8 +608,10 @@ class RestartDeployment(_DeploymentWrite):
         self._check_plan(plan)
         target = plan.target
         kube = self._kube(plan.cluster)
-        body = self._body(target, str(plan.args["restarted_at"]))
-        await self._patch_deployment(kube, target, body, MERGE_PATCH, "restart")
+        stamp = str(plan.args["restarted_at"])
+        await self._patch_deployment(
+            kube, plan, lambda meta: self._body(meta, stamp), MERGE_PATCH, "restart"
+        )
         where = f"{target.namespace}/{target.name}"
         return ToolResult(
             text=f"Restarted deployment {where} ({RESTARTED_AT}={plan.args['restarted_at']}); "
@@ -604,7 +673,7 @@ class RollbackDeployment(_DeploymentWrite):
             kube.apps.patch_namespaced_deployment,
             name,
             namespace,
-            self._body(target, template_patch),
+            self._body(_preview_metadata(target), template_patch),
             _content_type=MERGE_PATCH,
         )
         all_changes = diff(deployment.get("spec"), after.get("spec"), "spec")
@@ -627,6 +696,7 @@ class RollbackDeployment(_DeploymentWrite):
                 "name": name,
                 "revision": wanted,
                 "template": template_patch,
+                "expect": _expect(deployment, GENERATION),
             },
         )
 
@@ -650,15 +720,17 @@ class RollbackDeployment(_DeploymentWrite):
         return history
 
     @staticmethod
-    def _body(target: WriteTarget, template_patch: Any) -> Obj:
-        return {"metadata": _bound_metadata(target), "spec": {"template": template_patch}}
+    def _body(metadata: Obj, template_patch: Any) -> Obj:
+        return {"metadata": metadata, "spec": {"template": template_patch}}
 
     async def execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
         self._check_plan(plan)
         target = plan.target
         kube = self._kube(plan.cluster)
-        body = self._body(target, plan.args["template"])
-        await self._patch_deployment(kube, target, body, MERGE_PATCH, "roll back")
+        template = plan.args["template"]
+        await self._patch_deployment(
+            kube, plan, lambda meta: self._body(meta, template), MERGE_PATCH, "roll back"
+        )
         where = f"{target.namespace}/{target.name}"
         revision = plan.args["revision"]
         return ToolResult(
@@ -712,7 +784,7 @@ class SetContainerResources(_DeploymentWrite):
             {**(existing.get("limits") or {}), **limits},
             " (together with the container's current values)",
         )
-        body = self._body(target, container, requests, limits)
+        body = self._body(_preview_metadata(target), container, requests, limits)
         after = await self._dry_run(
             kube,
             f"set resources of container {container} in {where}",
@@ -740,12 +812,13 @@ class SetContainerResources(_DeploymentWrite):
                 "container": container,
                 "requests": requests,
                 "limits": limits,
+                "expect": _expect(deployment, GENERATION),
             },
         )
 
     @staticmethod
     def _body(
-        target: WriteTarget, container: str, requests: dict[str, str], limits: dict[str, str]
+        metadata: Obj, container: str, requests: dict[str, str], limits: dict[str, str]
     ) -> Obj:
         resources: Obj = {}
         if requests:
@@ -754,7 +827,7 @@ class SetContainerResources(_DeploymentWrite):
             resources["limits"] = dict(limits)
         # Strategic merge: the containers list merges by name, so only this one changes.
         return {
-            "metadata": _bound_metadata(target),
+            "metadata": metadata,
             "spec": {
                 "template": {"spec": {"containers": [{"name": container, "resources": resources}]}}
             },
@@ -765,8 +838,14 @@ class SetContainerResources(_DeploymentWrite):
         target = plan.target
         kube = self._kube(plan.cluster)
         container = str(plan.args["container"])
-        body = self._body(target, container, dict(plan.args["requests"]), dict(plan.args["limits"]))
-        await self._patch_deployment(kube, target, body, STRATEGIC_PATCH, "set resources of")
+        requests, limits = dict(plan.args["requests"]), dict(plan.args["limits"])
+        await self._patch_deployment(
+            kube,
+            plan,
+            lambda meta: self._body(meta, container, requests, limits),
+            STRATEGIC_PATCH,
+            "set resources of",
+        )
         where = f"{target.namespace}/{target.name}"
         return ToolResult(
             text=f"Set resources of container {container} in deployment {where} "
@@ -855,7 +934,7 @@ class DeletePod(_WriteOperation):
             kube.core.delete_namespaced_pod,
             name,
             namespace,
-            body=self._body(target, grace) | {"dryRun": ["All"]},
+            body=self._body(target.uid, grace) | {"dryRun": ["All"]},
         )
         effective = dig(answer, "metadata", "deletionGracePeriodSeconds")
         if effective is None:
@@ -887,14 +966,19 @@ class DeletePod(_WriteOperation):
                     f"pod deleted (grace {effective} s)",
                 ),
             ),
-            args={"namespace": namespace, "name": name, "grace_period_seconds": grace},
+            # A pod is bound by its uid alone: its status changes all the time, and what
+            # the preview showed (phase, node) is not what a person approves a delete for.
+            args={
+                "namespace": namespace,
+                "name": name,
+                "grace_period_seconds": grace,
+                "expect": [],
+            },
         )
 
     @staticmethod
-    def _body(target: WriteTarget, grace: int | None) -> Obj:
-        body: Obj = {
-            "preconditions": {"uid": target.uid, "resourceVersion": target.resource_version}
-        }
+    def _body(uid: str, grace: int | None) -> Obj:
+        body: Obj = {"preconditions": {"uid": uid}}
         if grace is not None:
             body["gracePeriodSeconds"] = grace
         return body
@@ -904,15 +988,18 @@ class DeletePod(_WriteOperation):
         target = plan.target
         kube = self._kube(plan.cluster)
         grace = plan.args.get("grace_period_seconds")
-        await self._bound_write(
-            kube,
-            target,
-            f"delete {_noun(target)}",
-            kube.core.delete_namespaced_pod,
-            target.name,
-            target.namespace,
-            body=self._body(target, None if grace is None else int(grace)),
-        )
+        body = self._body(target.uid, None if grace is None else int(grace))
+
+        async def delete(current: Obj) -> Any:
+            return await kube.call_json(
+                f"delete {_noun(target)}",
+                kube.core.delete_namespaced_pod,
+                target.name,
+                target.namespace,
+                body=body,
+            )
+
+        await self._bound_write(kube, plan, delete)
         where = f"{target.namespace}/{target.name}"
         return ToolResult(
             text=f"Deleted pod {where} ({plan.changes[0].after}). {plan.description}.",
@@ -947,7 +1034,7 @@ class _NodeSchedulability(_WriteOperation):
             f"{self._verb} node {name}",
             kube.core.patch_node,
             name,
-            self._body(target),
+            self._body(_preview_metadata(target)),
             _content_type=MERGE_PATCH,
         )
         before_value = bool(dig(node, "spec", "unschedulable"))
@@ -967,25 +1054,28 @@ class _NodeSchedulability(_WriteOperation):
             cluster=context.cluster,
             target=target,
             changes=(FieldChange("spec.unschedulable", _show(before_value), _show(after_value)),),
-            args={"name": name},
+            # Nodes have no generation; heartbeats rewrite status, only this field matters.
+            args={"name": name, "expect": _expect(node, ("spec", "unschedulable"))},
         )
 
-    def _body(self, target: WriteTarget) -> Obj:
-        return {"metadata": _bound_metadata(target), "spec": {"unschedulable": self.unschedulable}}
+    def _body(self, metadata: Obj) -> Obj:
+        return {"metadata": metadata, "spec": {"unschedulable": self.unschedulable}}
 
     async def execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
         self._check_plan(plan)
         target = plan.target
         kube = self._kube(plan.cluster)
-        await self._bound_write(
-            kube,
-            target,
-            f"{self._verb} node {target.name}",
-            kube.core.patch_node,
-            target.name,
-            self._body(target),
-            _content_type=MERGE_PATCH,
-        )
+
+        async def patch(current: Obj) -> Any:
+            return await kube.call_json(
+                f"{self._verb} node {target.name}",
+                kube.core.patch_node,
+                target.name,
+                self._body(_fresh_metadata(current)),
+                _content_type=MERGE_PATCH,
+            )
+
+        await self._bound_write(kube, plan, patch)
         done = f"{self._verb}ed node {target.name}"
         return ToolResult(
             text=f"{done[0].upper()}{done[1:]} ({plan.changes[0].render()}).", summary=done
