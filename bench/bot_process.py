@@ -1,0 +1,70 @@
+"""The bot under measurement: `kelpie run` exactly as production starts it, plus counters.
+
+`bench/run.py` starts this file as a subprocess so the bot's CPU, memory and start-up are
+its own, not the peers'. Before the bot is imported it registers SQLAlchemy listeners that
+count commits and statements on every engine. A daemon thread answers `stats` lines on
+stdin with one JSON line on the original stdout; everything else the process prints goes
+to stderr (the log file), so the control channel stays clean.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from sqlalchemy import event  # noqa: E402
+from sqlalchemy.engine import Engine  # noqa: E402
+
+COUNTS = {"commits": 0, "statements": 0}
+
+
+@event.listens_for(Engine, "commit")
+def _on_commit(_connection: Any) -> None:
+    COUNTS["commits"] += 1
+
+
+@event.listens_for(Engine, "before_cursor_execute")
+def _on_statement(*_args: Any) -> None:
+    COUNTS["statements"] += 1
+
+
+def _rss_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _answer_stats(control: TextIO) -> None:
+    for line in sys.stdin:
+        if line.strip() == "stats":
+            stats = {
+                **COUNTS,
+                "cpu_s": time.process_time(),
+                "rss_kb": _rss_kb(),
+                "litellm_loaded": "litellm" in sys.modules,
+            }
+            control.write(json.dumps(stats) + "\n")
+            control.flush()
+
+
+def main() -> int:
+    control = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # stray prints go to the log, never into the control channel
+    threading.Thread(target=_answer_stats, args=(control,), daemon=True).start()
+    from bot.cli import main as kelpie
+
+    return kelpie(["run", "--config", sys.argv[1]])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
