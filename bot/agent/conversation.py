@@ -86,6 +86,11 @@ class ConversationStore(Protocol):
         """Persist messages in one commit; returns only when they are durable."""
         ...
 
+    def stage(self, session_id: int, turn_id: str, messages: list[Message]) -> None:
+        """Queue messages (in order with `append`) to be committed with the next durable
+        write: a round's results ride along with the next round's commit."""
+        ...
+
     async def history(
         self, session_id: int, limit: int, before_turn: str | None = None
     ) -> list[Message]:

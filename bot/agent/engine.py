@@ -7,8 +7,9 @@ background results. When the round budget is used up, one last call without tool
 the best answer from what was found. A tool may end the turn at once (direct presentation).
 
 The engine knows no Slack and no SDK. It persists every message through the
-`ConversationStore` port as the turn goes (the assistant's tool calls before they run, the
-round's results in call order) and emits typed events for whoever shows progress.
+`ConversationStore` port as the turn goes (the assistant's tool calls durably before they
+run; the round's results, in call order, staged to ride along with the next commit, so a
+round costs one commit) and emits typed events for whoever shows progress.
 Interruption is task cancellation: the engine rolls the in-memory conversation back and,
 when a person interrupted (the abort event is set; a shutdown leaves it clear), repairs the
 stored one (a result for every call) and stores any partial answer as incomplete before
@@ -112,6 +113,9 @@ class _UsageOnlyStore:
         self._store = store
 
     async def append(self, session_id: int, turn_id: str, messages: list[Message]) -> None:
+        return None
+
+    def stage(self, session_id: int, turn_id: str, messages: list[Message]) -> None:
         return None
 
     async def history(
@@ -335,7 +339,8 @@ class Engine:
         turn.partial_text = ""
         outcome = await turn.rounds.run(planned)
         turn.tool_calls += len(planned)
-        await self._store.append(request.session.id, request.turn_id, outcome.results)
+        # Committed with the next round's calls or the answer: one commit per round.
+        self._store.stage(request.session.id, request.turn_id, outcome.results)
         turn.rounds.mark_recorded()
         turn.state.add(*outcome.results)
         return outcome.yielded is not None
@@ -344,7 +349,7 @@ class Engine:
         if not text.strip():
             return
         message = Message(Role.ASSISTANT, text)
-        await self._store.append(turn.request.session.id, turn.request.turn_id, [message])
+        self._store.stage(turn.request.session.id, turn.request.turn_id, [message])
         turn.state.add(message)
         turn.partial_text = ""
 
@@ -356,7 +361,7 @@ class Engine:
         if not results:
             return
         message = Message(Role.USER, "\n\n".join(result.render() for result in results))
-        await self._store.append(turn.request.session.id, turn.request.turn_id, [message])
+        self._store.stage(turn.request.session.id, turn.request.turn_id, [message])
         turn.state.add(message)
 
     async def _investigate(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, update
-from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.approvals.model import (
     Approval,
@@ -15,8 +15,8 @@ from bot.approvals.model import (
     plan_from_json,
     plan_to_json,
 )
-from bot.store.db import Database
-from bot.store.tables import ApprovalRow, WriteAuditRow, WriteReservationRow
+from bot.store.db import Database, executing, insert_ignoring_duplicates, inserting
+from bot.store.tables import ApprovalRow, WriteAuditRow, WriteReservationRow, utcnow
 
 
 def _aware(value: datetime) -> datetime:
@@ -50,26 +50,23 @@ class ApprovalRepository:
         self._db = db
 
     async def create(self, approval: Approval) -> None:
-        async with self._db.sessions() as session:
-            session.add(
-                ApprovalRow(
-                    id=approval.id,
-                    session_id=approval.session_id,
-                    turn_id=approval.turn_id,
-                    tool_call_id=approval.tool_call_id,
-                    tool=approval.plan.tool,
-                    plan_json=plan_to_json(approval.plan),
-                    reason=approval.reason,
-                    role=approval.role,
-                    cluster=approval.plan.cluster,
-                    channel_id=approval.channel_id,
-                    thread_ts=approval.thread_ts,
-                    requested_by=approval.requested_by,
-                    status=str(approval.status),
-                    expires_at=approval.expires_at,
-                )
-            )
-            await session.commit()
+        row = ApprovalRow(
+            id=approval.id,
+            session_id=approval.session_id,
+            turn_id=approval.turn_id,
+            tool_call_id=approval.tool_call_id,
+            tool=approval.plan.tool,
+            plan_json=plan_to_json(approval.plan),
+            reason=approval.reason,
+            role=approval.role,
+            cluster=approval.plan.cluster,
+            channel_id=approval.channel_id,
+            thread_ts=approval.thread_ts,
+            requested_by=approval.requested_by,
+            status=str(approval.status),
+            expires_at=approval.expires_at,
+        )
+        await self._db.write(inserting(row))
 
     async def get(self, approval_id: str) -> Approval | None:
         async with self._db.sessions() as session:
@@ -94,24 +91,23 @@ class ApprovalRepository:
         ]
         if require_unexpired:
             conditions.append(col(ApprovalRow.expires_at) > now)
-        async with self._db.sessions() as session:
-            result = await session.exec(
-                update(ApprovalRow)
-                .where(*conditions)
-                .values(status=str(to), decided_by=by, decided_at=now)
-            )
-            await session.commit()
-            return bool(result.rowcount)
+        statement = (
+            update(ApprovalRow)
+            .where(*conditions)
+            .values(status=str(to), decided_by=by, decided_at=now)
+        )
+
+        async def op(session: AsyncSession) -> bool:
+            return bool((await session.exec(statement)).rowcount)
+
+        return await self._db.write(op)
 
     async def set_outcome(self, approval_id: str, outcome: str) -> None:
         await self._update(approval_id, outcome=outcome)
 
     async def _update(self, approval_id: str, **values: object) -> None:
-        async with self._db.sessions() as session:
-            await session.exec(
-                update(ApprovalRow).where(col(ApprovalRow.id) == approval_id).values(**values)
-            )
-            await session.commit()
+        statement = update(ApprovalRow).where(col(ApprovalRow.id) == approval_id)
+        await self._db.write(executing(statement.values(**values)))
 
     async def pending(self) -> list[Approval]:
         async with self._db.sessions() as session:
@@ -126,22 +122,20 @@ class WriteAuditRepository:
         self._db = db
 
     async def record(self, entry: WriteAudit) -> None:
-        async with self._db.sessions() as session:
-            session.add(
-                WriteAuditRow(
-                    approval_id=entry.approval_id,
-                    phase=entry.phase,
-                    tool=entry.tool,
-                    target=entry.target,
-                    target_uid=entry.target_uid,
-                    requested_by=entry.requested_by,
-                    approved_by=entry.approved_by,
-                    preview=entry.preview,
-                    result=entry.result,
-                    ok=entry.ok,
-                )
-            )
-            await session.commit()
+        """Durable before it returns: a write's intent is on record before the change."""
+        row = WriteAuditRow(
+            approval_id=entry.approval_id,
+            phase=entry.phase,
+            tool=entry.tool,
+            target=entry.target,
+            target_uid=entry.target_uid,
+            requested_by=entry.requested_by,
+            approved_by=entry.approved_by,
+            preview=entry.preview,
+            result=entry.result,
+            ok=entry.ok,
+        )
+        await self._db.write(inserting(row))
 
     async def for_approval(self, approval_id: str) -> list[WriteAuditRow]:
         async with self._db.sessions() as session:
@@ -167,27 +161,30 @@ class WriteReservationRepository:
         self._stale_after = stale_after
 
     async def reserve(self, target: str, approval_id: str) -> bool:
-        async with self._db.sessions() as session:
-            stale = datetime.now(UTC) - self._stale_after
+        stale = datetime.now(UTC) - self._stale_after
+
+        async def op(session: AsyncSession) -> bool:
             await session.exec(
                 delete(WriteReservationRow).where(
                     col(WriteReservationRow.target) == target,
                     col(WriteReservationRow.created_at) < stale,
                 )
             )
-            session.add(WriteReservationRow(target=target, approval_id=approval_id))
-            try:
-                await session.commit()
-            except IntegrityError:
-                return False
-        return True
+            result = await session.exec(
+                insert_ignoring_duplicates(session, WriteReservationRow).values(
+                    target=target, approval_id=approval_id, created_at=utcnow()
+                )
+            )
+            return bool(result.rowcount)
+
+        return await self._db.write(op)
 
     async def release(self, target: str, approval_id: str) -> None:
-        async with self._db.sessions() as session:
-            await session.exec(
+        await self._db.write(
+            executing(
                 delete(WriteReservationRow).where(
                     col(WriteReservationRow.target) == target,
                     col(WriteReservationRow.approval_id) == approval_id,
                 )
             )
-            await session.commit()
+        )

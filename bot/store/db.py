@@ -1,32 +1,56 @@
-"""The database engine: SQLite (WAL) by default, any SQLAlchemy async URL otherwise."""
+"""The database: SQLite (WAL) by default, PostgreSQL through asyncpg.
+
+Reads run in parallel on a pool of connections (`sessions()`); every write goes through the
+one `Writer` (`write` / `defer`). On SQLite the read connections are query-only, so a write
+that bypasses the writer fails at once instead of racing it for the lock.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import event, text
+from sqlalchemy import event, insert, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlmodel import SQLModel
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.config import sqlalchemy_async_url
 from bot.store import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
+from bot.store.writer import Op, Writer
+
+T = TypeVar("T")
 
 
 class Database:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, linger_s: float = 0.5) -> None:
         async_url = sqlalchemy_async_url(url)
-        self._is_sqlite = async_url.startswith("sqlite")
-        if self._is_sqlite:
+        self.is_sqlite = async_url.startswith("sqlite")
+        if self.is_sqlite:
             _ensure_parent_dir(async_url)
         self.engine: AsyncEngine = create_async_engine(async_url)
-        if self._is_sqlite:
-            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+        # The writer's own engine: one connection, never shared with readers.
+        self._write_engine = create_async_engine(async_url, pool_size=1, max_overflow=0)
+        if self.is_sqlite:
+            event.listen(self.engine.sync_engine, "connect", _sqlite_reader)
+            event.listen(self._write_engine.sync_engine, "connect", _sqlite_writer)
         self.sessions = async_sessionmaker(self.engine, class_=AsyncSession, expire_on_commit=False)
+        self.writer = Writer(
+            async_sessionmaker(self._write_engine, class_=AsyncSession, expire_on_commit=False),
+            linger_s=linger_s,
+        )
+
+    async def write(self, op: Op[T]) -> T:
+        """Apply `op` through the one writer; returns once it is committed."""
+        return await self.writer.write(op)
+
+    def defer(self, op: Op[Any]) -> None:
+        """Queue `op`; it is committed with the next durable write."""
+        self.writer.defer(op)
 
     async def create_schema(self) -> None:
-        async with self.engine.begin() as connection:
+        async with self._write_engine.begin() as connection:
             await connection.run_sync(SQLModel.metadata.create_all)
 
     async def ping(self) -> None:
@@ -34,15 +58,63 @@ class Database:
             await connection.execute(text("SELECT 1"))
 
     async def close(self) -> None:
+        await self.writer.close()
         await self.engine.dispose()
+        await self._write_engine.dispose()
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+def insert_ignoring_duplicates(session: AsyncSession, model: type[SQLModel]) -> Any:
+    """`INSERT … ON CONFLICT DO NOTHING` for the session's database: a duplicate key is an
+    answer (rowcount 0), not an error that would abort the writer's transaction."""
+    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+    module = postgresql if dialect == "postgresql" else sqlite
+    return module.insert(model).on_conflict_do_nothing()
+
+
+def inserting(*rows: SQLModel) -> Op[None]:
+    """An op inserting `rows` (all of one table) as plain values, so an op retried after a
+    failed batch starts clean (no ORM state carried over)."""
+    table = type(rows[0])
+    values = [
+        {key: value for key, value in row.model_dump().items() if key != "id" or value}
+        for row in rows
+    ]
+
+    async def op(session: AsyncSession) -> None:
+        await session.execute(insert(table), values)
+
+    return op
+
+
+def executing(statement: Any) -> Op[None]:
+    """An op running one statement whose result nobody needs."""
+
+    async def op(session: AsyncSession) -> None:
+        await session.exec(statement)
+
+    return op
+
+
+def _sqlite_common(dbapi_connection: Any) -> Any:
     cursor = dbapi_connection.cursor()
-    # WAL lets readers proceed while a turn writes; busy_timeout rides out short write locks.
+    # WAL: readers never block the writer, nor the writer them.
     cursor.execute("PRAGMA journal_mode=WAL")
+    # Only another process (`kelpie chat` on the same file) can hold the write lock.
     cursor.execute("PRAGMA busy_timeout=5000")
     cursor.execute("PRAGMA foreign_keys=ON")
+    return cursor
+
+
+def _sqlite_reader(dbapi_connection: Any, _record: Any) -> None:
+    cursor = _sqlite_common(dbapi_connection)
+    cursor.execute("PRAGMA query_only=ON")
+    cursor.close()
+
+
+def _sqlite_writer(dbapi_connection: Any, _record: Any) -> None:
+    cursor = _sqlite_common(dbapi_connection)
+    # A commit in WAL mode is durable against a process crash with NORMAL.
+    cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
 
 

@@ -5,8 +5,12 @@ Implements the request gateway's `PayloadSink` port and answers `/kelpie payload
 
 from __future__ import annotations
 
+from sqlalchemy import delete
+from sqlmodel import col
+from sqlmodel.ext.asyncio.session import AsyncSession
+
 from bot.model.outbound import SentPayload
-from bot.store.db import Database
+from bot.store.db import Database, inserting
 from bot.store.tables import PayloadRow, utcnow
 
 
@@ -19,24 +23,23 @@ class PayloadLog:
         tag = payload.tag
         if tag is None:
             return
-        async with self._db.sessions() as session:
-            row = await session.get(PayloadRow, tag.session_id)
-            if row is None:
-                row = PayloadRow(
-                    session_id=tag.session_id,
-                    turn_id=tag.turn_id,
-                    round_index=tag.round_index,
-                    model=payload.model,
-                    payload_json="",
-                )
-            row.turn_id = tag.turn_id
-            row.round_index = tag.round_index
-            row.model = payload.model
-            row.payload_json = payload.to_json()
-            row.masked_count = len(payload.maskings)
-            row.created_at = utcnow()
-            session.add(row)
-            await session.commit()
+        row = PayloadRow(
+            session_id=tag.session_id,
+            turn_id=tag.turn_id,
+            round_index=tag.round_index,
+            model=payload.model,
+            payload_json=payload.to_json(),
+            masked_count=len(payload.maskings),
+            created_at=utcnow(),
+        )
+        replace = delete(PayloadRow).where(col(PayloadRow.session_id) == tag.session_id)
+
+        async def op(session: AsyncSession) -> None:
+            await session.exec(replace)
+            await inserting(row)(session)
+
+        # A snapshot for `/kelpie payload`, not a hot-path commit: it rides with the round's.
+        self._db.defer(op)
 
     async def last_for_session(self, session_id: int) -> str | None:
         """The JSON text of the last (masked) payload sent for the session, or None."""

@@ -1,4 +1,5 @@
-"""Repositories: the only code that writes SQL. Each method is one short transaction."""
+"""Repositories: the only code that writes SQL. Reads open a short session; writes are ops
+handed to the one writer (`Database.write` awaits the commit, `Database.defer` does not)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import json
 from datetime import datetime
 
 from sqlalchemy import delete
-from sqlalchemy.exc import IntegrityError
-from sqlmodel import col, func, select
+from sqlmodel import SQLModel, col, func, select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.agent.conversation import (
     Message,
@@ -17,14 +18,16 @@ from bot.agent.conversation import (
     tool_calls_to_json,
 )
 from bot.model.types import Usage
-from bot.store.db import Database
+from bot.store.db import Database, insert_ignoring_duplicates, inserting
 from bot.store.tables import (
     MessageRow,
     ProcessedEventRow,
     SessionRow,
     ToolAuditRow,
     UsageRow,
+    utcnow,
 )
+from bot.store.writer import Op
 from bot.tools.harness import AuditEntry
 
 
@@ -53,23 +56,28 @@ class EventLedger:
 
     async def claim(self, event_id: str) -> bool:
         """True the first time an event id is seen (ever, across restarts), else False."""
-        async with self._db.sessions() as session:
-            session.add(ProcessedEventRow(event_id=event_id))
-            try:
-                await session.commit()
-            except IntegrityError:
-                return False
-        return True
+
+        async def op(session: AsyncSession) -> bool:
+            result = await session.exec(
+                insert_ignoring_duplicates(session, ProcessedEventRow).values(
+                    event_id=event_id, created_at=utcnow()
+                )
+            )
+            return bool(result.rowcount)
+
+        return await self._db.write(op)
 
     async def forget_before(self, cutoff: datetime) -> int:
         """Drop event ids older than `cutoff`: Slack retries within minutes, so a day of
         memory is plenty, and the table does not grow forever."""
-        async with self._db.sessions() as session:
+
+        async def op(session: AsyncSession) -> int:
             result = await session.exec(
                 delete(ProcessedEventRow).where(col(ProcessedEventRow.created_at) < cutoff)
             )
-            await session.commit()
             return int(result.rowcount or 0)
+
+        return await self._db.write(op)
 
 
 class SessionRepository:
@@ -105,29 +113,31 @@ class SessionRepository:
         existing = await self.find(template.session_key)
         if existing is not None:
             return existing
-        row = SessionRow(
-            session_key=template.session_key,
-            team_id=template.team_id,
-            channel_id=template.channel_id,
-            thread_ts=template.thread_ts,
-            is_dm=template.is_dm,
-            role=template.role,
-            cluster=template.cluster,
-            namespace=template.namespace,
-            started_by=template.started_by,
-        )
-        async with self._db.sessions() as session:
-            session.add(row)
-            try:
-                await session.commit()
-            except IntegrityError:
-                # Two events raced to create the same thread's session: the first one wins.
-                await session.rollback()
-                found = await self.find(template.session_key)
-                assert found is not None
-                return found
-            await session.refresh(row)
-            return _session_info(row, created=True)
+
+        async def op(session: AsyncSession) -> SessionInfo:
+            # Two events (or replicas) may race to create the thread's session: the first wins.
+            inserted = await session.exec(
+                insert_ignoring_duplicates(session, SessionRow).values(
+                    session_key=template.session_key,
+                    team_id=template.team_id,
+                    channel_id=template.channel_id,
+                    thread_ts=template.thread_ts,
+                    is_dm=template.is_dm,
+                    role=template.role,
+                    cluster=template.cluster,
+                    namespace=template.namespace,
+                    started_by=template.started_by,
+                    created_at=utcnow(),
+                )
+            )
+            row = (
+                await session.exec(
+                    select(SessionRow).where(SessionRow.session_key == template.session_key)
+                )
+            ).one()
+            return _session_info(row, created=bool(inserted.rowcount))
+
+        return await self._db.write(op)
 
 
 class MessageRepository:
@@ -137,25 +147,14 @@ class MessageRepository:
         self._db = db
 
     async def append(self, session_id: int, turn_id: str, messages: list[Message]) -> None:
-        if not messages:
-            return
-        async with self._db.sessions() as session:
-            for message in messages:
-                session.add(
-                    MessageRow(
-                        session_id=session_id,
-                        turn_id=turn_id,
-                        role=str(message.role),
-                        content=message.content,
-                        tool_calls_json=tool_calls_to_json(message.tool_calls),
-                        tool_call_id=message.tool_call_id,
-                        tool_name=message.tool_name,
-                        slack_user=message.slack_user,
-                        slack_ts=message.slack_ts,
-                        complete=message.complete,
-                    )
-                )
-            await session.commit()
+        if messages:
+            await self._db.write(_add_messages(session_id, turn_id, messages))
+
+    def stage(self, session_id: int, turn_id: str, messages: list[Message]) -> None:
+        """Queue messages to be committed with the turn's next durable write (a round's tool
+        results ride along with the next round's commit). Order is kept."""
+        if messages:
+            self._db.defer(_add_messages(session_id, turn_id, messages))
 
     async def history(
         self, session_id: int, limit: int, before_turn: str | None = None
@@ -216,19 +215,37 @@ class MessageRepository:
     async def record_usage(
         self, session_id: int, turn_id: str, round_index: int, model: str, usage: Usage
     ) -> None:
-        async with self._db.sessions() as session:
-            session.add(
-                UsageRow(
-                    session_id=session_id,
-                    turn_id=turn_id,
-                    round_index=round_index,
-                    model=model,
-                    input_tokens=usage.input_tokens,
-                    output_tokens=usage.output_tokens,
-                    estimated=usage.estimated,
-                )
+        """Queued, not awaited: usage rides along with the round's commit."""
+        row = UsageRow(
+            session_id=session_id,
+            turn_id=turn_id,
+            round_index=round_index,
+            model=model,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            estimated=usage.estimated,
+        )
+        self._db.defer(inserting(row))
+
+
+def _add_messages(session_id: int, turn_id: str, messages: list[Message]) -> Op[None]:
+    return inserting(
+        *[
+            MessageRow(
+                session_id=session_id,
+                turn_id=turn_id,
+                role=str(message.role),
+                content=message.content,
+                tool_calls_json=tool_calls_to_json(message.tool_calls),
+                tool_call_id=message.tool_call_id,
+                tool_name=message.tool_name,
+                slack_user=message.slack_user,
+                slack_ts=message.slack_ts,
+                complete=message.complete,
             )
-            await session.commit()
+            for message in messages
+        ]
+    )
 
 
 def _message(row: MessageRow) -> Message:
@@ -251,22 +268,23 @@ class ToolAuditRepository:
         self._db = db
 
     async def record(self, entries: list[AuditEntry]) -> None:
-        async with self._db.sessions() as session:
-            for entry in entries:
-                session.add(
-                    ToolAuditRow(
-                        session_id=entry.session_id,
-                        turn_id=entry.turn_id,
-                        tool_call_id=entry.tool_call_id,
-                        tool=entry.tool,
-                        arguments_json=json.dumps(entry.arguments, sort_keys=True),
-                        stage=entry.stage,
-                        decision=entry.decision,
-                        reason=entry.reason,
-                        slack_user=entry.slack_user,
-                    )
-                )
-            await session.commit()
+        """Queued, not awaited: the decisions ride along with the round's commit (a write's
+        own intent and outcome are audited durably by the write audit)."""
+        rows: list[SQLModel] = [
+            ToolAuditRow(
+                session_id=entry.session_id,
+                turn_id=entry.turn_id,
+                tool_call_id=entry.tool_call_id,
+                tool=entry.tool,
+                arguments_json=json.dumps(entry.arguments, sort_keys=True),
+                stage=entry.stage,
+                decision=entry.decision,
+                reason=entry.reason,
+                slack_user=entry.slack_user,
+            )
+            for entry in entries
+        ]
+        self._db.defer(inserting(*rows))
 
     async def for_session(self, session_id: int) -> list[ToolAuditRow]:
         async with self._db.sessions() as session:
