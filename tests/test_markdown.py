@@ -22,6 +22,11 @@ from bot.slack.progress import answer_messages
         ("<https://x.io/a>", "<https://x.io/a>"),
         ("![graph](https://x.io/g.png)", "<https://x.io/g.png|graph>"),
         ("[q](https://x.io/?a=1&b=2)", "<https://x.io/?a=1&amp;b=2|q>"),
+        (
+            "[Pod](https://en.wikipedia.org/wiki/Pod_(k8s)).",
+            "<https://en.wikipedia.org/wiki/Pod_(k8s)|Pod>.",
+        ),
+        ("![g](https://x.io/a_(b).png)", "<https://x.io/a_(b).png|g>"),
         ("- one\n- two\n  * nested\n+ three", "• one\n• two\n  • nested\n• three"),
         ("- [ ] todo\n- [x] done", "☐ todo\n☑ done"),
         ("1. first\n2. second", "1. first\n2. second"),

@@ -525,7 +525,8 @@ async def test_show_me_the_logs_uploads_them_as_a_file_in_the_thread(world: Worl
     await world.drain()
 
     files = list(world.slack.files.values())
-    assert [f.filename for f in files] == ["show_logs-call_logs.log"]
+    # Named after what was asked for, never after the model's tool-call id.
+    assert [f.filename for f in files] == [f"show_logs-shop-{crashing}.log"]
     assert "java.lang.OutOfMemoryError" in files[0].text
     assert files[0].completed and files[0].thread_ts == mention["ts"]
     replies = bot_messages(world, SHOP_CHANNEL, mention["ts"])
@@ -573,7 +574,7 @@ async def test_a_show_tool_attachment_is_uploaded_as_a_file_and_nothing_else_is(
 
         files = list(slack.files.values())
         assert len(files) == 1
-        assert files[0].filename == "show_logs-call_1.log" and files[0].text == logs
+        assert files[0].filename == "show_logs-api-1.log" and files[0].text == logs
         assert files[0].completed and files[0].thread_ts == asked.ts
         thread = [m for m in slack.thread(SHOP_CHANNEL, asked.ts) if m.is_bot]
         assert any(m.kind == "file" for m in thread)

@@ -49,3 +49,11 @@ def who_may_stop(asker: str, approvers: list[str]) -> str:
 
 def attachment_title(tool: str) -> str:
     return f"Output of {tool}"
+
+
+ANSWER_FILE_NAME = "answer.md"
+ANSWER_FILE_TITLE = "The full answer"
+
+
+def answer_in_file(chars: int) -> str:
+    return f"_The full answer ({chars:,} characters) is too long for messages; it is in the file._"

@@ -24,8 +24,10 @@ _QUOTE = re.compile(r"^(\s*(?:>\s?)+)(.*)$")
 _RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
 _TABLE_SEPARATOR = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.DOTALL)
-_IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
-_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+# A link target may hold balanced parentheses (`https://en.wikipedia.org/wiki/Pod_(k8s)`).
+_TARGET = r"((?:[^()\s]|\([^()\s]*\))+)"
+_IMAGE = re.compile(r"!\[([^\]]*)\]\(" + _TARGET + r"(?:\s+\"[^\"]*\")?\)")
+_LINK = re.compile(r"\[([^\]]+)\]\(" + _TARGET + r"(?:\s+\"[^\"]*\")?\)")
 _AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
 _SLACK_TOKEN = re.compile(r"<(?:[@#!][^>\s]+|(?:https?|mailto):[^>\s|]+\|[^>]+)>")
 _ENTITY = re.compile(r"&(amp|lt|gt);")
@@ -297,3 +299,58 @@ def section_blocks(mrkdwn: str) -> list[dict[str, object]]:
         for part in split_text(mrkdwn, SECTION_LIMIT)
         if part
     ]
+
+
+def open_fence(text: str) -> str | None:
+    """The opening line of a fenced code block `text` leaves open, if any."""
+    opener: str | None = None
+    for line in text.split("\n"):
+        fence = _FENCE.match(line)
+        if fence is None:
+            continue
+        if opener is None:
+            opener = line.strip()
+        elif fence.group(2).startswith(opener[0] * 3) and not fence.group(3).strip():
+            opener = None
+    return opener
+
+
+# Room a cut needs to close a fenced block it falls inside ("\n" + a closing fence).
+FENCE_SEAM = 8
+
+
+def stream_cut(sent: str, text: str, room: int) -> tuple[str, str]:
+    """Cut `text`, which follows `sent` in one streamed message, into what still goes into
+    that message (at most `room` characters) and what goes on in the next one.
+
+    The cut falls at the last paragraph break outside code that fits; failing that, when
+    `sent` already shows something, everything moves on (the paragraph starts the next
+    message); only a fresh message is cut at a line end, then anywhere. A cut inside a fenced
+    block closes it here and opens it again in the next message, so both render as code."""
+    if len(text) <= room:
+        return text, ""
+    limit = max(room - FENCE_SEAM, 0)
+    at = _paragraph_break(sent, text, limit)
+    if at is None:
+        if sent.strip() or limit == 0:
+            return "", text
+        newline = text.rfind("\n", limit // 2, limit)
+        at = newline + 1 if newline > 0 else limit
+    head, tail = text[:at], text[at:]
+    opener = open_fence(sent + head)
+    if opener is not None:
+        closing = "```" if opener.startswith("`") else "~~~"
+        head = head + ("" if head.endswith("\n") else "\n") + closing
+        tail = f"{opener}\n{tail}"
+    return head, tail
+
+
+def _paragraph_break(sent: str, text: str, limit: int) -> int | None:
+    """Where the last blank-line break in `text[:limit]` outside code starts (the break
+    itself goes with the next message, which drops it)."""
+    at = text.rfind("\n\n", 0, limit)
+    while at > 0:
+        if open_fence(sent + text[:at]) is None:
+            return at
+        at = text.rfind("\n\n", 0, at)
+    return None

@@ -61,8 +61,12 @@ _JSON_STRING_FIELDS = frozenset(
 )
 _MENTION_RE = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
 _CHUNK_TYPES = frozenset({"markdown_text", "plan_update", "task_update", "blocks"})
-_MAX_MARKDOWN = 12_000
-_MAX_UPDATE_TEXT = 4_000
+_MAX_MARKDOWN = 12_000  # markdown_text per call, and in all in one streamed message
+_MAX_UPDATE_TEXT = 4_000  # chat.update text
+_MAX_TEXT = 40_000  # chat.postMessage text
+_MAX_BLOCKS = 50
+_MAX_SECTION = 3_000
+_MAX_BLOCKS_TEXT = 12_000  # text in all of a message's blocks
 _RESPONSE_URL_USES = 5
 
 
@@ -379,6 +383,9 @@ class SlackServer:
         # Whether the app subscribed to `message_stream_stopped` (needed for is_stoppable).
         self.stream_stop_subscribed = True
         self.statuses: dict[tuple[str, str], list[str]] = {}
+        # Text in all of a message's blocks before Slack answers msg_blocks_too_long (not
+        # documented; a test lowers it to see refused messages retried smaller).
+        self.max_blocks_text = _MAX_BLOCKS_TEXT
         self._reactions: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self._channels: dict[str, _Channel] = {}
         self._users: dict[str, _User] = {}
@@ -822,8 +829,9 @@ class SlackServer:
             return _error("channel_not_found")
         if not (p.get("text") or p.get("blocks") or p.get("attachments") or p.get("markdown_text")):
             return _error("no_text")
-        if len(p.get("markdown_text") or "") > _MAX_MARKDOWN:
-            return _error("msg_too_long")
+        size_error = _size_error(p, _MAX_TEXT, self.max_blocks_text)
+        if size_error:
+            return _error(size_error)
         msg = self._store(
             Message(
                 channel=channel,
@@ -845,8 +853,9 @@ class SlackServer:
             return _error("cant_update_message")
         if msg.streaming:
             return _error("streaming_state_conflict")
-        if len(p.get("text") or "") > _MAX_UPDATE_TEXT:
-            return _error("msg_too_long")
+        size_error = _size_error(p, _MAX_UPDATE_TEXT, self.max_blocks_text)
+        if size_error:
+            return _error(size_error)
         if not (p.get("text") or p.get("blocks") or p.get("attachments") or p.get("markdown_text")):
             return _error("no_text")
         fields = self._bot_message_fields(p)
@@ -890,6 +899,9 @@ class SlackServer:
             return _error("user_not_in_channel")
         if not (p.get("text") or p.get("blocks") or p.get("attachments") or p.get("markdown_text")):
             return _error("no_text")
+        size_error = _size_error(p, _MAX_TEXT, self.max_blocks_text)
+        if size_error:
+            return _error(size_error)
         eph = Ephemeral(
             channel=channel,
             user=str(p["user"]),
@@ -919,6 +931,17 @@ class SlackServer:
                     and len(chunk.get("text") or "") > _MAX_MARKDOWN
                 ):
                     return "msg_too_long"
+        added = len(markdown or "") + sum(
+            len(c.get("text") or "") for c in chunks or [] if c["type"] == "markdown_text"
+        )
+        if len(msg.text) + added > _MAX_MARKDOWN:
+            return "msg_too_long"  # one streamed message holds about 12,000 characters
+        blocks = _as_list(p.get("blocks")) + [
+            b for c in chunks or [] if c["type"] == "blocks" for b in _as_list(c.get("blocks"))
+        ]
+        blocks_error = _blocks_error(msg.blocks + blocks, self.max_blocks_text) if blocks else None
+        if blocks_error:
+            return blocks_error
         if markdown:
             msg.chunks.append({"type": "markdown_text", "text": markdown})
             msg.text += markdown
@@ -1570,6 +1593,34 @@ _INTERACTIVE_TYPES = frozenset(
 
 def _error(code: str) -> Json:
     return {"ok": False, "error": code}
+
+
+def _size_error(p: Json, text_limit: int, blocks_text: int) -> str | None:
+    """Slack's error for a message over its size limits, or None."""
+    if len(p.get("markdown_text") or "") > _MAX_MARKDOWN:
+        return "msg_too_long"
+    if len(str(p.get("text") or "")) > text_limit:
+        return "msg_too_long"
+    return _blocks_error(_as_list(p.get("blocks")), blocks_text)
+
+
+def _blocks_error(blocks: list[Json], blocks_text: int = _MAX_BLOCKS_TEXT) -> str | None:
+    """`invalid_blocks` for a block over its own limit (or more than 50 blocks),
+    `msg_blocks_too_long` for blocks each within limits but too much text in all."""
+    if len(blocks) > _MAX_BLOCKS:
+        return "invalid_blocks"
+    total = 0
+    for block in blocks:
+        texts = [block.get("text")] if isinstance(block.get("text"), dict) else []
+        texts += [e for e in block.get("elements") or [] if isinstance(e, dict) and "text" in e]
+        for item in texts:
+            text = item.get("text") if isinstance(item, dict) else None
+            if not isinstance(text, str):
+                continue
+            if block.get("type") == "section" and len(text) > _MAX_SECTION:
+                return "invalid_blocks"
+            total += len(text)
+    return "msg_blocks_too_long" if total > blocks_text else None
 
 
 def _truthy(value: Any) -> bool:

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
-from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.agent.events import (
     RoundStarted,
@@ -46,10 +46,21 @@ STOP_ACTION_ID = "kelpie_stop"
 # (~50/min per workspace) and several turns may run at once.
 MIN_WRITE_INTERVAL_S = 1.0
 STREAM_TEXT_LIMIT = 12_000  # markdown_text per stream call
-# Slack truncates a message's text beyond 40,000 characters: start a new stream before.
-STREAM_SEGMENT_LIMIT = 30_000
+# One streamed message holds about 12,000 characters in all (the append past that answers
+# msg_too_long): the turn goes on in a new stream message before that.
+STREAM_SEGMENT_LIMIT = 11_500
 UPDATE_TEXT_LIMIT = 3_900  # chat.update refuses text over 4,000 characters
-ANSWER_MESSAGE_CHARS = 12_000  # per answer message (in section blocks of ≤ 3,000)
+POST_TEXT_LIMIT = 39_000  # chat.postMessage text (Slack refuses or truncates past 40,000)
+# Per answer message, in section blocks of ≤ 3,000: blocks carrying more text in all fail
+# the message with msg_blocks_too_long.
+ANSWER_MESSAGE_CHARS = 11_500
+# An answer longer than this goes up as a file, with its opening as a short summary.
+ANSWER_FILE_CHARS = 48_000
+SUMMARY_CHARS = 1_000
+# A refused part is retried in halves down to this size, then as plain text.
+MIN_PART_CHARS = 500
+TASK_ARGS_CHARS = 120
+TASK_OUTPUT_CHARS = 160
 TIMELINE_LINES = 30
 ATTACHMENT_TOOL_PREFIX = "show_"
 
@@ -72,10 +83,13 @@ CHANNEL_REFUSALS = frozenset(
     {"channel_type_not_supported", "method_not_supported_for_channel_type"}
 )
 STREAM_GONE = frozenset({"message_not_in_streaming_state"})
+# What Slack answers when a message is over one of its size limits.
+SIZE_REFUSALS = frozenset({"msg_too_long", "msg_blocks_too_long", "invalid_blocks"})
 USER_STOPPED = "stopped_by_user"
 STOP_NOT_SUBSCRIBED = "not_subscribed_to_message_stream_stopped"
 
 Interrupt = Callable[[str], bool]
+T = TypeVar("T")
 Json = dict[str, Any]
 
 
@@ -114,9 +128,7 @@ class ThreadPacer:
         async with slot.lock:
             yield slot
 
-    async def call(
-        self, slot: ThreadSlot, call: Callable[[], Awaitable[AsyncSlackResponse]], *, paced: bool
-    ) -> AsyncSlackResponse:
+    async def call(self, slot: ThreadSlot, call: Callable[[], Awaitable[T]], *, paced: bool) -> T:
         """Make one write while holding `slot`; paced writes wait for their turn first."""
         if paced:
             wait = slot.last + self._interval_s - time.monotonic()
@@ -225,8 +237,8 @@ class TaskLine:
             mark, tail = ("✗", copy.TOOL_NOT_FINISHED) if unfinished else ("⏳", "")
         else:
             mark, tail = marks[self.status], self.output()
-        args = f" {escape(self.args)}" if self.args else ""
-        tail = f" {escape(tail)}" if tail else ""
+        args = f" {escape(truncate(self.args, TASK_ARGS_CHARS))}" if self.args else ""
+        tail = f" {escape(truncate(tail, TASK_OUTPUT_CHARS))}" if tail else ""
         return f"• `{self.name}`{args} {mark}{tail}"
 
 
@@ -477,14 +489,8 @@ class ThreadReporter:
         if self._ctx.interrupt is not None:
             self._ctx.interrupt(turn.session_key)
 
-    async def _post_answer(self, mrkdwn: str) -> None:
-        for text, blocks in answer_messages(mrkdwn):
-            try:
-                await self._client.chat_postMessage(
-                    channel=self._channel, thread_ts=self._thread_ts, text=text, blocks=blocks
-                )
-            except SLACK_FAILURES as error:
-                log.error("could not post the answer: %s", error_code(error))
+    async def _post_answer(self, mrkdwn: str, markdown: str | None = None) -> None:
+        await ThreadWriter(self._client, self._channel, self._thread_ts).post(mrkdwn, markdown)
 
     async def _upload(self, event: ToolFinished) -> None:
         try:
@@ -492,10 +498,110 @@ class ThreadReporter:
                 channel=self._channel,
                 thread_ts=self._thread_ts,
                 content=event.attachment or "",
-                filename=f"{event.name}-{event.tool_call_id}.log",
+                filename=attachment_filename(event.name, self._tasks.get(event.tool_call_id)),
                 title=copy.attachment_title(event.name),
             )
         except SLACK_FAILURES as error:
             log.error("could not upload the output of %s: %s", event.name, error_code(error))
         except Exception:
             log.exception("could not upload the output of %s", event.name)
+
+
+def attachment_filename(tool: str, task: TaskLine | None) -> str:
+    """What the person asked for (`show_logs-pod-api-1.log`), never the model's call id."""
+    words = (task.args if task is not None else "").split()
+    values = [word.partition("=")[2] or word for word in words]
+    named = " ".join(value for value in values if value not in ("True", "False"))
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", named).strip("-.")[:60]
+    return f"{tool}-{slug}.log" if slug else f"{tool}.log"
+
+
+# --------------------------------------------------------------------------- writing text
+
+
+class ThreadWriter:
+    """Puts mrkdwn into a thread in messages Slack accepts: sections of ≤ 3,000 characters,
+    ≤ 50 blocks and ≤ 11,500 characters a message, cut at paragraph and code-block
+    boundaries. A part Slack still refuses for its size is retried in halves, then as plain
+    text; an answer too long for messages goes up as a file with a short summary."""
+
+    def __init__(self, client: AsyncWebClient, channel: str, thread_ts: str) -> None:
+        self._client = client
+        self._channel = channel
+        self._thread_ts = thread_ts
+
+    async def post(
+        self, mrkdwn: str, markdown: str | None = None, extra_blocks: list[Json] | None = None
+    ) -> None:
+        if len(mrkdwn) > ANSWER_FILE_CHARS and await self._upload(mrkdwn, markdown or mrkdwn):
+            mrkdwn = summary(mrkdwn)
+        messages = answer_messages(mrkdwn)
+        for index, (text, blocks) in enumerate(messages):
+            last = index == len(messages) - 1
+            await self._post_part(text, blocks + (extra_blocks or []) if last else blocks)
+
+    async def replace(self, ts: str, mrkdwn: str, extra_blocks: list[Json]) -> bool:
+        """Make the message at `ts` show `mrkdwn` (and the rest in messages below it)."""
+        (text, blocks), *rest = answer_messages(mrkdwn)
+        blocks = blocks if rest else blocks + extra_blocks
+        try:
+            await self._client.chat_update(
+                channel=self._channel,
+                ts=ts,
+                text=truncate(text, UPDATE_TEXT_LIMIT),
+                blocks=blocks or footer_blocks(copy.CONTINUED_BELOW),
+            )
+        except SLACK_FAILURES as error:
+            log.warning("could not finish the message %s: %s", ts, error_code(error))
+            return False
+        for index, (more_text, more_blocks) in enumerate(rest):
+            last = index == len(rest) - 1
+            await self._post_part(more_text, more_blocks + extra_blocks if last else more_blocks)
+        return True
+
+    async def _post_part(self, text: str, blocks: list[Json]) -> None:
+        try:
+            await self._client.chat_postMessage(
+                channel=self._channel,
+                thread_ts=self._thread_ts,
+                text=truncate(text, POST_TEXT_LIMIT),
+                blocks=blocks,
+            )
+            return
+        except SLACK_FAILURES as error:
+            code = error_code(error)
+            if code not in SIZE_REFUSALS:
+                log.error("could not post part of the answer: %s", code)
+                return
+            log.warning("Slack refused a %d-character part (%s); retrying smaller", len(text), code)
+        if len(text) > MIN_PART_CHARS:
+            for half in split_text(text, len(text) // 2 + 1):
+                for part_text, part_blocks in answer_messages(half):
+                    await self._post_part(part_text, part_blocks)
+            return
+        try:
+            await self._client.chat_postMessage(
+                channel=self._channel, thread_ts=self._thread_ts, text=text
+            )
+        except SLACK_FAILURES as error:
+            log.error("could not post part of the answer, even as text: %s", error_code(error))
+
+    async def _upload(self, mrkdwn: str, markdown: str) -> bool:
+        try:
+            await self._client.files_upload_v2(
+                channel=self._channel,
+                thread_ts=self._thread_ts,
+                content=markdown,
+                filename=copy.ANSWER_FILE_NAME,
+                title=copy.ANSWER_FILE_TITLE,
+            )
+        except SLACK_FAILURES as error:
+            log.warning("could not upload the long answer (%s); posting it", error_code(error))
+            return False
+        return True
+
+
+def summary(mrkdwn: str) -> str:
+    """The opening of a long answer (whole paragraphs where they fit) and where the rest is."""
+    opening = split_text(mrkdwn, SUMMARY_CHARS)[0]
+    return f"{opening}\n\n{copy.answer_in_file(len(mrkdwn))}"

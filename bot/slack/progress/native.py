@@ -14,29 +14,23 @@ from bot.agent.events import (
     TurnFinished,
 )
 from bot.slack import copy
-from bot.slack.markdown import (
-    MAX_BLOCKS,
-    cut,
-    section_blocks,
-    to_mrkdwn,
-)
+from bot.slack.markdown import cut, stream_cut, to_mrkdwn
 from bot.slack.progress.common import (
     SLACK_FAILURES,
     STOP_NOT_SUBSCRIBED,
     STREAM_GONE,
     STREAM_SEGMENT_LIMIT,
     STREAM_TEXT_LIMIT,
-    UPDATE_TEXT_LIMIT,
     USER_STOPPED,
     Json,
     TaskLine,
     ThreadReporter,
     ThreadSlot,
+    ThreadWriter,
     TurnContext,
     error_code,
     footer_blocks,
     stop_button_block,
-    truncate,
 )
 
 log = logging.getLogger(__name__)
@@ -158,17 +152,42 @@ class NativeReporter(ThreadReporter):
             self._lost = True
 
     async def _append(self, slot: ThreadSlot, batch: list[Json]) -> None:
-        if self._dead or self._ts is None:
-            self._record(batch)
-            return
-        if _text_size(self._segment_text) + _text_size(_texts(batch)) > STREAM_SEGMENT_LIMIT:
-            await self._rotate(slot, expired=False)
-            if self._ts is None:
+        """Append `batch`, going on in a new stream message where this one is full."""
+        while True:
+            if self._dead or self._ts is None:
                 self._record(batch)
                 return
-        if not self._segment_text:
-            batch = _trim_leading_gap(batch)
+            if not self._segment_text:
+                batch = _trim_leading_gap(batch)
+            head, rest = self._fit(batch)
+            if head:
+                await self._send(slot, head)
+            if not rest:
+                return
+            await self._rotate(slot, expired=False)
+            batch = rest
+
+    def _fit(self, batch: list[Json]) -> tuple[list[Json], list[Json]]:
+        """What of `batch` the current stream message still holds, and the rest."""
+        sent = "".join(self._segment_text)
+        head: list[Json] = []
+        for index, chunk in enumerate(batch):
+            if chunk["type"] != "markdown_text":
+                head.append(chunk)
+                continue
+            fits, more = stream_cut(sent, chunk["text"], STREAM_SEGMENT_LIMIT - len(sent))
+            if fits:
+                head.append({"type": "markdown_text", "text": fits})
+                sent += fits
+            if more:
+                return head, [{"type": "markdown_text", "text": more}, *batch[index + 1 :]]
+        return head, []
+
+    async def _send(self, slot: ThreadSlot, batch: list[Json]) -> None:
         ts = self._ts
+        if ts is None:
+            return
+        batch = self._without_repeated_details(batch)
         try:
             await self._ctx.pacer.call(
                 slot,
@@ -190,6 +209,9 @@ class NativeReporter(ThreadReporter):
                 log.warning("chat.appendStream failed: %s", code)
                 self._record(batch)
                 self._lost = True
+
+    def _without_repeated_details(self, batch: list[Json]) -> list[Json]:
+        return _strip_repeated_details(batch, set(self._segment_tasks))
 
     def _record(self, chunks: list[Json]) -> None:
         for chunk in chunks:
@@ -227,7 +249,7 @@ class NativeReporter(ThreadReporter):
         ]
         chunks = [_plan(copy.PLAN_WORKING), *running, *_trim_leading_gap(carry)]
         try:
-            self._ts = await self._start_stream(slot, chunks)
+            self._ts = await self._start_stream(slot, _strip_repeated_details(chunks, set()))
         except SLACK_FAILURES as error:
             log.warning("could not start a new stream: %s", error_code(error))
             self._ts = None
@@ -236,26 +258,18 @@ class NativeReporter(ThreadReporter):
     async def _finish_by_update(
         self, slot: ThreadSlot, ts: str, tail: str, extra_blocks: list[Json], *, final: bool = True
     ) -> None:
-        """Finish a stream message Slack no longer streams with what it showed."""
+        """Finish a stream message Slack no longer streams with what it showed (what does not
+        fit in one message goes on in messages below it)."""
         tasks = [
             self._tasks[i].line(unfinished=final) for i in self._segment_tasks if i in self._tasks
         ]
         parts = ["\n".join(tasks), to_mrkdwn("".join(self._segment_text)), tail]
         body = "\n\n".join(part for part in parts if part.strip())
-        blocks = section_blocks(body)[: MAX_BLOCKS - len(extra_blocks)] + extra_blocks
-        try:
-            await self._ctx.pacer.call(
-                slot,
-                lambda: self._client.chat_update(
-                    channel=self._channel,
-                    ts=ts,
-                    text=truncate(body, UPDATE_TEXT_LIMIT),
-                    blocks=blocks,
-                ),
-                paced=True,
-            )
-        except SLACK_FAILURES as error:
-            log.warning("could not finish the stream message %s: %s", ts, error_code(error))
+        writer = ThreadWriter(self._client, self._channel, self._thread_ts)
+        replaced = await self._ctx.pacer.call(
+            slot, lambda: writer.replace(ts, body, extra_blocks), paced=True
+        )
+        if not replaced:
             self._lost = True
 
     async def _finish(self, finished: TurnFinished) -> None:
@@ -263,7 +277,7 @@ class NativeReporter(ThreadReporter):
         self._wake.set()
         if self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
-        chunks = [_plan(_plan_title(finished.finish)), *self._pending]
+        chunks = [*self._pending]
         self._pending = []
         chunks += [
             task.chunk(unfinished=True) for task in self._tasks.values() if task.status is None
@@ -285,26 +299,34 @@ class NativeReporter(ThreadReporter):
             )
         blocks = footer_blocks(self._footer(finished))
         async with self._ctx.pacer.hold(self._channel, self._thread_ts) as slot:
-            await self._stop(slot, chunks, blocks)
+            await self._stop(slot, _plan(_plan_title(finished.finish)), chunks, blocks)
             await self._delete_control(slot)
         if not self._lost:
             return
         # Some of the stream may not have reached Slack: post the outcome as a message too.
         if finished.finish in (TurnFinish.STOP, TurnFinish.MAX_ITERATIONS):
-            await self._post_answer(to_mrkdwn(finished.answer.strip()) or copy.EMPTY_ANSWER)
+            answer = finished.answer.strip()
+            await self._post_answer(to_mrkdwn(answer) or copy.EMPTY_ANSWER, answer)
         elif finished.finish is TurnFinish.ERROR:
             await self._post_answer(copy.error_answer(finished.error or copy.INTERNAL_ERROR))
 
-    async def _stop(self, slot: ThreadSlot, chunks: list[Json], blocks: list[Json]) -> None:
+    async def _stop(
+        self, slot: ThreadSlot, plan: Json, chunks: list[Json], blocks: list[Json]
+    ) -> None:
         batches = _batches(chunks)
-        for batch in batches[:-1]:
+        last = batches.pop() if batches else []
+        for batch in batches:
             await self._append(slot, batch)
-        last = batches[-1] if batches else []
+        if not self._segment_text:
+            last = _trim_leading_gap(last)
+        if self._fit(last)[1]:
+            # Not room enough in this message: the text goes on in new ones first.
+            await self._append(slot, last)
+            last = []
         ts = self._ts
         if ts is None:
             return
-        if not self._segment_text:
-            last = _trim_leading_gap(last)
+        last = [plan, *self._without_repeated_details(last)]
         if self._dead:
             self._record(last)
             await self._finish_by_update(slot, ts, "", blocks)
@@ -386,3 +408,16 @@ def _batches(chunks: list[Json], limit: int = STREAM_TEXT_LIMIT) -> list[list[Js
             batches[-1].append({"type": "markdown_text", "text": piece})
             size += len(piece)
     return [batch for batch in batches if batch]
+
+
+def _strip_repeated_details(batch: list[Json], shown: set[str]) -> list[Json]:
+    """A task's details (its arguments) show once per message: Slack adds the details of
+    every update to the task, so repeating them would print them twice."""
+    out: list[Json] = []
+    for chunk in batch:
+        if chunk["type"] == "task_update" and "details" in chunk:
+            if chunk["id"] in shown:
+                chunk = {k: v for k, v in chunk.items() if k != "details"}
+            shown.add(chunk["id"])
+        out.append(chunk)
+    return out

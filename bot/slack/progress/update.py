@@ -131,7 +131,8 @@ class UpdateReporter(ThreadReporter):
         if finished.finish is TurnFinish.ERROR:
             await self._post_answer(copy.error_answer(finished.error or copy.INTERNAL_ERROR))
             return
-        answer = to_mrkdwn(finished.answer.strip()) or copy.EMPTY_ANSWER
+        markdown = finished.answer.strip()
+        answer = to_mrkdwn(markdown) or copy.EMPTY_ANSWER
         if finished.finish is TurnFinish.MAX_ITERATIONS:
             answer = f"{copy.MAX_ITERATIONS_NOTE}\n\n{answer}"
-        await self._post_answer(answer)
+        await self._post_answer(answer, markdown)
