@@ -13,6 +13,8 @@ import pytest
 from tests.peers.kube_server import Demo, KubeServer
 from tests.world import World, running_world
 
+pytest_plugins = ["tests.realkube.fixtures"]
+
 
 @pytest.fixture
 async def world(tmp_path) -> AsyncIterator[World]:

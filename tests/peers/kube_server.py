@@ -192,6 +192,32 @@ def _parse_path(path: str) -> _Target | None:
     return _Target(resource, namespace, name, rest[2] if len(rest) > 2 else None)
 
 
+@dataclass(frozen=True)
+class Attributes:
+    """What RBAC sees in a request: verb, API group, resource[/subresource], namespace, name."""
+
+    verb: str
+    group: str
+    resource: str
+    namespace: str | None
+    name: str | None
+
+
+def request_attributes(method: str, path: str) -> Attributes | None:
+    """The RBAC attributes of a resource request (None for /version and unknown paths)."""
+    if path == SSAR_PATH:
+        return Attributes("create", "authorization.k8s.io", "selfsubjectaccessreviews", None, None)
+    target = _parse_path(path)
+    if target is None:
+        return None
+    verb = {"GET": "get" if target.name else "list", "PATCH": "patch", "PUT": "update"}.get(
+        method, "delete" if method == "DELETE" else "create"
+    )
+    res = target.resource
+    resource = f"{res.plural}/{target.sub}" if target.sub else res.plural
+    return Attributes(verb, res.group, resource, target.namespace, target.name)
+
+
 def _split_outside_parens(text: str) -> list[str]:
     parts, depth, current = [], 0, ""
     for char in text:
@@ -1017,19 +1043,16 @@ class KubeServer:
     @staticmethod
     def _forbidden_message(request: web.Request) -> str:
         target = _parse_path(request.path)
-        if target is None:
+        seen = request_attributes(request.method, request.path)
+        if target is None or seen is None:
             return f'User "{SERVICE_ACCOUNT}" cannot {request.method.lower()} path "{request.path}"'
-        verb = {"GET": "get" if target.name else "list", "PATCH": "patch", "PUT": "update"}.get(
-            request.method, "delete" if request.method == "DELETE" else "create"
-        )
         res = target.resource
-        resource = f"{res.plural}/{target.sub}" if target.sub else res.plural
         subject = f'{res.qualified} "{target.name}"' if target.name else res.qualified
         where = f'in the namespace "{target.namespace}"' if target.namespace else ""
         where = where or "at the cluster scope"
         return (
-            f'{subject} is forbidden: User "{SERVICE_ACCOUNT}" cannot {verb} resource '
-            f'"{resource}" in API group "{res.group}" {where}'
+            f'{subject} is forbidden: User "{SERVICE_ACCOUNT}" cannot {seen.verb} resource '
+            f'"{seen.resource}" in API group "{res.group}" {where}'
         )
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:

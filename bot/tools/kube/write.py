@@ -410,6 +410,8 @@ class _WriteOperation:
             raise _conflict(target, f"it was replaced: uid {target.uid} is now {uid}")
         for path, value in _expectations(plan):
             now = dig(current, *path)
+            if isinstance(value, bool):  # an absent flag (spec.unschedulable) reads as false
+                now = bool(now)
             if now != value:
                 raise _conflict(target, _moved(path, value, now))
         return dict(current)
@@ -1055,7 +1057,7 @@ class _NodeSchedulability(_WriteOperation):
             target=target,
             changes=(FieldChange("spec.unschedulable", _show(before_value), _show(after_value)),),
             # Nodes have no generation; heartbeats rewrite status, only this field matters.
-            args={"name": name, "expect": _expect(node, ("spec", "unschedulable"))},
+            args={"name": name, "expect": [[["spec", "unschedulable"], before_value]]},
         )
 
     def _body(self, metadata: Obj) -> Obj:

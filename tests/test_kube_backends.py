@@ -1,0 +1,280 @@
+"""The tools against both Kubernetes backends: the fake and a real kube-apiserver.
+
+Every test runs twice (`backend` is `fake` or `real`; the real one is the `realkube` tier,
+`pytest -m realkube`), so a behaviour the fake gets wrong fails on the real server. Tests
+assert what the tools answer and what the cluster holds afterwards, never request shapes.
+On the real server the tools run with exactly the ClusterRole in deploy/base/rbac-cluster.yaml.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from bot.tools.kube.client import KubeClients, KubeFailure
+from bot.tools.kube.read import read_tools
+from bot.tools.kube.write import write_tools
+from bot.tools.spec import Tool, ToolContext, ToolFailure, WriteConflict, WriteOperation
+from tests.realkube.backends import CLUSTER, Backend, RealBackend
+from tests.realkube.cluster import Admin, RealKube
+
+
+def tools(backend: Backend) -> dict[str, Tool]:
+    return {t.name: t for t in [*read_tools(backend.clients), *write_tools(backend.clients)]}
+
+
+def writer(backend: Backend, name: str) -> WriteOperation:
+    operation = tools(backend)[name].write
+    assert operation is not None
+    return operation
+
+
+def context(backend: Backend) -> ToolContext:
+    return ToolContext(cluster=CLUSTER, default_namespace=backend.namespace)
+
+
+def spec_of(backend: Backend, kind: str, name: str) -> Any:
+    obj = backend.read(kind, name)
+    assert obj is not None
+    return obj["spec"]
+
+
+async def approved(
+    backend: Backend, tool: str, args: dict[str, Any], kind: str, name: str
+) -> tuple[Any, Any]:
+    """Preview (which must leave the object as it was), then execute while status churns.
+
+    Answers the tool's result and how many status writes happened meanwhile.
+    """
+    ctx = context(backend)
+    before = backend.read(kind, name)
+    assert before is not None
+    stop = asyncio.Event()
+    churn = asyncio.create_task(backend.churning(kind, name, stop))
+    try:
+        plan = await writer(backend, tool).prepare(args, ctx)
+        after_preview = backend.read(kind, name)
+        assert after_preview is not None, f"the {tool} preview removed the object"
+        assert after_preview["spec"] == before["spec"], f"the {tool} preview changed the spec"
+        assert after_preview["metadata"].get("deletionTimestamp") is None
+        await asyncio.sleep(0.1)  # let the churn move resourceVersion past the preview
+        result = await writer(backend, tool).execute(plan, ctx)
+    finally:
+        stop.set()
+        churned = await churn
+    assert churned > 0
+    return result, churned
+
+
+# --- writes: previews change nothing, approved writes land while status churns ----------
+
+
+async def test_scale_restart_and_resources_land_while_status_churns(backend: Backend) -> None:
+    backend.deployment("web", replicas=2)
+    await approved(backend, "scale_deployment", {"name": "web", "replicas": 3}, "Deployment", "web")
+    assert spec_of(backend, "Deployment", "web")["replicas"] == 3
+
+    await approved(backend, "restart_deployment", {"name": "web"}, "Deployment", "web")
+    annotations = spec_of(backend, "Deployment", "web")["template"]["metadata"]["annotations"]
+    assert "kubectl.kubernetes.io/restartedAt" in annotations
+
+    args = {"name": "web", "container": "app", "limits": {"memory": "256Mi"}}
+    await approved(backend, "set_container_resources", args, "Deployment", "web")
+    (container,) = spec_of(backend, "Deployment", "web")["template"]["spec"]["containers"]
+    assert container["resources"]["limits"] == {"memory": "256Mi"}
+    assert container["resources"]["requests"]["cpu"] == "100m"
+
+
+async def test_rollback_returns_to_the_previous_template(backend: Backend) -> None:
+    backend.deployment("api", replicas=1, image="registry.example.com/api:1")
+    backend.new_revision("api", "registry.example.com/api:2")
+    result, _ = await approved(backend, "rollback_deployment", {"name": "api"}, "Deployment", "api")
+    assert "revision 1" in result.text
+    (container,) = spec_of(backend, "Deployment", "api")["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/api:1"
+
+
+async def test_delete_pod_preview_keeps_the_pod_and_the_approved_delete_removes_it(
+    backend: Backend,
+) -> None:
+    backend.pod("stuck")
+    result, _ = await approved(backend, "delete_pod", {"name": "stuck"}, "Pod", "stuck")
+    assert result.summary == f"deleted pod {backend.namespace}/stuck"
+    assert backend.read("Pod", "stuck") is None
+
+
+async def test_cordon_and_uncordon_land_while_heartbeats_churn(backend: Backend) -> None:
+    node = backend.node_name("worker")
+    backend.node(node)
+    await approved(backend, "cordon_node", {"name": node}, "Node", node)
+    assert spec_of(backend, "Node", node)["unschedulable"] is True
+    await approved(backend, "uncordon_node", {"name": node}, "Node", node)
+    assert not spec_of(backend, "Node", node).get("unschedulable")
+
+
+# --- a changed or replaced target: nothing written, one sentence ------------------------
+
+
+async def test_a_spec_changed_after_the_preview_writes_nothing(backend: Backend) -> None:
+    backend.deployment("web", replicas=2)
+    ctx = context(backend)
+    plan = await writer(backend, "scale_deployment").prepare({"name": "web", "replicas": 4}, ctx)
+    backend.change_spec("Deployment", "web", {"minReadySeconds": 5})
+    with pytest.raises(WriteConflict) as caught:
+        await writer(backend, "scale_deployment").execute(plan, ctx)
+    assert str(caught.value) == (
+        f"deployment {backend.namespace}/web changed since the preview (its spec was changed "
+        "by someone else: generation 1 is now 2); nothing was changed; propose the change again."
+    )
+    assert spec_of(backend, "Deployment", "web")["replicas"] == 2
+
+
+async def test_a_replaced_target_writes_nothing(backend: Backend) -> None:
+    backend.deployment("web", replicas=2)
+    ctx = context(backend)
+    plan = await writer(backend, "restart_deployment").prepare({"name": "web"}, ctx)
+    backend.replace("Deployment", "web")
+    with pytest.raises(WriteConflict, match=r"changed since the preview \(it was replaced: uid"):
+        await writer(backend, "restart_deployment").execute(plan, ctx)
+    template = spec_of(backend, "Deployment", "web")["template"]
+    assert "kubectl.kubernetes.io/restartedAt" not in (
+        template["metadata"].get("annotations") or {}
+    )
+
+    node = backend.node_name("worker")
+    backend.node(node)
+    plan = await writer(backend, "cordon_node").prepare({"name": node}, ctx)
+    backend.change_spec("Node", node, {"unschedulable": True})
+    with pytest.raises(WriteConflict, match=r"spec\.unschedulable was false and is now true"):
+        await writer(backend, "cordon_node").execute(plan, ctx)
+
+
+async def test_a_target_deleted_after_the_preview_is_a_sentence(backend: Backend) -> None:
+    backend.pod("gone")
+    ctx = context(backend)
+    plan = await writer(backend, "delete_pod").prepare({"name": "gone"}, ctx)
+    await writer(backend, "delete_pod").execute(plan, ctx)
+    with pytest.raises(WriteConflict, match="changed since the preview \\(it no longer exists\\)"):
+        await writer(backend, "delete_pod").execute(plan, ctx)
+
+
+# --- reads on what a real cluster holds -------------------------------------------------
+
+
+async def test_read_tools_render_pending_pods_and_nodes_without_addresses(
+    backend: Backend,
+) -> None:
+    backend.pod("waiting")
+    node = backend.node_name("bare")
+    backend.node(node)
+    ctx = context(backend)
+    all_tools = tools(backend)
+    pods = await all_tools["list_pods"].handler({}, ctx)
+    assert "waiting" in pods.text and "Pending" in pods.text
+    described = await all_tools["describe_pod"].handler({"name": "waiting"}, ctx)
+    assert "waiting" in described.text and "Pending" in described.text
+    # The API server answers an unscheduled pod's logs with nothing at all (204).
+    logs = await all_tools["pod_logs"].handler({"name": "waiting"}, ctx)
+    assert logs.text == "(no log lines)"
+    nodes = await all_tools["list_nodes"].handler({}, ctx)
+    assert node in nodes.text
+
+
+async def test_describe_deployment_lists_the_rollout_replicasets(backend: Backend) -> None:
+    backend.deployment("api", replicas=1, image="registry.example.com/api:1")
+    backend.new_revision("api", "registry.example.com/api:2")
+    ctx = context(backend)
+    described = await tools(backend)["describe_deployment"].handler({"name": "api"}, ctx)
+    assert "registry.example.com/api:2" in described.text
+    assert "revision" in described.text.lower()
+
+
+async def test_an_unknown_object_is_one_sentence(backend: Backend) -> None:
+    ctx = context(backend)
+    with pytest.raises(ToolFailure) as caught:
+        await tools(backend)["describe_deployment"].handler({"name": "nope"}, ctx)
+    assert "not found" in str(caught.value) and "{" not in str(caught.value)
+
+
+# --- identity: kelpie's ClusterRole allows nothing else; other identities are refused ----
+
+
+def _review(verb: str, resource: str, group: str = "", namespace: str | None = None) -> Any:
+    attributes = {"verb": verb, "resource": resource, "group": group}
+    if namespace:
+        attributes["namespace"] = namespace
+    return {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": attributes},
+    }
+
+
+@pytest.mark.realkube
+async def test_kelpies_identity_may_not_read_secrets_or_do_anything_else(
+    realkube: tuple[RealKube, Admin],
+) -> None:
+    cluster, admin = realkube
+    namespace = admin.namespace(wait=False)
+    clients = KubeClients.build([(CLUSTER, str(cluster.kubeconfig("kelpie")), None, False)])
+    kube = clients[CLUSTER]
+    try:
+        with pytest.raises(KubeFailure) as caught:
+            await kube.call_json(
+                f"list secrets in namespace {namespace}",
+                kube.core.list_namespaced_secret,
+                namespace,
+            )
+        assert caught.value.status == 403
+        assert str(caught.value).startswith(
+            f"Kubernetes refused (403 Forbidden) to list secrets in namespace {namespace}"
+        )
+        for verb, resource, group in [
+            ("get", "secrets", ""),
+            ("list", "configmaps", ""),
+            ("create", "pods", ""),
+            ("patch", "pods", ""),
+            ("update", "deployments", "apps"),
+            ("delete", "deployments", "apps"),
+            ("create", "pods/exec", ""),
+            ("impersonate", "users", ""),
+            ("patch", "nodes/status", ""),
+        ]:
+            review = await kube.call_json(
+                "review",
+                kube.authz.create_self_subject_access_review,
+                _review(verb, resource, group, namespace),
+            )
+            assert review["status"].get("allowed") is not True, (verb, resource)
+    finally:
+        clients.close()
+
+
+@pytest.mark.realkube
+async def test_a_namespace_limited_identity_gets_sentences_not_errors(
+    realkube: tuple[RealKube, Admin],
+) -> None:
+    cluster, admin = realkube
+    backend = RealBackend(cluster, admin)
+    viewer = KubeClients.build([(CLUSTER, str(cluster.kubeconfig("viewer")), None, False)])
+    try:
+        backend.deployment("web", replicas=1)
+        ctx = context(backend)
+        scale = write_tools(viewer)[0].write
+        assert scale is not None
+        with pytest.raises(ToolFailure) as caught:
+            await scale.prepare({"name": "web", "replicas": 2}, ctx)
+        assert str(caught.value).startswith(
+            f"kelpie's Kubernetes identity may not patch deployments/scale in {backend.namespace}"
+        )
+        listing = {t.name: t for t in read_tools(viewer)}["list_pods"]
+        with pytest.raises(KubeFailure) as denied:
+            await listing.handler({}, ctx)
+        assert denied.value.status == 403
+        assert f"to list pods in namespace {backend.namespace}" in str(denied.value)
+        assert spec_of(backend, "Deployment", "web")["replicas"] == 1
+    finally:
+        viewer.close()
+        backend.close()

@@ -1,0 +1,93 @@
+"""kelpie's shipped RBAC (deploy/base/rbac-cluster.yaml) is exactly what its tools use.
+
+Every read tool and every write tool (preview and approved write) runs against the fake; the
+RBAC attributes of every request it received must be granted by the ClusterRole, and every
+rule the ClusterRole grants must have been used. The real-server tier runs the same tools
+with exactly this ClusterRole (tests/test_kube_backends.py) and shows anything else is
+forbidden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bot.tools.kube.client import KubeClients
+from bot.tools.kube.read import read_tools
+from bot.tools.kube.write import write_tools
+from bot.tools.spec import ToolContext
+from tests.peers.kube_server import Demo, KubeServer, request_attributes
+
+RBAC = Path(__file__).resolve().parents[1] / "deploy" / "base" / "rbac-cluster.yaml"
+CTX = ToolContext(cluster="prod", default_namespace="shop")
+
+Grant = tuple[str, str, str]  # verb, API group, resource[/subresource]
+
+
+def granted() -> set[Grant]:
+    documents = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+    (role,) = [d for d in documents if d["kind"] == "ClusterRole"]
+    grants: set[Grant] = set()
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
+        assert not rule.get("resourceNames") and not rule.get("nonResourceURLs"), rule
+        for verb in rule["verbs"]:
+            for group in rule["apiGroups"]:
+                grants |= {(verb, group, resource) for resource in rule["resources"]}
+    return grants
+
+
+@pytest.fixture
+def clients(kube: KubeServer, tmp_path: Path) -> Iterator[KubeClients]:
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    built = KubeClients.build([("prod", str(kubeconfig), None, False)], request_timeout=5)
+    yield built
+    built.close()
+
+
+async def test_the_cluster_role_grants_exactly_what_the_tools_use(
+    kube: KubeServer, clients: KubeClients, demo: Demo
+) -> None:
+    reads = {t.name: t for t in read_tools(clients)}
+    read_calls = {
+        "list_namespaces": {},
+        "list_pods": {},
+        "describe_pod": {"name": demo.crashing_pod},
+        "pod_logs": {"name": demo.crashing_pod},
+        "list_deployments": {},
+        "describe_deployment": {"name": demo.deployment},
+        "list_events": {},
+        "list_nodes": {},
+        "list_services": {},
+    }
+    assert set(read_calls) == set(reads), "a new read tool: add it here"
+    for name, args in read_calls.items():
+        await reads[name].handler(args, CTX)
+
+    writes = {t.name: t for t in write_tools(clients)}
+    write_calls = {
+        "scale_deployment": {"name": demo.deployment, "replicas": 4},
+        "restart_deployment": {"name": demo.deployment},
+        "rollback_deployment": {"name": demo.deployment},
+        "set_container_resources": {"name": "frontend", "container": "app"}
+        | {"limits": {"memory": "1Gi"}},
+        "delete_pod": {"name": demo.crashing_pod},
+        "cordon_node": {"name": "node-a"},
+        "uncordon_node": {"name": "node-a"},
+    }
+    assert set(write_calls) == set(writes), "a new write tool: add it here"
+    for name, args in write_calls.items():
+        operation = writes[name].write
+        assert operation is not None
+        await operation.execute(await operation.prepare(args, CTX), CTX)
+
+    used: set[Grant] = set()
+    for request in kube.requests:
+        seen = request_attributes(request.method, request.path)
+        if seen is not None:
+            used.add((seen.verb, seen.group, seen.resource))
+    assert used - granted() == set(), "the tools use what deploy/base/rbac-cluster.yaml lacks"
+    assert sorted(granted() - used) == [], "deploy/base/rbac-cluster.yaml grants what no tool uses"
