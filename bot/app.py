@@ -45,7 +45,7 @@ from bot.policy.pipeline import (
     ProviderNativeStage,
     RoleGateStage,
 )
-from bot.policy.roles import ChannelRoles
+from bot.policy.roles import ChannelRoles, pattern_problems
 from bot.slack.adapter import SlackAdapter
 from bot.slack.cards import ApprovalClicks, SlackApprovalCards
 from bot.slack.channels import ChannelDirectory
@@ -122,6 +122,17 @@ def kube_clients(config: Config) -> KubeClients:
         )
         for cluster in config.kubernetes.clusters
     )
+
+
+def tool_registry(kube: KubeClients) -> ToolRegistry:
+    reads = read_tools(kube)
+    return ToolRegistry([*reads, *present_tools(reads), investigation_tool(), *write_tools(kube)])
+
+
+def config_problems(config: Config) -> list[str]:
+    """What schema validation cannot see: the config checked against the tools this build
+    has (no cluster is contacted; the tools are only listed)."""
+    return pattern_problems(config.roles, tool_registry(KubeClients({})).all())
 
 
 def security_stages(config: Config, secrets: Secrets, messages: MessageRepository) -> list[Stage]:
@@ -281,10 +292,7 @@ def build_core(
     messages = MessageRepository(db)
     sessions = SessionRepository(db)
     kube = kube_clients(config)
-    reads = read_tools(kube)
-    registry = ToolRegistry(
-        [*reads, *present_tools(reads), investigation_tool(), *write_tools(kube)]
-    )
+    registry = tool_registry(kube)
     post_hooks = PostToolUseHooks(config.hooks.post_tool_use)
     session_hooks = SessionHooks(config.hooks.session_start, config.hooks.session_end)
     pipeline = Pipeline(security_stages(config, secrets, messages), post_hooks=[post_hooks])

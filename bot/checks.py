@@ -1,4 +1,9 @@
-"""`kelpie check`: each dependency checked for real, one line each, with the fix on failure."""
+"""Each dependency checked for real, one result each, naming the setting and the fix.
+
+`kelpie run` runs the startup checks (Slack tokens, database, clusters) and stops at the
+first failure with its sentence; `kelpie check` runs them all, plus the model and the Slack
+features, and prints one line each. Nothing here starts the bot.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import Config, ConfigError, Secrets, SlackMode
 from bot.model.types import ModelError
+from bot.slack.manifest import BOT_SCOPES
 from bot.tools.spec import ToolFailure
 
 
@@ -22,100 +28,129 @@ class CheckResult:
         return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.detail}"
 
 
-async def _slack(config: Config, secrets: Secrets) -> list[CheckResult]:
-    results: list[CheckResult] = []
+def _unreachable(config: Config, error: Exception) -> str:
+    return (
+        f"cannot reach Slack at {config.slack.api_url} ({type(error).__name__}); "
+        "check slack.api_url and the network"
+    )
+
+
+async def _auth_test(config: Config, secrets: Secrets) -> list[CheckResult]:
+    """auth.test proves the bot token; its `x-oauth-scopes` header lists what it was granted."""
+    name = "slack bot token (auth.test)"
+    env = config.slack.bot_token_env
     try:
-        token = secrets.bot_token
-    except ConfigError as error:
-        return [CheckResult("slack auth.test", False, f"{error}; set it to the bot's xoxb- token")]
-    client = AsyncWebClient(token=token, base_url=config.slack.api_url)
-    try:
+        client = AsyncWebClient(token=secrets.bot_token, base_url=config.slack.api_url)
         auth = await client.auth_test()
-        results.append(
-            CheckResult("slack auth.test", True, f"team {auth.get('team')}, bot {auth.get('user')}")
-        )
+    except ConfigError as error:
+        return [CheckResult(name, False, f"{error}; set it to the app's Bot User OAuth Token")]
     except SlackApiError as error:
         code = error.response.get("error")
-        results.append(
+        return [
             CheckResult(
-                "slack auth.test",
+                name,
                 False,
-                f"Slack rejected the bot token ({code}); set "
-                f"{config.slack.bot_token_env} to the app's Bot User OAuth Token (xoxb-…)",
+                f"slack.bot_token_env: Slack rejected the token in {env} ({code}); set it "
+                "to the app's Bot User OAuth Token (xoxb-…, OAuth & Permissions)",
             )
-        )
+        ]
     except Exception as error:  # connection refused, DNS, TLS
-        results.append(
-            CheckResult(
-                "slack auth.test",
-                False,
-                f"cannot reach {config.slack.api_url} ({type(error).__name__}); "
-                "check slack.api_url and the network",
-            )
-        )
-    if config.slack.mode is SlackMode.SOCKET:
-        try:
-            app_token = secrets.app_token
-            socket = AsyncWebClient(token=app_token, base_url=config.slack.api_url)
-            await socket.apps_connections_open(app_token=app_token)
-            results.append(CheckResult("slack apps.connections.open", True, "socket mode ready"))
-        except ConfigError as error:
-            results.append(CheckResult("slack apps.connections.open", False, str(error)))
-        except SlackApiError as error:
-            results.append(
-                CheckResult(
-                    "slack apps.connections.open",
-                    False,
-                    f"Slack refused socket mode ({error.response.get('error')}); set "
-                    f"{config.slack.app_token_env} to an app-level token (xapp-…) with "
-                    "connections:write, and enable Socket Mode",
-                )
-            )
-        except Exception as error:
-            results.append(
-                CheckResult(
-                    "slack apps.connections.open",
-                    False,
-                    f"cannot reach Slack ({type(error).__name__}); check slack.api_url",
-                )
-            )
-    else:
-        try:
-            _ = secrets.signing_secret
-            results.append(CheckResult("slack signing secret", True, "set"))
-        except ConfigError as error:
-            results.append(CheckResult("slack signing secret", False, str(error)))
+        return [CheckResult(name, False, _unreachable(config, error))]
+    results = [CheckResult(name, True, f"team {auth.get('team')}, bot {auth.get('user')}")]
+    granted = auth.headers.get("x-oauth-scopes")
+    if granted is not None:
+        results.append(_scopes(granted))
     return results
 
 
-async def _clusters(config: Config) -> list[CheckResult]:
+def _scopes(granted_header: str) -> CheckResult:
+    granted = {scope.strip() for scope in granted_header.split(",")}
+    missing = [scope for scope in BOT_SCOPES if scope not in granted]
+    if missing:
+        return CheckResult(
+            "slack scopes",
+            False,
+            f"the bot token lacks {', '.join(missing)}; add them from `kelpie manifest` "
+            "(OAuth & Permissions) and reinstall the app",
+        )
+    return CheckResult("slack scopes", True, f"all {len(BOT_SCOPES)} granted")
+
+
+async def _app_token(config: Config, secrets: Secrets) -> CheckResult:
+    name = "slack app token (apps.connections.open)"
+    env = config.slack.app_token_env
+    try:
+        app_token = secrets.app_token
+        client = AsyncWebClient(token=app_token, base_url=config.slack.api_url)
+        await client.apps_connections_open(app_token=app_token)
+    except ConfigError as error:
+        return CheckResult(name, False, f"{error}; set it to an app-level token (xapp-…)")
+    except SlackApiError as error:
+        return CheckResult(
+            name,
+            False,
+            f"slack.app_token_env: Slack refused Socket Mode with the token in {env} "
+            f"({error.response.get('error')}); set it to an app-level token (xapp-…) with "
+            "connections:write and enable Socket Mode",
+        )
+    except Exception as error:
+        return CheckResult(name, False, _unreachable(config, error))
+    return CheckResult(name, True, "socket mode ready")
+
+
+def _signing_secret(secrets: Secrets) -> CheckResult:
+    name = "slack signing secret"
+    try:
+        _ = secrets.signing_secret
+    except ConfigError as error:
+        return CheckResult(name, False, f"{error}; copy it from Basic Information")
+    # Slack offers no call that proves a signing secret; the first signed request does.
+    return CheckResult(name, True, "set (Slack verifies it on the first event)")
+
+
+async def slack_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
+    results = await _auth_test(config, secrets)
+    if config.slack.mode is SlackMode.SOCKET:
+        results.append(await _app_token(config, secrets))
+    else:
+        results.append(_signing_secret(secrets))
+    return results
+
+
+def slack_features(config: Config) -> CheckResult:
+    # A bot token cannot read the app's event subscriptions, so this one is a reminder.
+    return CheckResult(
+        "slack events",
+        True,
+        "not readable with a bot token: the app's event subscriptions must match "
+        f"`kelpie manifest --mode {config.slack.mode.value}` (message_stream_stopped for "
+        "the stop button)",
+    )
+
+
+async def cluster_checks(config: Config) -> list[CheckResult]:
     from bot.app import kube_clients
 
-    results: list[CheckResult] = []
     try:
         clients = kube_clients(config)
     except (ToolFailure, ConfigError) as error:
-        return [CheckResult("kubernetes", False, str(error))]
+        return [CheckResult("kubernetes", False, f"{error}; fix kubernetes.clusters")]
+    results: list[CheckResult] = []
     try:
-        for cluster in config.kubernetes.clusters:
-            name = f"kubernetes {cluster.name} /version"
+        for i, cluster in enumerate(config.kubernetes.clusters):
+            name = f"kubernetes {cluster.name} (/version)"
             try:
                 version = await clients[cluster.name].server_version()
                 results.append(CheckResult(name, True, f"server {version}"))
             except ToolFailure as error:
-                results.append(
-                    CheckResult(
-                        name,
-                        False,
-                        f"{error} Check kubernetes.clusters ({cluster.name}) kubeconfig",
-                    )
-                )
+                fix = f"check kubernetes.clusters[{i}] ({cluster.name}): its kubeconfig"
+                results.append(CheckResult(name, False, f"{error} Fix: {fix}"))
     finally:
         clients.close()
     return results
 
 
-async def _model(config: Config, secrets: Secrets) -> CheckResult:
+async def model_check(config: Config, secrets: Secrets) -> CheckResult:
     from bot.app import model_gateway
 
     name = f"model {config.models.active} ({config.models.active_profile.model})"
@@ -125,30 +160,44 @@ async def _model(config: Config, secrets: Secrets) -> CheckResult:
     except ConfigError as error:
         return CheckResult(name, False, str(error))
     except ModelError as error:
-        return CheckResult(name, False, error.user_message)
+        return CheckResult(
+            name, False, f"{error.user_message} Fix: models.profiles.{config.models.active}"
+        )
     return CheckResult(name, True, "answered a one-token request")
 
 
-async def _database(config: Config) -> CheckResult:
+async def database_check(config: Config) -> CheckResult:
     from bot.store.db import Database
 
-    db = Database(config.database.url)
+    where = config.database.url.split("@")[-1]  # never the password
+    db: Database | None = None
     try:
+        db = Database(config.database.url)
         await db.ping()
-        await db.create_schema()
-        return CheckResult("database", True, config.database.url.split("@")[-1])
+        return CheckResult("database", True, where)
     except Exception as error:
         return CheckResult(
-            "database", False, f"cannot open it ({type(error).__name__}); check database.url"
+            "database",
+            False,
+            f"database.url: cannot open {where} ({type(error).__name__}); check the path or "
+            "server and that kelpie may write there",
         )
     finally:
-        await db.close()
+        if db is not None:
+            await db.close()
+
+
+async def startup_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
+    """What `kelpie run` proves before it connects: a failure stops it."""
+    results = await slack_checks(config, secrets)
+    results.append(await database_check(config))
+    results += await cluster_checks(config)
+    return results
 
 
 async def run_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     results = [CheckResult("config", True, "valid")]
-    results += await _slack(config, secrets)
-    results += await _clusters(config)
-    results.append(await _model(config, secrets))
-    results.append(await _database(config))
+    results += await startup_checks(config, secrets)
+    results.append(slack_features(config))
+    results.append(await model_check(config, secrets))
     return results

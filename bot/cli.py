@@ -1,4 +1,8 @@
-"""`kelpie run | check | chat | manifest`: one console entry point."""
+"""`kelpie run | check | chat | manifest | config check`: one console entry point.
+
+Exit codes: 0 fine, 1 a dependency failed (Slack, database, cluster, model), 2 the config
+or its secrets are wrong. Every failure is one sentence naming the setting and the fix.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +12,47 @@ import logging
 import os
 import signal
 import sys
+from importlib.metadata import PackageNotFoundError, version
+from urllib.parse import urlsplit
 
 from bot.config import Config, ConfigError, Secrets, load_config, resolve_config_path
 from bot.errors import KelpieError
 
+EXIT_FAILED = 1
 EXIT_CONFIG = 2
+CONFIG_HELP = "config file (default: $KELPIE_CONFIG or config/kelpie.yaml)"
+
+log = logging.getLogger("kelpie")
 
 
-def _setup_logging(default_level: str = "INFO") -> None:
-    logging.basicConfig(
-        level=os.environ.get("KELPIE_LOG_LEVEL", default_level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # LiteLLM and the HTTP stacks are chatty at INFO and may echo request details.
-    for noisy in ("LiteLLM", "litellm", "httpx", "urllib3", "slack_sdk", "slack_bolt"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+class StartupFailed(KelpieError):
+    """A dependency failed its startup check; the message holds one sentence per failure."""
+
+
+def kelpie_version() -> str:
+    try:
+        return version("kelpie")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "unknown"
+
+
+def _configure_logging(config: Config | None, default_level: str | None = None) -> None:
+    from bot.config import LoggingConfig
+    from bot.logs import configure
+
+    settings = config.logging if config is not None else LoggingConfig()
+    configure(settings, level=os.environ.get("KELPIE_LOG_LEVEL") or default_level)
 
 
 def _load(path_arg: str | None) -> Config:
-    return load_config(resolve_config_path(path_arg))
+    """The config, checked against the schema and against the tools this build has."""
+    from bot.app import config_problems
+
+    config = load_config(resolve_config_path(path_arg))
+    problems = config_problems(config)
+    if problems:
+        raise ConfigError(problems)
+    return config
 
 
 def _print_config_problems(error: ConfigError) -> int:
@@ -35,34 +61,49 @@ def _print_config_problems(error: ConfigError) -> int:
     return EXIT_CONFIG
 
 
-async def _run(config: Config) -> None:
+async def _verify(config: Config, secrets: Secrets) -> None:
+    from bot.checks import startup_checks
+
+    failures = [result for result in await startup_checks(config, secrets) if not result.ok]
+    if failures:
+        raise StartupFailed("\n".join(f"{r.name}: {r.detail}" for r in failures))
+
+
+async def _run(config: Config, secrets: Secrets) -> None:
     from bot.app import build_kelpie
 
-    kelpie = build_kelpie(config, Secrets(config))
-    await kelpie.start()
+    await _verify(config, secrets)
+    kelpie = build_kelpie(config, secrets)
+    try:
+        await kelpie.start()
+    except BaseException:
+        await kelpie.stop()
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    logging.getLogger("kelpie").info("kelpie is running; Ctrl-C stops it")
+    log.info("kelpie %s is running; Ctrl-C stops it", kelpie_version())
     await stop.wait()
     await kelpie.stop()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    _setup_logging()
     try:
         config = _load(args.config)
-        missing = Secrets(config).check_all()
+        _configure_logging(config)
+        secrets = Secrets(config)
+        missing = secrets.check_all()
         if missing:
             raise ConfigError(missing)
     except ConfigError as error:
         return _print_config_problems(error)
     try:
-        asyncio.run(_run(config))
+        asyncio.run(_run(config, secrets))
     except KelpieError as error:
-        print(f"kelpie: {error}", file=sys.stderr)
-        return 1
+        for line in str(error).splitlines():
+            print(f"kelpie: {line}", file=sys.stderr)
+        return EXIT_FAILED
     return 0
 
 
@@ -73,20 +114,31 @@ def cmd_check(args: argparse.Namespace) -> int:
         config = _load(args.config)
     except ConfigError as error:
         return _print_config_problems(error)
+    _configure_logging(config, "ERROR")
     results = asyncio.run(run_checks(config, Secrets(config)))
     for result in results:
         print(result.line())
-    return 0 if all(result.ok for result in results) else 1
+    return 0 if all(result.ok for result in results) else EXIT_FAILED
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    path = resolve_config_path(args.file)
+    try:
+        _load(str(path))
+    except ConfigError as error:
+        return _print_config_problems(error)
+    print(f"{path}: valid")
+    return 0
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from bot.app import build_terminal
     from bot.terminal import ChannelNotEnabled
 
-    # The log shares the terminal with the conversation: errors only (KELPIE_LOG_LEVEL wins).
-    _setup_logging("ERROR")
     try:
         config = _load(args.config)
+        # The log shares the terminal with the conversation: errors only.
+        _configure_logging(config, "ERROR")
         channel = args.channel.lstrip("#") if args.channel else None
         chat = build_terminal(config, Secrets(config), channel)
     except ConfigError as error:
@@ -98,48 +150,91 @@ def cmd_chat(args: argparse.Namespace) -> int:
         asyncio.run(chat.run())
     except KelpieError as error:
         print(f"kelpie: {error}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     except KeyboardInterrupt:  # before the chat's own Ctrl-C handling was in place
         return 130
     return 0
 
 
+def _request_url(url: str, events_path: str) -> str:
+    """`--url https://host` gets `slack.http.path` appended; a URL with a path must end in
+    it, or Slack would post where kelpie does not listen."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.netloc:
+        raise ConfigError([f"--url: {url!r} is not a URL; give https://HOST{events_path}"])
+    path = parts.path.rstrip("/")
+    if not path:
+        return url.rstrip("/") + events_path
+    if path != events_path.rstrip("/"):
+        raise ConfigError(
+            [
+                f"--url: its path {parts.path} differs from slack.http.path {events_path}; "
+                "change one so they match"
+            ]
+        )
+    return url
+
+
 def cmd_manifest(args: argparse.Namespace) -> int:
+    from bot.config import HttpListen
     from bot.slack.manifest import manifest_yaml
 
-    sys.stdout.write(manifest_yaml(args.mode))
+    mode = args.mode or ("http" if args.url else "socket")
+    try:
+        path = HttpListen().path
+        if args.config or resolve_config_path(None).exists():
+            path = _load(args.config).slack.http.path
+        url = _request_url(args.url, path) if args.url else None
+    except ConfigError as error:
+        return _print_config_problems(error)
+    if mode == "http" and url is None:
+        print("kelpie: --mode http needs --url https://HOST (where Slack reaches kelpie)")
+        return EXIT_CONFIG
+    sys.stdout.write(manifest_yaml(mode, url) if url else manifest_yaml(mode))
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kelpie", description="Kubernetes chat-ops in Slack")
+    parser.add_argument("--version", action="version", version=f"kelpie {kelpie_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     for name, handler, help_text in (
-        ("run", cmd_run, "start the bot"),
-        ("check", cmd_check, "validate the config and check every dependency for real"),
+        ("run", cmd_run, "check the tokens, database and clusters, then start the bot"),
+        ("check", cmd_check, "check every dependency for real, one line each"),
     ):
         sub = commands.add_parser(name, help=help_text)
-        sub.add_argument(
-            "--config", help="config file (default: $KELPIE_CONFIG or config/kelpie.yaml)"
-        )
+        sub.add_argument("--config", help=CONFIG_HELP)
         sub.set_defaults(handler=handler)
+    config = commands.add_parser("config", help="work with the config file")
+    config_commands = config.add_subparsers(dest="config_command", required=True)
+    config_check = config_commands.add_parser(
+        "check", help="validate a config file (every problem at once) without starting"
+    )
+    config_check.add_argument("file", nargs="?", help=CONFIG_HELP)
+    config_check.set_defaults(handler=cmd_config_check)
     chat = commands.add_parser(
         "chat", help="talk to kelpie in this terminal (same engine, pipeline and approvals)"
     )
-    chat.add_argument(
-        "--config", help="config file (default: $KELPIE_CONFIG or config/kelpie.yaml)"
-    )
+    chat.add_argument("--config", help=CONFIG_HELP)
     chat.add_argument(
         "--channel",
-        metavar="NAME",
+        metavar="ID_OR_NAME",
         help="act with the role the config gives this channel (default: the im: true mapping)",
     )
     chat.set_defaults(handler=cmd_chat)
     manifest = commands.add_parser("manifest", help="print the Slack app manifest")
-    manifest.add_argument("--mode", choices=["socket", "http"], default="socket")
+    manifest.add_argument("--mode", choices=["socket", "http"])
+    manifest.add_argument(
+        "--url", help="where Slack reaches kelpie in http mode, e.g. https://kelpie.example.com"
+    )
+    manifest.add_argument("--config", help=CONFIG_HELP + "; its slack.http.path is used")
     manifest.set_defaults(handler=cmd_manifest)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    args = _parser().parse_args(argv)
     return int(args.handler(args))
 
 

@@ -7,18 +7,54 @@ problem naming the key path and the fix, raised as `ConfigError`.
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from bot.errors import ConfigError
 
 TOOL_KINDS = ("present", "read", "diagnose", "write")
 MAX_ITERATIONS_CEILING = 40
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# The built-in kinds of the API groups a cluster serves without add-ons: the firewall
+# matches `deny_kinds` against these (case-insensitively), so a misspelt kind would deny
+# nothing. Custom resources are not reachable through kelpie's typed tools.
+KUBERNETES_KINDS = (
+    "Binding", "ComponentStatus", "ConfigMap", "Endpoints", "Event", "LimitRange",
+    "Namespace", "Node", "PersistentVolume", "PersistentVolumeClaim", "Pod", "PodTemplate",
+    "ReplicationController", "ResourceQuota", "Secret", "Service", "ServiceAccount",
+    "ControllerRevision", "DaemonSet", "Deployment", "ReplicaSet", "StatefulSet",
+    "HorizontalPodAutoscaler", "CronJob", "Job", "Lease", "EndpointSlice", "Ingress",
+    "IngressClass", "NetworkPolicy", "PodDisruptionBudget", "ClusterRole",
+    "ClusterRoleBinding", "Role", "RoleBinding", "PriorityClass", "CSIDriver", "CSINode",
+    "CSIStorageCapacity", "StorageClass", "VolumeAttachment", "RuntimeClass",
+    "CustomResourceDefinition", "APIService", "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration", "CertificateSigningRequest", "FlowSchema",
+    "PriorityLevelConfiguration",
+)  # fmt: skip
+_KINDS_LOWER = {kind.lower() for kind in KUBERNETES_KINDS}
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """` (did you mean "x"?)` for the closest choice, or "" when nothing is close."""
+    by_lower = {choice.lower(): choice for choice in choices}
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f' (did you mean "{by_lower[close[0]]}"?)' if close else ""
 
 
 class _Strict(BaseModel):
@@ -214,9 +250,19 @@ class ChannelConfig(_Strict):
     namespace: str | None = None
 
 
+def _kubernetes_kind(kind: str) -> str:
+    if kind.lower() not in _KINDS_LOWER:
+        hint = _did_you_mean(kind, KUBERNETES_KINDS)
+        raise ValueError(f'"{kind}" is not a built-in Kubernetes kind{hint}')
+    return kind
+
+
+KubernetesKind = Annotated[str, AfterValidator(_kubernetes_kind)]
+
+
 class FirewallConfig(_Strict):
     deny_namespaces: list[str] = Field(default_factory=lambda: ["kube-system"])
-    deny_kinds: list[str] = Field(default_factory=lambda: ["Secret"])
+    deny_kinds: list[KubernetesKind] = Field(default_factory=lambda: ["Secret"])
     deny_names: list[str] = Field(default_factory=list)
 
 
@@ -238,13 +284,21 @@ class HooksConfig(_Strict):
     session_end: list[HookConfig] = Field(default_factory=list)
 
 
-class UrlConfig(_Strict):
-    url: str | None = None
+class LogFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
 
 
-class ObservabilityConfig(_Strict):
-    prometheus: UrlConfig = UrlConfig()
-    loki: UrlConfig = UrlConfig()
+class LoggingConfig(_Strict):
+    format: LogFormat = LogFormat.TEXT
+    level: str = "INFO"
+
+    @field_validator("level")
+    @classmethod
+    def _known_level(cls, level: str) -> str:
+        if level.upper() not in LOG_LEVELS:
+            raise ValueError(f'unknown level "{level}" ({", ".join(LOG_LEVELS)})')
+        return level.upper()
 
 
 class ListenConfig(_Strict):
@@ -275,7 +329,7 @@ class Config(_Strict):
     firewall: FirewallConfig = FirewallConfig()
     guardian: GuardianConfig = GuardianConfig()
     hooks: HooksConfig = HooksConfig()
-    observability: ObservabilityConfig = ObservabilityConfig()
+    logging: LoggingConfig = LoggingConfig()
     server: ServerConfig = ServerConfig()
 
     @model_validator(mode="after")
@@ -316,13 +370,49 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
     return path or "(top level)"
 
 
+def _unwrap(annotation: Any) -> Any:
+    """`X | None` → X; anything else as it is."""
+    if get_origin(annotation) in (Union, UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The config section a key path points into (through lists and dicts), if any."""
+    current: Any = Config
+    for part in loc:
+        current = _unwrap(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(str(part))
+            if field is None:
+                return None
+            current = field.annotation
+        elif get_origin(current) in (list, dict):
+            current = get_args(current)[-1]  # the item type; `part` is an index or a key
+        else:
+            return None
+    current = _unwrap(current)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unknown_key(loc: tuple[int | str, ...]) -> str:
+    model = _model_at(loc[:-1])
+    known = list(model.model_fields) if model is not None else []
+    hint = _did_you_mean(str(loc[-1]), known)
+    if not hint and known:
+        hint = f" (known keys: {', '.join(known)})"
+    return f"unknown key{hint}"
+
+
 def _problems(error: ValidationError) -> list[str]:
     problems: list[str] = []
     for item in error.errors():
         message = str(item["msg"]).removeprefix("Value error, ")
         path = _key_path(tuple(item["loc"]))
         if item["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling against config/kelpie.example.yaml)"
+            message = _unknown_key(tuple(item["loc"]))
         elif item["type"] == "missing":
             message = "is required"
         for line in message.split("\n"):

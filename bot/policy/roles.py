@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
@@ -74,3 +75,21 @@ def namespace_allowed(role: RoleConfig, namespace: str | None) -> bool:
 
 def offered_tools(role: RoleConfig, tools: list[Tool]) -> list[Tool]:
     return [tool for tool in tools if tool_allowed(role, tool)]
+
+
+def pattern_problems(roles: dict[str, RoleConfig], tools: list[Tool]) -> list[str]:
+    """Role tool patterns that match no tool this build has, each with its key path and the
+    closest tool: a misspelt name would otherwise make the role silently allow less."""
+    problems: list[str] = []
+    names = [tool.pattern_name for tool in tools]
+    for role_name, role in roles.items():
+        for i, pattern in enumerate(role.tools):
+            if any(fnmatchcase(name, pattern) for name in names):
+                continue
+            _, _, tool_name = pattern.partition("/")
+            # The right name under another kind (write/list_pods) says so.
+            close = [n for n in names if n.partition("/")[2] == tool_name]
+            close = close or difflib.get_close_matches(pattern, names, n=1, cutoff=0.6)
+            hint = f' (did you mean "{close[0]}"?)' if close else ""
+            problems.append(f'roles.{role_name}.tools[{i}]: "{pattern}" matches no tool{hint}')
+    return problems

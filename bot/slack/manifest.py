@@ -69,5 +69,6 @@ def manifest(
     }
 
 
-def manifest_yaml(mode: str) -> str:
-    return yaml.safe_dump(manifest(mode), sort_keys=False)
+def manifest_yaml(mode: str, request_url: str | None = None) -> str:
+    built = manifest(mode, request_url) if request_url else manifest(mode)
+    return yaml.safe_dump(built, sort_keys=False)

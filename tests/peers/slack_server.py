@@ -39,6 +39,8 @@ import aiohttp
 from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
 
+from bot.slack.manifest import BOT_SCOPES
+
 TEAM_ID = "T0TEST"
 TEAM_DOMAIN = "kelpie-test"
 TEAM_NAME = "Kelpie Test"
@@ -382,6 +384,9 @@ class SlackServer:
         self.response_posts: list[ResponseUrlPost] = []
         # Whether the app subscribed to `message_stream_stopped` (needed for is_stoppable).
         self.stream_stop_subscribed = True
+        # The bot token's scopes, sent in `x-oauth-scopes` as Slack does: the app was
+        # installed from kelpie's own manifest unless a test removes some.
+        self.granted_scopes: list[str] = list(BOT_SCOPES)
         self.statuses: dict[tuple[str, str], list[str]] = {}
         # Text in all of a message's blocks before Slack answers msg_blocks_too_long (not
         # documented; a test lowers it to see refused messages retried smaller).
@@ -739,7 +744,7 @@ class SlackServer:
         response = self._dispatch(call)
         call.response = response
         self._notify()
-        headers = {}
+        headers = {"x-oauth-scopes": ",".join(self.granted_scopes)}
         if call.status == 429:
             headers["Retry-After"] = str(response.pop("_retry_after"))
         return web.json_response(response, status=call.status, headers=headers)

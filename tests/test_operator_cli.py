@@ -1,0 +1,207 @@
+"""The operator's command line, run as a subprocess the way a person runs it: config
+validation, fail-fast startup against the fake Slack peer, `kelpie check`, the manifest."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.world import World, environ, merge
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Ran:
+    code: int
+    out: str
+    err: str
+
+
+async def kelpie(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> Ran:
+    """`kelpie ARGS` in a child process; the peers keep serving on this event loop meanwhile."""
+    child_env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", ""),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        **(env or {}),
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot.cli",
+        *args,
+        cwd=ROOT,
+        env=child_env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout)
+    assert process.returncode is not None
+    return Ran(process.returncode, out.decode(), err.decode())
+
+
+def write_config(world: World, override: dict[str, Any] | None = None) -> Path:
+    path = world.tmp / "kelpie.yaml"
+    path.write_text(yaml.safe_dump(merge(world.config_data, override or {})))
+    return path
+
+
+async def test_config_check_reports_every_mistake_at_once_with_a_suggestion(world):
+    data = merge(world.config_data, {"slack": {"modee": "http"}})
+    data["roles"]["viewer"]["tools"] = ["read/list_pod", "write/list_pods", "read/*"]
+    data["firewall"] = {"deny_kinds": ["Secrets", "pod"]}
+    data["observability"] = {"prometheus": {"url": "http://prom:9090"}}
+    path = world.tmp / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+
+    ran = await kelpie("config", "check", str(path))
+
+    assert ran.code == 2
+    lines = ran.err.splitlines()
+    assert 'config: slack.modee: unknown key (did you mean "mode"?)' in lines
+    assert (
+        'config: firewall.deny_kinds[0]: "Secrets" is not a built-in Kubernetes kind '
+        '(did you mean "Secret"?)' in lines
+    )
+    assert any(line.startswith("config: observability: unknown key") for line in lines)
+    assert len(lines) == 3  # the tool names are checked once the schema holds
+
+
+async def test_config_check_names_tools_that_do_not_exist(world):
+    data = merge(world.config_data, {})
+    data["roles"]["viewer"]["tools"] = ["read/list_pod", "write/list_pods", "read/*"]
+    path = world.tmp / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+
+    ran = await kelpie("config", "check", str(path))
+
+    assert ran.code == 2
+    assert ran.err.splitlines() == [
+        'config: roles.viewer.tools[0]: "read/list_pod" matches no tool '
+        '(did you mean "read/list_pods"?)',
+        'config: roles.viewer.tools[1]: "write/list_pods" matches no tool '
+        '(did you mean "read/list_pods"?)',
+    ]
+
+
+async def test_config_check_accepts_the_example_and_a_valid_file(world):
+    ran = await kelpie("config", "check", str(write_config(world)))
+    assert (ran.code, ran.out.strip()) == (0, f"{world.tmp / 'kelpie.yaml'}: valid")
+    example = await kelpie("config", "check", "config/kelpie.example.yaml")
+    assert example.code == 0, example.err
+
+
+async def test_version():
+    ran = await kelpie("--version")
+    assert ran.code == 0
+    assert ran.out.startswith("kelpie ") and ran.out.split()[1][0].isdigit()
+
+
+async def test_run_stops_at_once_on_a_wrong_bot_token(world):
+    env = {**environ(world.slack), "SLACK_BOT_TOKEN": "xoxb-revoked"}
+
+    ran = await kelpie("run", "--config", str(write_config(world)), env=env)
+
+    assert ran.code == 1
+    assert ran.err.strip() == (
+        "kelpie: slack bot token (auth.test): slack.bot_token_env: Slack rejected the token in "
+        "SLACK_BOT_TOKEN (invalid_auth); set it to the app's Bot User OAuth Token (xoxb-…, "
+        "OAuth & Permissions)"
+    )
+    assert world.slack.calls_to("auth.test")[0].token == "xoxb-revoked"
+    assert world.slack.connection_count == 0
+
+
+async def test_run_stops_at_once_on_a_wrong_app_token(world):
+    env = {**environ(world.slack), "SLACK_APP_TOKEN": "xapp-wrong"}
+
+    ran = await kelpie("run", "--config", str(write_config(world)), env=env)
+
+    assert ran.code == 1
+    assert "SLACK_APP_TOKEN (invalid_auth)" in ran.err
+    assert len(ran.err.strip().splitlines()) == 1
+    assert "Traceback" not in ran.err
+    assert world.slack.connection_count == 0
+
+
+async def test_run_names_a_missing_secret_and_exits_2(world):
+    env = environ(world.slack)
+    del env["SLACK_APP_TOKEN"]
+
+    ran = await kelpie("run", "--config", str(write_config(world)), env=env)
+
+    assert ran.code == 2
+    assert ran.err.strip() == (
+        "config: slack.app_token_env: environment variable SLACK_APP_TOKEN is not set"
+    )
+    assert world.slack.calls == [] or world.slack.calls_to("apps.connections.open") == []
+
+
+async def test_run_stops_on_an_unreadable_kubeconfig_and_an_unopenable_database(world):
+    blocker = world.tmp / "not-a-dir"
+    blocker.write_text("a file where the database directory should be")
+    path = write_config(
+        world,
+        {
+            "database": {"url": f"sqlite:///{blocker}/kelpie.db"},
+            "kubernetes": {"clusters": [{"name": "prod", "kubeconfig": "/nonexistent/kc"}]},
+        },
+    )
+
+    ran = await kelpie("run", "--config", str(path), env=environ(world.slack))
+
+    assert ran.code == 1
+    lines = ran.err.strip().splitlines()
+    assert len(lines) == 2, ran.err
+    assert lines[0].startswith("kelpie: database: database.url: cannot open")
+    assert lines[1].startswith("kelpie: kubernetes: kubernetes cluster prod: cannot load")
+    assert lines[1].endswith("fix kubernetes.clusters")
+    assert "Traceback" not in ran.err
+
+
+async def test_check_reports_each_dependency_and_missing_scopes(world):
+    world.slack.granted_scopes.remove("reactions:write")
+    world.model.reply_text("OK")
+
+    ran = await kelpie("check", "--config", str(write_config(world)), env=environ(world.slack))
+
+    assert ran.code == 1
+    lines = ran.out.splitlines()
+    assert lines[0] == "ok   config: valid"
+    assert "ok   slack bot token (auth.test): team " in lines[1]
+    assert lines[2] == (
+        "FAIL slack scopes: the bot token lacks reactions:write; add them from `kelpie "
+        "manifest` (OAuth & Permissions) and reinstall the app"
+    )
+    assert lines[3] == "ok   slack app token (apps.connections.open): socket mode ready"
+    assert lines[4].startswith("ok   database: ")
+    assert lines[5].startswith("ok   kubernetes prod (/version): server v")
+    assert lines[6].startswith("ok   slack events: ")
+    assert lines[7] == "ok   model default (openai/test-model): answered a one-token request"
+    assert world.model.requests[-1]["max_tokens"] == 1
+
+
+async def test_manifest_url_honours_the_configured_events_path(world):
+    path = write_config(world, {"slack": {"http": {"path": "/kelpie/events"}}})
+
+    ran = await kelpie("manifest", "--config", str(path), "--url", "https://bot.example.org")
+    manifest = yaml.safe_load(ran.out)
+    wrong = await kelpie(
+        "manifest", "--config", str(path), "--url", "https://bot.example.org/slack/events"
+    )
+
+    assert ran.code == 0
+    url = "https://bot.example.org/kelpie/events"
+    assert manifest["settings"]["event_subscriptions"]["request_url"] == url
+    assert manifest["settings"]["interactivity"]["request_url"] == url
+    assert manifest["features"]["slash_commands"][0]["url"] == url
+    assert manifest["settings"]["socket_mode_enabled"] is False
+    assert wrong.code == 2
+    assert "differs from slack.http.path /kelpie/events" in wrong.err
