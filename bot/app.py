@@ -16,10 +16,7 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
-from slack_sdk.http_retry.builtin_async_handlers import (
-    AsyncConnectionErrorRetryHandler,
-    AsyncRateLimitErrorRetryHandler,
-)
+from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.engine import Engine, RetryPolicy
@@ -31,7 +28,15 @@ from bot.approvals.orphans import ConversationOrphans
 from bot.approvals.service import ApprovalService
 from bot.config import Config, OnNewMessage, Secrets, SlackMode
 from bot.health import health_app, serve
-from bot.model.gateway import LiteLLMGateway, probe_capabilities
+from bot.metrics import (
+    MeteredApprovalRepository,
+    MeteredGateway,
+    MeteredReporters,
+    MeteredWebClient,
+    Metrics,
+    rate_limit_handler,
+)
+from bot.model.gateway import LiteLLMGateway, probe_capabilities, warm_up
 from bot.model.outbound import MaskingGateway
 from bot.model.router import ModelRouter
 from bot.policy.decision import Stage
@@ -87,15 +92,17 @@ log = logging.getLogger(__name__)
 EVENT_MEMORY = timedelta(days=1)
 
 
-def slack_client(config: Config, secrets: Secrets) -> AsyncWebClient:
-    """Every Slack client: the configured base URL, and 429s retried after Retry-After."""
-    return AsyncWebClient(
+def slack_client(config: Config, secrets: Secrets, metrics: Metrics) -> AsyncWebClient:
+    """Every Slack client: the configured base URL, 429s retried after Retry-After, and
+    failures and 429s counted."""
+    return MeteredWebClient(
         token=secrets.bot_token,
         base_url=config.slack.api_url,
         retry_handlers=[
             AsyncConnectionErrorRetryHandler(),
-            AsyncRateLimitErrorRetryHandler(max_retry_count=3),
+            rate_limit_handler(metrics, max_retry_count=3),
         ],
+        metrics=metrics,
     )
 
 
@@ -173,11 +180,13 @@ class Kelpie:
     scheduler: TurnScheduler
     ledger: EventLedger
     app_token: str | None
+    metrics: Metrics
     _socket: AsyncSocketModeHandler | None = None
     _runner: web.AppRunner | None = None
     http_port: int | None = None
     _health: web.AppRunner | None = None
     health_port: int | None = None
+    _started: bool = False
 
     # Handles the tests use to look inside.
     @property
@@ -201,7 +210,15 @@ class Kelpie:
         return self.core.payloads
 
     async def start(self) -> None:
+        """Probes first (a slow start is alive, not ready), then the store, the model library
+        and only then Slack: the first question is answered as fast as the tenth."""
+        health = self.config.server.health
+        if health.enabled:
+            self._health, self.health_port = await serve(
+                health_app(self._readiness, self.metrics.render), health.host, health.port
+            )
         await self.core.start()
+        await warm_up(self.config.models.active_profile.model)
         await self.ledger.forget_before(datetime.now(UTC) - EVENT_MEMORY)
         await self.core.approvals.recover()
         if self.config.slack.mode is SlackMode.SOCKET:
@@ -210,13 +227,11 @@ class Kelpie:
             log.info("connected to Slack in socket mode")
         else:
             await self._start_http()
-        health = self.config.server.health
-        if health.enabled:
-            self._health, self.health_port = await serve(
-                health_app(self._readiness), health.host, health.port
-            )
+        self._started = True
 
     async def _readiness(self) -> str | None:
+        if not self._started:
+            return "starting (store, model library, Slack connection)"
         try:
             await self.core.db.ping()
         except Exception:
@@ -284,6 +299,7 @@ def build_core(
     secrets: Secrets,
     cards: ApprovalCards,
     reporters: ReporterFactory,
+    metrics: Metrics,
     *,
     write_audit: WriteAuditLog | None = None,
 ) -> AgentCore:
@@ -296,7 +312,7 @@ def build_core(
     post_hooks = PostToolUseHooks(config.hooks.post_tool_use)
     session_hooks = SessionHooks(config.hooks.session_start, config.hooks.session_end)
     pipeline = Pipeline(security_stages(config, secrets, messages), post_hooks=[post_hooks])
-    approval_store = ApprovalRepository(db)
+    approval_store = MeteredApprovalRepository(db, metrics)
     orphans = ConversationOrphans(messages)
     approvals = ApprovalService(
         approval_store,
@@ -316,7 +332,10 @@ def build_core(
     payloads = PayloadLog(db)
     engine = Engine(
         # Every request is masked, size-limited and kept (the last one per session).
-        MaskingGateway(model_gateway(config, secrets, config.models.active), payloads),
+        MaskingGateway(
+            MeteredGateway(model_gateway(config, secrets, config.models.active), metrics),
+            payloads,
+        ),
         harness,
         messages,
         RetryPolicy(retries=config.agent.llm_retries, delay_s=config.agent.llm_retry_delay_s),
@@ -327,7 +346,7 @@ def build_core(
         messages,
         engine,
         registry,
-        reporters,
+        MeteredReporters(reporters, metrics),
         session_hooks,
         router=ModelRouter(config, probe_capabilities),
         openings=SessionOpenings(db),
@@ -352,7 +371,8 @@ def build_kelpie(
 ) -> Kelpie:
     """Everything, wired. `write_audit` replaces the write-audit store (tests inject one that
     fails, to prove a write never runs without its intent audit)."""
-    client = slack_client(config, secrets)
+    metrics = Metrics()
+    client = slack_client(config, secrets, metrics)
     signing_secret = secrets.signing_secret if config.slack.mode is SlackMode.HTTP else ""
     slack_app = AsyncApp(client=client, signing_secret=signing_secret)
     scheduler = TurnScheduler(interrupt=config.slack.on_new_message is OnNewMessage.INTERRUPT)
@@ -365,7 +385,7 @@ def build_kelpie(
         tier=profile.tier.value if profile.tier else None,
     )
     core = build_core(
-        config, secrets, SlackApprovalCards(client), reporters, write_audit=write_audit
+        config, secrets, SlackApprovalCards(client), reporters, metrics, write_audit=write_audit
     )
     agent = core.agent
     approvers = ApproverDirectory(client)
@@ -403,7 +423,7 @@ def build_kelpie(
         scheduler,
     ).register()
     app_token = secrets.app_token if config.slack.mode is SlackMode.SOCKET else None
-    return Kelpie(config, core, slack_app, scheduler, ledger, app_token)
+    return Kelpie(config, core, slack_app, scheduler, ledger, app_token, metrics)
 
 
 def build_terminal(
@@ -423,7 +443,7 @@ def build_terminal(
     reporters = TerminalReporters(
         console, model_name=profile.model, tier=profile.tier.value if profile.tier else None
     )
-    core = build_core(config, secrets, cards, reporters)
+    core = build_core(config, secrets, cards, reporters, Metrics())
     # Closed late, like `orphans.resume`: the service needs the cards port first.
     cards.decide = core.approvals.decide
     return TerminalChat(console, core.agent, binding, channel_name, core)

@@ -1,5 +1,5 @@
-"""`/healthz` (the process is up) and `/readyz` (the database answers and Slack is connected),
-for a Kubernetes liveness and readiness probe."""
+"""`/healthz` (the process is up), `/readyz` (started: store, model library and Slack
+ready, and still connected) for Kubernetes probes, and `/metrics` for Prometheus."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ log = logging.getLogger(__name__)
 
 # Returns None when ready, else one sentence saying what is not.
 ReadinessCheck = Callable[[], Awaitable[str | None]]
+# The Prometheus text exposition of the process's metrics.
+MetricsText = Callable[[], bytes]
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
 async def serve(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
@@ -24,7 +27,7 @@ async def serve(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
     return runner, sockets[0].getsockname()[1] if sockets else port
 
 
-def health_app(ready: ReadinessCheck) -> web.Application:
+def health_app(ready: ReadinessCheck, metrics: MetricsText) -> web.Application:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
@@ -38,7 +41,11 @@ def health_app(ready: ReadinessCheck) -> web.Application:
             return web.Response(status=503, text=f"not ready: {problem}\n")
         return web.Response(text="ready\n")
 
+    async def metrics_page(_: web.Request) -> web.Response:
+        return web.Response(body=metrics(), headers={"Content-Type": PROMETHEUS_TEXT})
+
     app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_page)
     return app

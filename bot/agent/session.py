@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Protocol
 
+from bot import logs
 from bot.agent.conversation import ConversationStore, Message, Role, SessionInfo
 from bot.agent.engine import Engine, TurnRequest
 from bot.agent.events import TurnEvent, TurnFinish, TurnFinished, TurnStats
@@ -198,6 +199,7 @@ class AgentSessions:
         abort: asyncio.Event,
     ) -> None:
         session, message, binding = accepted.session, accepted.message, accepted.binding
+        logs.bind(session_id=session.id, turn_id=accepted.turn_id)  # this turn's task only
         tools = offered_tools(binding.role, self._registry.all())
         policy = await self._policy(tools)
         cluster = next(c for c in self._config.kubernetes.clusters if c.name == binding.cluster)
@@ -263,6 +265,16 @@ class AgentSessions:
             )
             await reporter.close(failed)
             return
+        stats = finished.stats
+        log.info(
+            "turn finished: %s, %d rounds, %d tool calls, %d/%d tokens, %.1f s",
+            finished.finish.value,
+            stats.rounds,
+            stats.tool_calls,
+            stats.input_tokens,
+            stats.output_tokens,
+            stats.duration_s,
+        )
         await reporter.close(finished)
 
 

@@ -9,6 +9,8 @@ mask or size-limit what is sent (that is `outbound.py`) and it does not choose m
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -40,6 +42,18 @@ def _import_litellm() -> ModuleType:
 
     litellm.suppress_debug_info = True
     return litellm
+
+
+async def warm_up(model: str) -> None:
+    """Import LiteLLM (seconds, and most of kelpie's memory) off the event loop and resolve
+    the model's provider, so the first question does not pay for it."""
+
+    def load() -> None:
+        litellm = _import_litellm()
+        with contextlib.suppress(Exception):  # an unknown provider fails on first use instead
+            litellm.get_llm_provider(model)
+
+    await asyncio.to_thread(load)
 
 
 class LiteLLMGateway:

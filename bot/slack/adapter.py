@@ -16,6 +16,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot import logs
 from bot.agent.session import AgentSessions, IncomingMessage
 from bot.agent.turns import TurnScheduler
 from bot.config import SlackConfig
@@ -96,6 +97,11 @@ class SlackAdapter:
         log.error("Slack request failed: %s (%s)", error, _event_kind(body))
 
     async def _handle(self, body: dict[str, Any], event: dict[str, Any], *, is_dm: bool) -> None:
+        # The turn's task starts inside this block, so its log lines keep the event id too.
+        with logs.bound(event_id=body.get("event_id")):
+            await self._accept(body, event, is_dm=is_dm)
+
+    async def _accept(self, body: dict[str, Any], event: dict[str, Any], *, is_dm: bool) -> None:
         event_id = body.get("event_id")
         channel_id = event.get("channel")
         user = event.get("user")

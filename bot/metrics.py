@@ -1,0 +1,201 @@
+"""What kelpie does, counted for Prometheus (`/metrics`, text format).
+
+One `Metrics` object per process, built by the composition root and handed to thin
+wrappers at the seams where things happen: the model gateway (latency, tokens), the turn
+reporters (turns, rounds, tool calls by tool and outcome), the approval store (decisions,
+counted when a transition wins), and the Slack Web API client (errors by method and code,
+429s). Nothing else in `bot/` knows about metrics. Each object has its own registry, so
+several bots in one test process never share counts.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.async_handler import AsyncRetryHandler
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from bot.agent.conversation import SessionInfo
+from bot.agent.events import ToolFinished, TurnEvent, TurnFinished
+from bot.agent.session import IncomingMessage, Reporter, ReporterFactory
+from bot.approvals.model import ApprovalState
+from bot.model.types import ModelError, ModelGateway, ModelReply, ModelRequest, TextSink
+from bot.store.approvals import ApprovalRepository
+from bot.store.db import Database
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+# Model requests take from a fraction of a second to minutes (a local model, a long answer).
+_LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 40, 80, 160)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.turns = Counter(
+            "kelpie_turns", "Turns finished, by how they ended", ["finish"], registry=r
+        )
+        self.rounds = Counter("kelpie_rounds", "Model rounds used by finished turns", registry=r)
+        self.tool_calls = Counter(
+            "kelpie_tool_calls", "Tool calls by tool and outcome", ["tool", "outcome"], registry=r
+        )
+        self.approvals = Counter(
+            "kelpie_approvals", "Approval requests ended, by decision", ["decision"], registry=r
+        )
+        self.slack_api_errors = Counter(
+            "kelpie_slack_api_errors",
+            "Slack Web API calls that failed, by method and error code",
+            ["method", "error"],
+            registry=r,
+        )
+        self.slack_rate_limited = Counter(
+            "kelpie_slack_rate_limited",
+            "Slack 429 answers (retried after Retry-After)",
+            ["method"],
+            registry=r,
+        )
+        self.model_latency = Histogram(
+            "kelpie_model_request_seconds",
+            "Model requests: time to the end of the stream, by outcome",
+            ["model", "outcome"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.model_tokens = Counter(
+            "kelpie_model_tokens",
+            "Model tokens by direction (input, output)",
+            ["model", "direction"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class MeteredGateway:
+    """A model gateway that times each request and counts its tokens."""
+
+    def __init__(self, inner: ModelGateway, metrics: Metrics) -> None:
+        self._inner = inner
+        self._metrics = metrics
+
+    @property
+    def model_name(self) -> str:
+        return self._inner.model_name
+
+    async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelReply:
+        started = time.monotonic()
+        model = self._inner.model_name
+        try:
+            reply = await self._inner.complete(request, on_text)
+        except ModelError:
+            self._metrics.model_latency.labels(model, "error").observe(time.monotonic() - started)
+            raise
+        self._metrics.model_latency.labels(model, "ok").observe(time.monotonic() - started)
+        self._metrics.model_tokens.labels(model, "input").inc(reply.usage.input_tokens)
+        self._metrics.model_tokens.labels(model, "output").inc(reply.usage.output_tokens)
+        return reply
+
+
+class _MeteredReporter:
+    def __init__(self, inner: Reporter, metrics: Metrics) -> None:
+        self._inner = inner
+        self._metrics = metrics
+
+    async def emit(self, event: TurnEvent) -> None:
+        if isinstance(event, ToolFinished):
+            self._metrics.tool_calls.labels(event.name, event.status.value).inc()
+        await self._inner.emit(event)
+
+    async def close(self, finished: TurnFinished) -> None:
+        self._metrics.turns.labels(finished.finish.value).inc()
+        self._metrics.rounds.inc(finished.stats.rounds)
+        await self._inner.close(finished)
+
+
+class MeteredReporters:
+    """Counts what every turn reports, whatever front end shows it."""
+
+    def __init__(self, inner: ReporterFactory, metrics: Metrics) -> None:
+        self._inner = inner
+        self._metrics = metrics
+
+    async def open(self, session: SessionInfo, message: IncomingMessage) -> Reporter:
+        return _MeteredReporter(await self._inner.open(session, message), self._metrics)
+
+
+class MeteredApprovalRepository(ApprovalRepository):
+    """Counts a decision when its transition wins: exactly once per approval, whoever
+    (a click, the timer, an interruption) ended it."""
+
+    def __init__(self, db: Database, metrics: Metrics) -> None:
+        super().__init__(db)
+        self._metrics = metrics
+
+    async def transition(
+        self,
+        approval_id: str,
+        state: ApprovalState,
+        *,
+        by: str | None,
+        now: datetime,
+        require_unexpired: bool,
+    ) -> bool:
+        won = await super().transition(
+            approval_id, state, by=by, now=now, require_unexpired=require_unexpired
+        )
+        if won:
+            self._metrics.approvals.labels(state.value).inc()
+        return won
+
+
+class _CountingRateLimitHandler(AsyncRateLimitErrorRetryHandler):
+    def __init__(self, metrics: Metrics, max_retry_count: int) -> None:
+        super().__init__(max_retry_count=max_retry_count)
+        self._metrics = metrics
+
+    async def _can_retry_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        if response is not None and response.status_code == 429:
+            method = request.url.rstrip("/").rsplit("/", 1)[-1]
+            self._metrics.slack_rate_limited.labels(method).inc()
+        return await super()._can_retry_async(
+            state=state, request=request, response=response, error=error
+        )
+
+
+def rate_limit_handler(metrics: Metrics, max_retry_count: int) -> AsyncRetryHandler:
+    """Retries 429s after Retry-After, counting each one."""
+    return _CountingRateLimitHandler(metrics, max_retry_count)
+
+
+class MeteredWebClient(AsyncWebClient):
+    """Every Web API call goes through `api_call`: a failure is counted by method and code."""
+
+    def __init__(self, *args: Any, metrics: Metrics, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._metrics = metrics
+
+    async def api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
+        try:
+            return await super().api_call(api_method, **kwargs)
+        except SlackApiError as error:
+            code = error.response.get("error") if error.response is not None else None
+            self._metrics.slack_api_errors.labels(api_method, str(code or "unknown")).inc()
+            raise
