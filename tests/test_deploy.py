@@ -1,0 +1,127 @@
+"""deploy/: each kustomize overlay rendered with `kubectl kustomize`, as an operator applies
+it, and checked for what the cluster would run: a hardened pod, probes on kelpie's health
+port, tokens from a Secret, a config kelpie accepts, SQLite on a writable volume."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bot.app import config_problems
+from bot.config import Config, parse_config
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+OVERLAYS = ["socket-mode", "http", "postgres", "namespaced-rbac"]
+
+
+def render(overlay: str) -> list[dict[str, Any]]:
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(DEPLOY / "overlays" / overlay)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [doc for doc in docs if doc["kind"] == kind]
+    assert len(found) == 1, f"{len(found)} {kind} objects"
+    return found[0]
+
+
+def kelpie_config(docs: list[dict[str, Any]]) -> Config:
+    config_map = one(docs, "ConfigMap")
+    config = parse_config(yaml.safe_load(config_map["data"]["kelpie.yaml"]))
+    assert config_problems(config) == []
+    return config
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_runs_a_hardened_pod_with_probes_and_secret_tokens(overlay):
+    docs = render(overlay)
+    assert docs[0]["kind"] == "Namespace"  # applied first, so everything else has a home
+    deployment = one(docs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    config = kelpie_config(docs)
+
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert "/" in container["image"] and ":" in container["image"]  # a registry and a tag
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports["health"] == config.server.health.port
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert container["envFrom"] == [{"secretRef": {"name": "kelpie-secrets"}}]
+    assert all("value" not in env or "TOKEN" not in env["name"] for env in container["env"])
+    config_map = one(docs, "ConfigMap")["metadata"]["name"]
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
+    assert volumes[mounts["/config"]["name"]]["configMap"]["name"] == config_map
+    assert [cluster.in_cluster for cluster in config.kubernetes.clusters] == [True]
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "kelpie"
+
+
+@pytest.mark.parametrize("overlay", ["socket-mode", "http", "namespaced-rbac"])
+def test_sqlite_lives_on_a_writable_persistent_volume(overlay):
+    docs = render(overlay)
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    url = kelpie_config(docs).database.url
+    assert url.startswith("sqlite:////")  # absolute: the root filesystem is read-only
+    directory = str(Path(url.removeprefix("sqlite:///")).parent)
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == directory)
+    assert not mount.get("readOnly", False)
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    claim = volume["persistentVolumeClaim"]["claimName"]
+    assert one(docs, "PersistentVolumeClaim")["metadata"]["name"] == claim
+    assert one(docs, "Deployment")["spec"]["replicas"] == 1
+
+
+def test_http_overlay_routes_the_configured_events_path_to_the_listener():
+    docs = render("http")
+    config = kelpie_config(docs)
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    service = one(docs, "Service")
+    ingress = one(docs, "Ingress")
+
+    assert config.slack.mode.value == "http"
+    assert ports[service["spec"]["ports"][0]["targetPort"]] == config.slack.http.port
+    path = ingress["spec"]["rules"][0]["http"]["paths"][0]
+    assert path["path"] == config.slack.http.path
+    assert path["backend"]["service"]["name"] == service["metadata"]["name"]
+
+
+def test_postgres_overlay_runs_replicas_without_a_volume_claim():
+    docs = render("postgres")
+    assert [doc for doc in docs if doc["kind"] == "PersistentVolumeClaim"] == []
+    assert one(docs, "Deployment")["spec"]["replicas"] > 1
+    url = kelpie_config(docs).database.url
+    assert url.startswith("postgresql://") and ":" not in url.split("//")[1].split("@")[0]
+
+
+def test_namespaced_rbac_has_a_role_in_each_allowed_namespace_and_nothing_cluster_wide():
+    docs = render("namespaced-rbac")
+    kinds = {doc["kind"] for doc in docs}
+    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
+    config = kelpie_config(docs)
+    allowed = {ns for role in config.roles.values() for ns in role.namespaces}
+    roles = {doc["metadata"]["namespace"] for doc in docs if doc["kind"] == "Role"}
+    bindings = {doc["metadata"]["namespace"] for doc in docs if doc["kind"] == "RoleBinding"}
+    assert "*" not in allowed
+    assert allowed == roles == bindings
+    for role in (doc for doc in docs if doc["kind"] == "Role"):
+        resources = {r for rule in role["rules"] for r in rule["resources"]}
+        assert "secrets" not in resources
