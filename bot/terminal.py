@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import getpass
 import io
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -49,9 +51,20 @@ from bot.policy.roles import ChannelBinding, ChannelRoles
 log = logging.getLogger(__name__)
 
 TERMINAL_TEAM = "terminal"
+
+
+def _login_name() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a container user with no passwd entry
+        return "terminal-user"
+
+
+# Slack's mention syntax, shown at a terminal as the plain @name it stands for.
+_MENTION = re.compile(r"<@([^<>|]+)(?:\|[^<>]*)?>")
 # Who asks and who decides: the person at the terminal, who runs kelpie with the config's
 # cluster credentials in hand.
-TERMINAL_USER = "terminal-user"
+TERMINAL_USER = _login_name()
 PROMPT = "you> "
 APPROVAL_PROMPT = "Approve this change? [y/N] "
 QUIT_WORDS = frozenset({"/quit", "/exit"})
@@ -64,8 +77,8 @@ class ChannelNotEnabled(KelpieError):
 
 
 def terminal_binding(roles: ChannelRoles, channel_name: str | None) -> ChannelBinding:
-    """The role of a channel of that name; no name means a direct message (`im: true`)."""
-    binding = roles.bind("", channel_name, is_im=channel_name is None)
+    """The role of a channel with that id or name; none means a direct message (`im: true`)."""
+    binding = roles.bind(channel_name or "", channel_name, is_im=channel_name is None)
     if binding is not None:
         return binding
     if channel_name is None:
@@ -158,7 +171,7 @@ class Console:
     def write(self, text: str) -> None:
         if not text:
             return
-        self._out.write(text)
+        self._out.write(_MENTION.sub(r"@\1", text))
         self._out.flush()
         self._at_line_start = text.endswith("\n")
 

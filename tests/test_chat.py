@@ -21,7 +21,7 @@ import yaml
 
 from bot.config import load_config
 from bot.policy.roles import ChannelRoles
-from bot.terminal import ChannelNotEnabled, terminal_binding
+from bot.terminal import TERMINAL_USER, ChannelNotEnabled, terminal_binding
 from tests.peers.kube_server import KubeServer
 from tests.peers.model_server import ModelServer
 from tests.world import MODEL_KEY, base_config
@@ -133,6 +133,7 @@ async def peers(tmp_path: Path) -> AsyncIterator[Peers]:
     no_slack = SimpleNamespace(api_url="http://127.0.0.1:9/api/")
     config: dict[str, Any] = base_config(no_slack, model, kubeconfig, db)  # type: ignore[arg-type]
     config["channels"] = [
+        {"match": {"id": "C0ADMIN"}, "role": "operator", "namespace": "platform"},
         {"match": {"name": "shop-ops"}, "role": "operator", "namespace": "shop"},
         {"match": {"name": "shop-*"}, "role": "viewer", "namespace": "shop"},
         {"match": {"im": True}, "role": "viewer"},
@@ -246,11 +247,13 @@ async def test_a_write_asks_for_approval_at_the_prompt(
     if executed:
         assert [(w.method, w.path) for w in writes] == [("PATCH", SCALE_PATH)]
         assert writes[0].body["spec"] == {"replicas": 5}
-        assert "Approved by terminal-user" in chat.text[asked:end]
+        # The person at the terminal by their login name, never Slack's <@…> syntax.
+        assert f"Approved by {TERMINAL_USER}" in chat.text[asked:end]
+        assert "<@" not in chat.text
         assert "✓ scale_deployment" in chat.text[asked:end]
         assert "Scaled deployment shop/checkout-api" in tool_result["content"]
         audits = rows(peers.db, "SELECT phase, approved_by, ok FROM write_audit ORDER BY id")
-        assert audits == [("intent", "terminal-user", 1), ("outcome", "terminal-user", 1)]
+        assert audits == [("intent", TERMINAL_USER, 1), ("outcome", TERMINAL_USER, 1)]
     else:
         assert writes == []
         assert "Rejected: not executed." in chat.text[asked:end]
@@ -317,3 +320,5 @@ def test_the_role_is_the_named_channels_and_without_a_name_the_dm_mapping(peers:
     assert (dm.role_name, dm.namespace) == ("viewer", None)
     with pytest.raises(ChannelNotEnabled):
         terminal_binding(roles, "random")
+    by_id = terminal_binding(roles, "C0ADMIN")  # a channel the config names by id
+    assert (by_id.role_name, by_id.namespace) == ("operator", "platform")
