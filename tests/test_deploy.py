@@ -18,15 +18,18 @@ DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 OVERLAYS = ["socket-mode", "http", "postgres", "namespaced-rbac"]
 
 
-def render(overlay: str) -> list[dict[str, Any]]:
-    rendered = subprocess.run(
+def render_text(overlay: str) -> str:
+    return subprocess.run(
         ["kubectl", "kustomize", str(DEPLOY / "overlays" / overlay)],
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
     ).stdout
-    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def render(overlay: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(render_text(overlay)) if doc]
 
 
 def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -125,3 +128,24 @@ def test_namespaced_rbac_has_a_role_in_each_allowed_namespace_and_nothing_cluste
     for role in (doc for doc in docs if doc["kind"] == "Role"):
         resources = {r for rule in role["rules"] for r in rule["resources"]}
         assert "secrets" not in resources
+
+
+@pytest.mark.realkube
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_passes_a_server_side_dry_run_on_a_real_api_server(realkube, overlay):
+    """Every object of the overlay, as `kubectl apply` sends it, accepted by a real
+    kube-apiserver's validation and admission (nothing is stored)."""
+    cluster, _ = realkube
+    rendered = render_text(overlay)
+    kubeconfig = str(cluster.kubeconfig("admin"))
+    applied = subprocess.run(
+        ["kubectl", "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", "-"],
+        input=rendered,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert applied.returncode == 0, applied.stderr
+    lines = applied.stdout.splitlines()
+    assert len(lines) == len([doc for doc in yaml.safe_load_all(rendered) if doc])
+    assert all(line.endswith("(server dry run)") for line in lines), lines
