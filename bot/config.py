@@ -224,10 +224,23 @@ def _tool_pattern(pattern: str) -> str:
 ToolPattern = Annotated[str, AfterValidator(_tool_pattern)]
 
 
+class ImpersonateConfig(_Strict):
+    """The Kubernetes identity a role's calls act as (Impersonate-User / -Group headers)."""
+
+    user: str = Field(min_length=1)
+    groups: list[str] = Field(default_factory=list)
+
+
+class RoleKubernetesConfig(_Strict):
+    impersonate: ImpersonateConfig | None = None
+
+
 class RoleConfig(_Strict):
     tools: list[ToolPattern]
     namespaces: list[str] = Field(default_factory=lambda: ["*"])
     approval: ApprovalConfig = ApprovalConfig()
+    # With `impersonate`, the cluster's RBAC for that identity applies too.
+    kubernetes: RoleKubernetesConfig = RoleKubernetesConfig()
 
 
 class ChannelMatch(_Strict):

@@ -382,7 +382,9 @@ class Engine:
         scope = replace(
             parent.scope,
             offered=frozenset(tool.name for tool in tools),
-            tool_context=ToolContext(context.cluster, namespace or context.default_namespace),
+            tool_context=ToolContext(
+                context.cluster, namespace or context.default_namespace, context.identity
+            ),
         )
         policy = parent.policy.with_rounds(self._background_rounds, "background investigation")
         sub = Engine(

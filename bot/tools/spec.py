@@ -50,11 +50,25 @@ class BackgroundPort(Protocol):
 
 
 @dataclass(frozen=True)
+class KubeIdentity:
+    """Who the Kubernetes API is asked to act as (Impersonate-User / Impersonate-Group)."""
+
+    user: str
+    groups: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        groups = f" (groups {', '.join(self.groups)})" if self.groups else ""
+        return f"Kubernetes user {self.user}{groups}"
+
+
+@dataclass(frozen=True)
 class ToolContext:
-    """Where the question was asked: which cluster, which default namespace."""
+    """Where the question was asked: which cluster, which default namespace, and which
+    Kubernetes identity the channel's role acts as (None: kelpie's own)."""
 
     cluster: str
     default_namespace: str | None = None
+    identity: KubeIdentity | None = None
     # The running turn's background investigations; None where they are not available
     # (e.g. inside a background investigation).
     background: BackgroundPort | None = field(default=None, compare=False, repr=False)
@@ -120,7 +134,7 @@ class WritePlan:
 
 class WriteOperation(Protocol):
     """A write tool's two halves. Nothing changes in `prepare`; `execute` runs only after a
-    person approved, bound to the previewed object (uid/resourceVersion preconditions)."""
+    person approved, bound to the previewed object (its uid, and what the preview rested on)."""
 
     async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
         """Validate, check our own RBAC (SelfSubjectAccessReview), read the target, dry-run.

@@ -125,6 +125,8 @@ class RecordedRequest:
     content_type: str | None
     headers: dict[str, str] = field(default_factory=dict)
     status: int | None = None  # filled in once answered
+    # Impersonate-User and every Impersonate-Group header, as the real server reads them.
+    acting_as: tuple[str | None, tuple[str, ...]] = (None, ())
 
 
 @dataclass
@@ -1004,6 +1006,10 @@ class KubeServer:
             body,
             request.headers.get("Content-Type"),
             headers,
+            acting_as=(
+                request.headers.get("Impersonate-User"),
+                tuple(request.headers.getall("Impersonate-Group", [])),
+            ),
         )
         self.requests.append(record)
         request[_BODY] = body

@@ -16,17 +16,20 @@ configuration) and runs every blocking call through `KubeClient.call`, which:
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from bot.errors import ConfigError
-from bot.tools.spec import ToolFailure
+from bot.tools.spec import KubeIdentity, ToolFailure
 
 T = TypeVar("T")
 
@@ -52,6 +55,51 @@ _STATUS_TEXT = {
     503: "503 Service Unavailable",
     504: "504 Gateway Timeout",
 }
+
+
+# The identity the call running in this worker thread acts as; set by `KubeClient._in_thread`
+# (asyncio.to_thread copies the context), read by `_Impersonating` for each request.
+_ACTING_AS: ContextVar[KubeIdentity | None] = ContextVar("kube_acting_as", default=None)
+
+
+class _Impersonating:
+    """Wraps the client's urllib3 pool manager: adds Impersonate-User and one
+    Impersonate-Group header per group (the Python client has no way to repeat a header,
+    and ignores a kubeconfig's `as:` / `as-groups:`)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def request(self, method: str, url: str, **kwargs: Any) -> Any:
+        identity = _ACTING_AS.get()
+        if identity is not None:
+            headers = urllib3.HTTPHeaderDict(kwargs.get("headers") or {})
+            headers["Impersonate-User"] = identity.user
+            for group in identity.groups:
+                headers.add("Impersonate-Group", group)
+            kwargs["headers"] = headers
+        return self._inner.request(method, url, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _kubeconfig_identity(path: str, context: str | None) -> KubeIdentity | None:
+    """`as:` / `as-groups:` of the context's user in a kubeconfig, if set."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = yaml.safe_load(handle) or {}
+        name = context or document.get("current-context")
+        ctx = next(c for c in document.get("contexts") or [] if c.get("name") == name)
+        user_name = (ctx.get("context") or {}).get("user")
+        user = next(u for u in document.get("users") or [] if u.get("name") == user_name)
+    except (OSError, yaml.YAMLError, StopIteration, AttributeError, TypeError):
+        return None
+    settings = user.get("user") or {}
+    as_user, as_groups = settings.get("as"), settings.get("as-groups") or []
+    if not as_user:
+        return None
+    return KubeIdentity(str(as_user), tuple(str(g) for g in as_groups))
 
 
 class KubeFailure(ToolFailure):
@@ -90,10 +138,16 @@ class KubeClient:
         *,
         name: str = "default",
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S,
+        identity: KubeIdentity | None = None,
     ) -> None:
         self.name = name
         self.request_timeout = request_timeout
+        self.identity = identity
         self._api = api_client
+        rest = api_client.rest_client
+        if not isinstance(rest.pool_manager, _Impersonating):
+            # Duck-typed: the REST client only calls `request` on it.
+            rest.pool_manager = _Impersonating(rest.pool_manager)  # type: ignore[assignment]
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.authz = client.AuthorizationV1Api(api_client)
@@ -122,7 +176,8 @@ class KubeClient:
             raise ConfigError(
                 [f"kubernetes cluster {name}: cannot load kubeconfig {where}: {exc}"]
             ) from exc
-        return cls(api, name=name, request_timeout=request_timeout)
+        identity = _kubeconfig_identity(path, context)
+        return cls(api, name=name, request_timeout=request_timeout, identity=identity)
 
     @classmethod
     def in_cluster(
@@ -147,6 +202,14 @@ class KubeClient:
     @property
     def host(self) -> str:
         return str(self._api.configuration.host)
+
+    def acting_as(self, identity: KubeIdentity | None) -> KubeClient:
+        """This client, every call impersonating `identity` (None: as configured)."""
+        if identity is None or identity == self.identity:
+            return self
+        view = copy.copy(self)
+        view.identity = identity
+        return view
 
     async def call(self, describe: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run one blocking client call in a thread; failures become one-sentence KubeFailures.
@@ -185,8 +248,17 @@ class KubeClient:
         return await self._in_thread(describe, fetch)
 
     async def _in_thread(self, describe: str, thunk: Callable[[], T]) -> T:
+        identity = self.identity
+
+        def acting() -> T:
+            token = _ACTING_AS.set(identity)
+            try:
+                return thunk()
+            finally:
+                _ACTING_AS.reset(token)
+
         try:
-            return await asyncio.to_thread(thunk)
+            return await asyncio.to_thread(acting)
         except ApiException as exc:
             raise self._api_failure(describe, exc) from exc
         except urllib3.exceptions.MaxRetryError as exc:
@@ -212,6 +284,10 @@ class KubeClient:
                 text = (
                     f"Kubernetes did not accept the bot's credentials (401 Unauthorized) "
                     f"to {describe}: {message}."
+                )
+            case 403 if self.identity is not None:
+                text = (
+                    f"The cluster's RBAC does not let {self.identity} {describe} (403 Forbidden)."
                 )
             case 403:
                 text = f"Kubernetes refused (403 Forbidden) to {describe}: {message}."

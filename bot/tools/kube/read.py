@@ -265,7 +265,7 @@ class _ReadTools:
         self._clients = clients
 
     def _kube(self, context: ToolContext) -> KubeClient:
-        return self._clients.client_for(context.cluster)
+        return self._clients.client_for(context.cluster).acting_as(context.identity)
 
     async def _events_for(
         self, kube: KubeClient, namespace: str, kind: str, name: str

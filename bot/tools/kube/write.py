@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -40,6 +40,7 @@ from bot.tools.kube.client import KubeClient, KubeClients, KubeFailure
 from bot.tools.kube.read import dig, pod_phase
 from bot.tools.spec import (
     FieldChange,
+    KubeIdentity,
     Tool,
     ToolArgumentError,
     ToolContext,
@@ -316,6 +317,13 @@ def _moved(path: tuple[str, ...], before: Any, now: Any) -> str:
     return f"{'.'.join(path)} was {_show(before)} and is now {_show(now)}"
 
 
+def _plan_identity(plan: WritePlan) -> KubeIdentity | None:
+    bound = plan.args.get("as")
+    if not isinstance(bound, dict):
+        return None
+    return KubeIdentity(str(bound["user"]), tuple(str(g) for g in bound.get("groups") or []))
+
+
 _READERS = {
     "Deployment": lambda kube: kube.apps.read_namespaced_deployment,
     "Pod": lambda kube: kube.core.read_namespaced_pod,
@@ -331,12 +339,38 @@ class _WriteOperation:
     def __init__(self, clients: KubeClients) -> None:
         self._clients = clients
 
-    def _kube(self, cluster: str) -> KubeClient:
-        return self._clients.client_for(cluster)
+    async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
+        """The tool's plan; one made as a role's Kubernetes identity stays bound to it."""
+        plan = await self._prepare(args, context)
+        who = context.identity
+        if who is None:
+            return plan
+        bound = {"user": who.user, "groups": list(who.groups)}
+        return replace(
+            plan, description=f"{plan.description} (as {who})", args=plan.args | {"as": bound}
+        )
 
-    def _check_plan(self, plan: WritePlan) -> None:
+    async def execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
         if plan.tool != self.tool_name:
             raise ToolFailure(f"a {plan.tool} plan cannot be executed by {self.tool_name}.")
+        result = await self._execute(plan, context)
+        who = _plan_identity(plan)
+        if who is None:
+            return result
+        return replace(result, summary=f"{result.summary} (as {who})")
+
+    def _kube(self, context: ToolContext) -> KubeClient:
+        return self._clients.client_for(context.cluster).acting_as(context.identity)
+
+    def _plan_kube(self, plan: WritePlan) -> KubeClient:
+        """The client for the approved write: as the identity the plan was made with."""
+        return self._clients.client_for(plan.cluster).acting_as(_plan_identity(plan))
+
+    async def _prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
+        raise NotImplementedError
+
+    async def _execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
+        raise NotImplementedError
 
     async def _require_access(self, kube: KubeClient, access: _Access) -> None:
         review = await kube.call_json(
@@ -348,8 +382,9 @@ class _WriteOperation:
         if status.get("allowed") is True:
             return
         why = status.get("reason") or status.get("evaluationError")
+        who = kube.identity or "kelpie's Kubernetes identity"
         raise ToolFailure(
-            f"kelpie's Kubernetes identity may not {access}"
+            f"{who} may not {access}"
             + (f" ({why})." if why else ".")
             + " Ask a cluster admin to grant it, or make the change another way."
         )
@@ -473,14 +508,14 @@ class ScaleDeployment(_DeploymentWrite):
         super().__init__(clients)
         self.max_replicas = max_replicas
 
-    async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
+    async def _prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
         args = only_args(args, ["namespace", "name", "replicas"])
         namespace, name = _namespace(args, context), _required_name(args)
         if "replicas" not in args:
             raise ToolArgumentError("replicas is required.")
         replicas = int_arg(args, "replicas", default=None, minimum=0, maximum=self.max_replicas)
         assert replicas is not None
-        kube = self._kube(context.cluster)
+        kube = self._kube(context)
         await self._require_access(
             kube, _Access("patch", "deployments", "apps", "scale", namespace, name)
         )
@@ -522,10 +557,9 @@ class ScaleDeployment(_DeploymentWrite):
     def _body(metadata: Obj, replicas: int) -> Obj:
         return {"metadata": metadata, "spec": {"replicas": replicas}}
 
-    async def execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
-        self._check_plan(plan)
+    async def _execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
         target, replicas = plan.target, int(plan.args["replicas"])
-        kube = self._kube(plan.cluster)
+        kube = self._plan_kube(plan)
 
         # The scale subresource is a view of the deployment: the deployment is re-read and
         # checked, and its uid and resourceVersion are the scale patch's preconditions.
@@ -557,10 +591,10 @@ def _at(target: WriteTarget) -> tuple[str, ...]:
 class RestartDeployment(_DeploymentWrite):
     tool_name = "restart_deployment"
 
-    async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
+    async def _prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
         args = only_args(args, ["namespace", "name"])
         namespace, name = _namespace(args, context), _required_name(args)
-        kube = self._kube(context.cluster)
+        kube = self._kube(context)
         await self._require_access(
             kube, _Access("patch", "deployments", "apps", None, namespace, name)
         )
@@ -606,10 +640,9 @@ class RestartDeployment(_DeploymentWrite):
             "spec": {"template": {"metadata": {"annotations": annotations}}},
         }
 
-    async def execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
-        self._check_plan(plan)
+    async def _execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
         target = plan.target
-        kube = self._kube(plan.cluster)
+        kube = self._plan_kube(plan)
         stamp = str(plan.args["restarted_at"])
         await self._patch_deployment(
             kube, plan, lambda meta: self._body(meta, stamp), MERGE_PATCH, "restart"
@@ -625,11 +658,11 @@ class RestartDeployment(_DeploymentWrite):
 class RollbackDeployment(_DeploymentWrite):
     tool_name = "rollback_deployment"
 
-    async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
+    async def _prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
         args = only_args(args, ["namespace", "name", "revision"])
         namespace, name = _namespace(args, context), _required_name(args)
         wanted = int_arg(args, "revision", default=None, minimum=1, maximum=2**31 - 1)
-        kube = self._kube(context.cluster)
+        kube = self._kube(context)
         await self._require_access(
             kube, _Access("patch", "deployments", "apps", None, namespace, name)
         )
@@ -725,10 +758,9 @@ class RollbackDeployment(_DeploymentWrite):
     def _body(metadata: Obj, template_patch: Any) -> Obj:
         return {"metadata": metadata, "spec": {"template": template_patch}}
 
-    async def execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
-        self._check_plan(plan)
+    async def _execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
         target = plan.target
-        kube = self._kube(plan.cluster)
+        kube = self._plan_kube(plan)
         template = plan.args["template"]
         await self._patch_deployment(
             kube, plan, lambda meta: self._body(meta, template), MERGE_PATCH, "roll back"
@@ -755,7 +787,7 @@ def _without_hash(template: Obj) -> Obj:
 class SetContainerResources(_DeploymentWrite):
     tool_name = "set_container_resources"
 
-    async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
+    async def _prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
         args = only_args(args, ["namespace", "name", "container", "requests", "limits"])
         namespace, name = _namespace(args, context), _required_name(args)
         container = _required_name(args, "container")
@@ -766,7 +798,7 @@ class SetContainerResources(_DeploymentWrite):
                 "give at least one value in requests or limits (cpu and/or memory)."
             )
         _check_order(requests, limits, "")
-        kube = self._kube(context.cluster)
+        kube = self._kube(context)
         await self._require_access(
             kube, _Access("patch", "deployments", "apps", None, namespace, name)
         )
@@ -835,10 +867,9 @@ class SetContainerResources(_DeploymentWrite):
             },
         }
 
-    async def execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
-        self._check_plan(plan)
+    async def _execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
         target = plan.target
-        kube = self._kube(plan.cluster)
+        kube = self._plan_kube(plan)
         container = str(plan.args["container"])
         requests, limits = dict(plan.args["requests"]), dict(plan.args["limits"])
         await self._patch_deployment(
@@ -912,13 +943,13 @@ def _check_order(requests: dict[str, Any], limits: dict[str, Any], context: str)
 class DeletePod(_WriteOperation):
     tool_name = "delete_pod"
 
-    async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
+    async def _prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
         args = only_args(args, ["namespace", "name", "grace_period_seconds"])
         namespace, name = _namespace(args, context), _required_name(args)
         grace = int_arg(
             args, "grace_period_seconds", default=None, minimum=0, maximum=MAX_GRACE_PERIOD_S
         )
-        kube = self._kube(context.cluster)
+        kube = self._kube(context)
         await self._require_access(kube, _Access("delete", "pods", "", None, namespace, name))
         pod = await kube.call_json(
             f"read pod {namespace}/{name}", kube.core.read_namespaced_pod, name, namespace
@@ -985,10 +1016,9 @@ class DeletePod(_WriteOperation):
             body["gracePeriodSeconds"] = grace
         return body
 
-    async def execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
-        self._check_plan(plan)
+    async def _execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
         target = plan.target
-        kube = self._kube(plan.cluster)
+        kube = self._plan_kube(plan)
         grace = plan.args.get("grace_period_seconds")
         body = self._body(target.uid, None if grace is None else int(grace))
 
@@ -1021,10 +1051,10 @@ class _NodeSchedulability(_WriteOperation):
         self.tool_name = "cordon_node" if unschedulable else "uncordon_node"
         self._verb = "cordon" if unschedulable else "uncordon"
 
-    async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
+    async def _prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
         args = only_args(args, ["name"])
         name = _required_name(args)
-        kube = self._kube(context.cluster)
+        kube = self._kube(context)
         await self._require_access(kube, _Access("patch", "nodes", "", None, None, name))
         node = await kube.call_json(f"read node {name}", kube.core.read_node, name)
         target = _target("Node", node)
@@ -1063,10 +1093,9 @@ class _NodeSchedulability(_WriteOperation):
     def _body(self, metadata: Obj) -> Obj:
         return {"metadata": metadata, "spec": {"unschedulable": self.unschedulable}}
 
-    async def execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
-        self._check_plan(plan)
+    async def _execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
         target = plan.target
-        kube = self._kube(plan.cluster)
+        kube = self._plan_kube(plan)
 
         async def patch(current: Obj) -> Any:
             return await kube.call_json(

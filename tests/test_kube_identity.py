@@ -1,0 +1,228 @@
+"""A role's Kubernetes identity: every call of the turn impersonates it, the approved write
+too, and the cluster's RBAC for that identity decides (real server: one identity allowed,
+another refused, both in sentences)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from bot.config import RoleConfig
+from bot.store.approvals import WriteAuditRepository
+from bot.tools.kube.client import KubeClients, KubeFailure
+from bot.tools.kube.read import read_tools
+from bot.tools.kube.write import write_tools
+from bot.tools.spec import KubeIdentity, ToolContext, ToolFailure, WritePlan
+from tests.peers.kube_server import Demo, KubeServer
+from tests.realkube.backends import CLUSTER, RealBackend
+from tests.realkube.cluster import KELPIE_USER, Admin, RealKube
+from tests.test_approvals import card_text, click, propose_scale
+from tests.world import CAROL, OPS_CHANNEL, World
+
+ALICE = KubeIdentity("alice", ("oncall", "team-a"))
+BOB = KubeIdentity("bob", ("team-b",))
+
+
+def _tools(clients: KubeClients) -> dict[str, Any]:
+    return {t.name: t for t in [*read_tools(clients), *write_tools(clients)]}
+
+
+async def test_every_call_of_the_turn_and_the_approved_write_impersonate(
+    kube: KubeServer, demo: Demo, tmp_path: Path
+) -> None:
+    clients = KubeClients.build(
+        [("prod", str(kube.write_kubeconfig(tmp_path / "kubeconfig")), None, False)]
+    )
+    tools = _tools(clients)
+    ctx = ToolContext("prod", "shop", ALICE)
+    try:
+        await tools["list_pods"].handler({}, ctx)
+        scale = tools["scale_deployment"].write
+        plan = await scale.prepare({"name": demo.deployment, "replicas": 4}, ctx)
+        assert plan.description.endswith("(as Kubernetes user alice (groups oncall, team-a))")
+        # The approval runs later, in another context: the plan carries the identity.
+        stored = json.loads(json.dumps(plan.args))
+        rebuilt = WritePlan(
+            plan.tool, plan.description, plan.cluster, plan.target, plan.changes, stored
+        )
+        mark = len(kube.requests)
+        result = await scale.execute(rebuilt, ToolContext("prod", "shop"))
+        assert result.summary.endswith("(as Kubernetes user alice (groups oncall, team-a))")
+        assert kube.requests[mark:], "the approved write was sent"
+        assert {r.acting_as for r in kube.requests} == {("alice", ("oncall", "team-a"))}
+        await tools["list_pods"].handler({}, ToolContext("prod", "shop"))
+        assert kube.requests[-1].acting_as == (None, ())
+    finally:
+        clients.close()
+
+
+async def test_a_kubeconfig_as_and_as_groups_are_honoured(
+    kube: KubeServer, demo: Demo, tmp_path: Path
+) -> None:
+    path = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    config = json.loads(path.read_text())
+    config["users"][0]["user"] |= {"as": "carol", "as-groups": ["sre", "oncall"]}
+    path.write_text(json.dumps(config))
+    clients = KubeClients.build([("prod", str(path), None, False)])
+    try:
+        await _tools(clients)["list_pods"].handler({}, ToolContext("prod", "shop"))
+        assert kube.requests[-1].acting_as == ("carol", ("sre", "oncall"))
+        # A role's identity is more specific than the kubeconfig's.
+        await _tools(clients)["list_pods"].handler({}, ToolContext("prod", "shop", BOB))
+        assert kube.requests[-1].acting_as == ("bob", ("team-b",))
+    finally:
+        clients.close()
+
+
+def _rbac(admin: Admin, namespace: str) -> None:
+    """team-a may scale deployments in `namespace`; kelpie may impersonate alice and bob."""
+    admin.rbac.create_namespaced_role(
+        namespace,
+        {
+            "metadata": {"name": "scaler"},
+            "rules": [
+                {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list"]},
+                {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["patch"]},
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            ],
+        },
+    )
+    ref = {"apiGroup": "rbac.authorization.k8s.io"}
+    admin.rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "scaler"},
+            "roleRef": ref | {"kind": "Role", "name": "scaler"},
+            "subjects": [ref | {"kind": "Group", "name": "team-a"}],
+        },
+    )
+
+
+def _impersonation_grant(admin: Admin) -> None:
+    """What a cluster admin grants kelpie for the identities its config names."""
+    if admin.json(admin.rbac.read_cluster_role, "kelpie-impersonate-test") is not None:
+        return
+    admin.rbac.create_cluster_role(
+        {
+            "metadata": {"name": "kelpie-impersonate-test"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["users"],
+                    "verbs": ["impersonate"],
+                    "resourceNames": ["alice", "bob"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["groups"],
+                    "verbs": ["impersonate"],
+                    "resourceNames": ["oncall", "team-a", "team-b"],
+                },
+            ],
+        }
+    )
+    ref = {"apiGroup": "rbac.authorization.k8s.io"}
+    admin.rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": "kelpie-impersonate-test"},
+            "roleRef": ref | {"kind": "ClusterRole", "name": "kelpie-impersonate-test"},
+            "subjects": [ref | {"kind": "User", "name": KELPIE_USER}],
+        }
+    )
+
+
+@pytest.mark.realkube
+async def test_the_same_request_is_allowed_for_one_identity_and_refused_for_another(
+    realkube: tuple[RealKube, Admin], tmp_path: Path
+) -> None:
+    cluster, admin = realkube
+    backend = RealBackend(cluster, admin)
+    _impersonation_grant(admin)
+    _rbac(admin, backend.namespace)
+    backend.deployment("web", replicas=1)
+    tools = _tools(backend.clients)
+    scale = tools["scale_deployment"].write
+    args = {"name": "web", "replicas": 2}
+    try:
+        as_bob = ToolContext(CLUSTER, backend.namespace, BOB)
+        with pytest.raises(ToolFailure) as refused:
+            await scale.prepare(args, as_bob)
+        assert str(refused.value).startswith(
+            "Kubernetes user bob (groups team-b) may not patch deployments/scale in "
+            f"{backend.namespace}"
+        )
+        with pytest.raises(KubeFailure) as forbidden:
+            await tools["list_pods"].handler({}, as_bob)
+        assert str(forbidden.value) == (
+            "The cluster's RBAC does not let Kubernetes user bob (groups team-b) list pods "
+            f"in namespace {backend.namespace} (403 Forbidden)."
+        )
+        # alice is allowed only through team-a, her second group: every group is sent.
+        as_alice = ToolContext(CLUSTER, backend.namespace, ALICE)
+        plan = await scale.prepare(args, as_alice)
+        result = await scale.execute(plan, ToolContext(CLUSTER, backend.namespace))
+        assert result.summary.endswith("(as Kubernetes user alice (groups oncall, team-a))")
+        deployment = backend.read("Deployment", "web")
+        assert deployment is not None and deployment["spec"]["replicas"] == 2
+        pods = await tools["list_pods"].handler({}, as_alice)
+        assert pods.summary
+
+        # The same identity from a kubeconfig's `as:` / `as-groups:`.
+        config = yaml.safe_load(cluster.kubeconfig("kelpie").read_text())
+        config["users"][0]["user"] |= {"as": "bob", "as-groups": ["team-b"]}
+        path = tmp_path / "as-bob.kubeconfig"
+        path.write_text(yaml.safe_dump(config))
+        as_bob_clients = KubeClients.build([(CLUSTER, str(path), None, False)])
+        try:
+            with pytest.raises(KubeFailure, match="does not let Kubernetes user bob"):
+                await _tools(as_bob_clients)["list_pods"].handler(
+                    {}, ToolContext(CLUSTER, backend.namespace)
+                )
+        finally:
+            as_bob_clients.close()
+    finally:
+        backend.close()
+
+
+async def test_a_roles_identity_from_config_reaches_the_cluster_and_the_audit(
+    world: World,
+) -> None:
+    """roles.operator.kubernetes.impersonate: the turn's reads, the preview, the approved
+    write all act as that identity; the card and the write audit name it."""
+    await world.start_bot(
+        {
+            "roles": {
+                "operator": {
+                    "kubernetes": {"impersonate": {"user": "alice", "groups": ["oncall", "sre"]}}
+                }
+            }
+        }
+    )
+    mention, card = await propose_scale(world, then="Scaled.")
+    assert "as Kubernetes user alice (groups oncall, sre)" in card_text(card)
+    await click(world, CAROL, card)
+    await world.wait_bot_replies(OPS_CHANNEL, mention["ts"], 3)
+    await world.drain()
+    deployment = world.kube.get("Deployment", "shop", "checkout-api")
+    assert deployment is not None and deployment["spec"]["replicas"] == 5
+    assert world.kube.requests
+    assert {r.acting_as for r in world.kube.requests} == {("alice", ("oncall", "sre"))}
+    audits = await WriteAuditRepository(world.bots[0].db).all()
+    outcome = next(a for a in audits if a.phase == "outcome")
+    assert outcome.ok and str(outcome.result).endswith(
+        "(as Kubernetes user alice (groups oncall, sre))"
+    )
+
+
+def test_an_impersonation_without_a_user_is_a_config_error() -> None:
+    with pytest.raises(ValidationError):
+        RoleConfig.model_validate({"tools": ["read/*"], "kubernetes": {"impersonate": {}}})
+    with pytest.raises(ValidationError):
+        RoleConfig.model_validate(
+            {"tools": ["read/*"], "kubernetes": {"impersonate": {"user": "a", "group": "x"}}}
+        )
