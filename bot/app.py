@@ -57,6 +57,7 @@ from bot.slack.channels import ChannelDirectory
 from bot.slack.commands import SlashCommands
 from bot.slack.people import ApproverDirectory
 from bot.slack.progress import SlackReporters
+from bot.slack.safe_client import SafeWebClient
 from bot.slack.stop import StopHandler
 from bot.store.approvals import (
     ApprovalRepository,
@@ -92,10 +93,14 @@ log = logging.getLogger(__name__)
 EVENT_MEMORY = timedelta(days=1)
 
 
+class SlackClient(SafeWebClient, MeteredWebClient):
+    """Every call masked and no post unfurled (`SafeWebClient`), then failures counted."""
+
+
 def slack_client(config: Config, secrets: Secrets, metrics: Metrics) -> AsyncWebClient:
-    """Every Slack client: the configured base URL, 429s retried after Retry-After, and
-    failures and 429s counted."""
-    return MeteredWebClient(
+    """Every Slack client: the configured base URL, 429s retried after Retry-After, every
+    call masked, no post unfurled, and failures and 429s counted."""
+    return SlackClient(
         token=secrets.bot_token,
         base_url=config.slack.api_url,
         retry_handlers=[
@@ -410,7 +415,7 @@ def build_kelpie(
     roles = ChannelRoles(config)
     ledger = EventLedger(core.db)
     SlashCommands(
-        slack_app, channels, roles, core.registry, core.sessions, core.payloads
+        slack_app, channels, roles, core.registry, core.sessions, core.payloads, approvers
     ).register()
     SlackAdapter(
         slack_app,

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bot.config import LogFormat, LoggingConfig
+from bot.model.outbound import install_log_masking
 
 # Immutable pairs: every bind makes a new value, so a task never changes its parent's ids.
 _CONTEXT: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar(
@@ -54,8 +55,10 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             **current(),
         }
-        if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:  # masked by the handler's MaskingLogFilter
+            line["exception"] = record.exc_text
         return json.dumps(line, ensure_ascii=False)
 
 
@@ -77,6 +80,7 @@ def configure(settings: LoggingConfig, *, level: str | None = None) -> None:
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
+    install_log_masking(root)  # no secret reaches the log, whoever logged it
     root.setLevel((level or settings.level).upper())
     for noisy in _NOISY:
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -14,7 +14,7 @@ from bot.agent.toolround import REPEATED_NOTE
 from bot.store.tables import UsageRow
 from tests.peers.kube_server import RecordedRequest
 from tests.peers.model_server import DynamicStep, TextStep, tool_calls_step
-from tests.world import ALICE, BOB, SHOP_CHANNEL, World
+from tests.world import ALICE, BOB, CAROL, SHOP_CHANNEL, World
 
 UPDATE = {"slack": {"streaming": "update"}}
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
@@ -172,7 +172,8 @@ async def test_secrets_in_logs_never_reach_the_model_and_the_payload_shows_them_
         "leaky-0 logs credentials in clear text [E1]; it runs one container [E2] [E9].",
         usage=False,
     )
-    bot = await world.start_bot(UPDATE)
+    approver = {"roles": {"viewer": {"approval": {"approvers": {"users": [CAROL]}}}}}
+    bot = await world.start_bot({**UPDATE, **approver})
     mention, answer = await ask(world, "why does leaky-0 fail? my password=swordfish")
 
     sent = json.dumps(world.model.requests)
@@ -187,19 +188,32 @@ async def test_secrets_in_logs_never_reach_the_model_and_the_payload_shows_them_
     for secret in ("hunter2", "swordfish", JWT, AWS_SECRET):
         assert secret not in payload_text
     assert payload["request"]["messages"] == world.model.requests[-1]["messages"]
-    kinds = {entry["kind"] for entry in payload["masked"]}
-    assert {"credential_pair", "jwt", "secret_pair", "bearer_token"} <= kinds
+    # Tool results were masked when they came back (before the database and hooks saw
+    # them); the gateway masks what is left, here the person's own password.
+    assert {entry["kind"] for entry in payload["masked"]} == {"credential_pair"}
+    tool_text = json.dumps(tool_messages(payload["request"]))
+    assert tool_text.count("[MASKED]") >= 4 and "AWS_SECRET_ACCESS_KEY=[MASKED]" in tool_text
     # Evidence: the unknown [E9] is gone from what the thread shows; known refs stay.
     assert "[E9]" not in answer and "[E1]" in answer and "[E2]" in answer
 
-    # `/kelpie payload` in the channel uploads that masked payload into the thread.
+    # `/kelpie payload` shows that masked payload, ephemerally, to an approver only.
     command = world.slack.slash_command("/kelpie", "payload", ALICE, SHOP_CHANNEL)
     await world.slack.deliver("slash_commands", command)
     reply = await world.slack.wait_for(lambda s: s.responses_to(command["response_url"]))
-    assert "Posted the last request" in str(reply[-1].body.get("text"))
-    uploaded = [f for f in world.slack.files.values() if f.thread_ts == mention["ts"]]
-    assert len(uploaded) == 1 and uploaded[0].text == payload_text
-    assert "password=[MASKED]" in uploaded[0].text
+    assert "Only people allowed to approve" in str(reply[-1].body.get("text"))
+    assert "MASKED" not in json.dumps([r.body for r in reply])
+    command = world.slack.slash_command("/kelpie", "payload", CAROL, SHOP_CHANNEL)
+    await world.slack.deliver("slash_commands", command)
+
+    def shown(server: Any) -> list[Any] | None:
+        replies = server.responses_to(command["response_url"])
+        return replies if len(replies) >= 2 else None
+
+    replies = await world.slack.wait_for(shown)
+    assert all(r.body.get("response_type") == "ephemeral" for r in replies)
+    text = "".join(str(r.body.get("text")) for r in replies)
+    assert "password=[MASKED]" in text and "secrets masked" in text
+    assert not any(f.thread_ts == mention["ts"] for f in world.slack.files.values())
     world.model.assert_script_consumed()
 
 

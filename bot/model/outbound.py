@@ -171,6 +171,31 @@ def mask_value(value: Any, where: str = "") -> tuple[Any, list[Masking]]:
     return value, []
 
 
+class MaskingLogFilter(logging.Filter):
+    """Masks every record that passes a handler: the message, its arguments and any
+    traceback. Installed on handlers (a logger's filters miss records from child loggers)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked, found = mask_text(message)
+        if found or masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = mask_text(record.exc_text)[0]
+        if record.stack_info:
+            record.stack_info = mask_text(record.stack_info)[0]
+        return True
+
+
+def install_log_masking(logger: logging.Logger | None = None) -> None:
+    """Put a `MaskingLogFilter` on every handler of `logger` (the root logger by default)."""
+    for handler in (logger or logging.getLogger()).handlers:
+        if not any(isinstance(f, MaskingLogFilter) for f in handler.filters):
+            handler.addFilter(MaskingLogFilter())
+
+
 # --- the request gateway ---------------------------------------------------------------
 
 MAX_MESSAGE_CHARS = 60_000

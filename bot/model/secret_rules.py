@@ -23,12 +23,15 @@ def _compile(pattern: str) -> re2._Regexp:
     return re2.compile(pattern, _OPTIONS)
 
 
-# A quote, optionally escaped (JSON inside a JSON string: \"password\": \"x\").
-_QUOTE = r"""\\?["']"""
 # A value after `key=` / `key: `: double- or single-quoted (spaces allowed, one line), or
-# a bare word up to whitespace, a quote or a separator.
-_VALUE = r"""(?:\\?"([^"\n\\]+)\\?"|'([^'\n]+)'|([^\s"',;&]{3,}))"""
-_SEPARATOR = r"""(?:\\?["'])?[ \t]*[=:][ \t]*"""
+# a bare word up to whitespace, a quote or a separator. Quotes may be escaped any number
+# of times (JSON inside a JSON string inside a log line: \\"password\\": \\"x\\"); a bare
+# value stops at an escape (`\n`) so it never runs into the next escaped line.
+_VALUE = (
+    r"""(?:\\*"([^"\n]+?)\\*"|\\*'([^'\n]+?)\\*'|"""
+    r"""([^\s"',;&\\]{2,}(?:\\[^\s"',;&\\nrt][^\s"',;&\\]*)*))"""
+)
+_SEPARATOR = r"""(?:\\*["'])?[ \t]*[=:][ \t]*"""
 
 # Env-var style names (upper case) that say they hold a secret: DB_PASSWORD, API_KEY…
 _SECRET_NAME = r"[A-Z0-9_]*(?:SECRET|TOKEN|PASSWORD|PASSWD|KEY|CREDENTIAL)[A-Z0-9_]*"
@@ -119,7 +122,10 @@ RULES: list[tuple[str, re2._Regexp]] = [
     ("secret_pair", _compile(r"\b" + _SECRET_NAME + _SEPARATOR + _VALUE)),
     ("credential_pair", _compile(r"(?i)" + _CREDENTIAL_KEY + _SEPARATOR + _VALUE)),
     # scheme://user:password@host (database URLs, git remotes, proxies).
-    ("url_password", _compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]{0,30}://[^/\s:@]*:([^/\s@]+)@")),
+    (
+        "url_password",
+        _compile(r"""\b[a-zA-Z][a-zA-Z0-9+.-]{0,30}://[^/\s:@"']*:([^/\s@"']+)@"""),
+    ),
 ]
 
 # A Secret's `data` / `stringData` map, as JSON or YAML: every value in it is masked.

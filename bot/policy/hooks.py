@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import shlex
 import signal
 from collections.abc import Coroutine, Sequence
@@ -23,6 +22,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from bot.config import HookConfig
+from bot.model.outbound import mask_value, mask_value_async
 from bot.policy.decision import Decision, ToolInvocation, Verdict
 from bot.tools.harness import ToolOutcome
 
@@ -52,14 +52,29 @@ class HookResult:
         return self.failure is None and self.exit_code == 0
 
 
-# Environment variables a hook never sees: kelpie's own secrets and anything named like one.
-_SECRET_ENV = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
+# The only environment variables a hook gets: an allow-list, because a deny-list by name is
+# sidestepped by naming a secret something innocent. Values are masked too.
+HOOK_ENVIRONMENT = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "KUBECONFIG",
+)
 
 
 def hook_environment() -> dict[str, str]:
-    """The bot's environment minus secrets: hooks are admin-written commands, but a hook that
-    logs its environment must not leak the Slack token or the model key."""
-    return {name: value for name, value in os.environ.items() if not _SECRET_ENV.search(name)}
+    """The allowed part of the bot's environment: hooks are admin-written commands, but a hook
+    that logs its environment must not leak the Slack token or the model key."""
+    allowed = {name: os.environ[name] for name in HOOK_ENVIRONMENT if name in os.environ}
+    masked, _ = mask_value(allowed)
+    return dict(masked)
 
 
 class HookRunner:
@@ -74,7 +89,9 @@ class HookRunner:
         return fnmatchcase(pattern_name, self.config.match)
 
     async def run(self, document: dict[str, Any]) -> HookResult:
-        data = json.dumps(document, default=str).encode()
+        # What a hook reads is outside kelpie: the same masking as any other exit.
+        masked, _ = await mask_value_async(document)
+        data = json.dumps(masked, default=str).encode()
         try:
             process = await asyncio.create_subprocess_exec(
                 *self.config.command,

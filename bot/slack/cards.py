@@ -19,6 +19,7 @@ from bot.approvals.service import ApprovalService, DecideResult
 from bot.config import Config
 from bot.slack.people import ApproverDirectory, describe_approvers
 from bot.slack.replies import whisper
+from bot.slack.safe_text import escape_mrkdwn, plain_text
 
 log = logging.getLogger(__name__)
 
@@ -45,18 +46,26 @@ def _text_block(text: str) -> dict[str, Any]:
     return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
 
 
+def _plain_block(text: str) -> dict[str, Any]:
+    """Text from the model or the cluster: shown literally, never as markup."""
+    return {"type": "section", "text": plain_text(text)}
+
+
 def card_blocks(approval: Approval, note: str = "") -> list[dict[str, Any]]:
     plan = approval.plan
     target = plan.target
-    where = f"cluster `{plan.cluster}` · {target.kind} `{target.namespace or '-'}/{target.name}`"
+    where = escape_mrkdwn(
+        f"cluster `{plan.cluster}` · {target.kind} `{target.namespace or '-'}/{target.name}`"
+    )
     preview = "\n".join(change.render() for change in plan.changes) or "(no field changes)"
     blocks: list[dict[str, Any]] = [
-        _text_block(f"*Approval needed:* {plan.description}"),
-        _text_block(f"*Where:* {where}\n*Tool:* `{plan.tool}`"),
-        _text_block(f"*Preview (server-side dry run):*\n```{preview[:2800]}```"),
+        _text_block(f"*Approval needed:* {escape_mrkdwn(plan.description)}"),
+        _text_block(f"*Where:* {where}\n*Tool:* `{escape_mrkdwn(plan.tool)}`"),
+        _text_block("*Preview (server-side dry run):*"),
+        _plain_block(preview),
     ]
     if approval.reason:
-        blocks.append(_text_block(f"*Reason:* {approval.reason}"))
+        blocks.append(_plain_block(f"Reason given by the model: {approval.reason}"))
     blocks.append(
         {
             "type": "context",
@@ -75,7 +84,7 @@ def card_blocks(approval: Approval, note: str = "") -> list[dict[str, Any]]:
         if approval.decided_at:
             state += f" at {_when(approval.decided_at)}"
     if approval.outcome:
-        state += f"\n*Outcome:* {approval.outcome}"
+        state += f"\n*Outcome:* {escape_mrkdwn(approval.outcome)}"
     if note:
         state += f"\n{note}"
     blocks.append(_text_block(state))
@@ -106,7 +115,7 @@ def card_blocks(approval: Approval, note: str = "") -> list[dict[str, Any]]:
 
 
 def _fallback_text(approval: Approval) -> str:
-    return f"Approval {approval.status}: {approval.plan.description}"
+    return escape_mrkdwn(f"Approval {approval.status}: {approval.plan.description}")
 
 
 class SlackApprovalCards:

@@ -1,5 +1,5 @@
-"""`/kelpie` slash command: `role`, `help`, `payload`. Answers are ephemeral except the
-payload file, which goes into the thread it belongs to."""
+"""`/kelpie` slash command: `role`, `help`, `payload`. Every answer is ephemeral; the
+payload is shown only to people allowed to approve in that channel."""
 
 from __future__ import annotations
 
@@ -7,19 +7,25 @@ import logging
 from typing import Any, Protocol
 
 from slack_bolt.async_app import AsyncApp
-from slack_sdk.errors import SlackApiError
 
 from bot.agent.conversation import SessionInfo
+from bot.model.outbound import mask_text
 from bot.policy.roles import ChannelBinding, ChannelRoles, offered_tools
 from bot.slack import copy
 from bot.slack.channels import ChannelDirectory
-from bot.slack.people import describe_approvers
+from bot.slack.markdown import split_text
+from bot.slack.people import ApproverDirectory, describe_approvers
+from bot.slack.safe_text import escape_mrkdwn
 from bot.tools.harness import ToolRegistry
 from bot.tools.spec import ToolKind
 
 log = logging.getLogger(__name__)
 
 COMMAND = "/kelpie"
+# The payload as ephemeral messages: pieces under Slack's text limit, and at most three of
+# them (a response_url takes five posts).
+PAYLOAD_PIECE_CHARS = 11_000
+PAYLOAD_PIECES = 3
 
 
 class PayloadSource(Protocol):
@@ -82,6 +88,7 @@ class SlashCommands:
         registry: ToolRegistry,
         sessions: RecentSessions,
         payloads: PayloadSource,
+        approvers: ApproverDirectory,
     ) -> None:
         self._app = app
         self._channels = channels
@@ -89,6 +96,7 @@ class SlashCommands:
         self._registry = registry
         self._sessions = sessions
         self._payloads = payloads
+        self._approvers = approvers
 
     def register(self) -> None:
         self._app.command(COMMAND)(self._on_command)
@@ -110,30 +118,38 @@ class SlashCommands:
         elif sub == "help":
             text = describe_help(binding, self._registry)
         elif sub == "payload":
-            text = await self._payload(channel_id, user, binding)
+            for text in await self._payload(channel_id, user, binding):
+                await respond(response_type="ephemeral", text=text)
+            return
         else:
-            text = f"Unknown subcommand `{sub}`. Try `/kelpie help`, `/kelpie role`."
+            text = copy.unknown_subcommand(escape_mrkdwn(sub))
         await respond(response_type="ephemeral", text=text)
 
-    async def _payload(self, channel_id: str, user: str, binding: ChannelBinding) -> str:
+    async def _payload(self, channel_id: str, user: str, binding: ChannelBinding) -> list[str]:
+        """The last payload as ephemeral messages, for an approver of this channel only:
+        it holds what people asked and what the cluster answered (masked, but still)."""
         if not any(
             tool.kind is ToolKind.READ for tool in offered_tools(binding.role, self._registry.all())
         ):
-            return "This channel's role may not read what kelpie sent to the model."
+            return ["This channel's role may not read what kelpie sent to the model."]
+        if not await self._approvers.is_approver(user, binding.role.approval):
+            log.info("user %s asked for a payload in %s and is not an approver", user, channel_id)
+            return [copy.PAYLOAD_APPROVERS_ONLY]
         session = await self._sessions.latest_in_channel(channel_id)
         payload = await self._payloads.last_for_session(session.id) if session else None
         if session is None or payload is None:
-            return "kelpie has not sent anything to the model from this channel yet."
-        try:
-            await self._app.client.files_upload_v2(
-                channel=channel_id,
-                thread_ts=session.thread_ts,
-                content=payload,
-                filename=f"kelpie-payload-{session.id}.json",
-                title="Last request sent to the model (secrets masked)",
-            )
-        except SlackApiError as error:
-            log.error("payload upload failed: %s", error.response.get("error"))
-            return "The payload could not be uploaded to the thread; see kelpie's log."
+            return ["kelpie has not sent anything to the model from this channel yet."]
         log.info("user %s fetched the payload of session %s", user, session.id)
-        return "Posted the last request sent to the model in the thread, as a file."
+        return payload_messages(payload)
+
+
+def payload_messages(payload: str) -> list[str]:
+    """The payload escaped, in code blocks of at most PAYLOAD_PIECE_CHARS, at most
+    PAYLOAD_PIECES of them (a response_url takes five posts), then a note of what was cut."""
+    masked, _ = mask_text(payload)  # masked when sent; masked again at this exit
+    pieces = split_text(f"```\n{escape_mrkdwn(masked)}\n```", PAYLOAD_PIECE_CHARS)
+    shown = pieces[:PAYLOAD_PIECES]
+    messages = [copy.PAYLOAD_TITLE, *shown]
+    if len(pieces) > len(shown):
+        messages.append(copy.payload_cut(sum(len(piece) for piece in pieces[len(shown) :])))
+    return messages

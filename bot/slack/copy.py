@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from bot.slack.safe_text import escape_mrkdwn
+
 NOT_ENABLED = (
     "kelpie is not enabled in this channel. Ask an admin to map it to a role in kelpie's config."
 )
@@ -13,7 +15,8 @@ MAX_ITERATIONS_NOTE = "_I used all my tool rounds for this question; this is wha
 
 
 def error_answer(sentence: str) -> str:
-    return f":warning: {sentence}"
+    # The sentence may carry a provider's or the cluster's words: escaped like any other.
+    return f":warning: {escape_mrkdwn(sentence)}"
 
 
 # Live progress (bot/slack/progress/) and the Stop button (bot/slack/stop.py).
@@ -57,3 +60,18 @@ ANSWER_FILE_TITLE = "The full answer"
 
 def answer_in_file(chars: int) -> str:
     return f"_The full answer ({chars:,} characters) is too long for messages; it is in the file._"
+
+
+# `/kelpie` (bot/slack/commands.py).
+PAYLOAD_TITLE = "*Last request sent to the model* (secrets masked; only you can see this):"
+PAYLOAD_APPROVERS_ONLY = (
+    "Only people allowed to approve changes in this channel can see what kelpie sent to the model."
+)
+
+
+def payload_cut(characters: int) -> str:
+    return f"_(cut: {characters:,} more characters are not shown)_"
+
+
+def unknown_subcommand(escaped_word: str) -> str:
+    return f"Unknown subcommand `{escaped_word}`. Try `/kelpie help`, `/kelpie role`."

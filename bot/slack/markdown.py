@@ -3,8 +3,9 @@ and splitting long text into pieces Slack accepts.
 
 Owns: bold, italics, strikethrough, inline code, fenced code, links and images, headings,
 bullet and task lists, horizontal rules, and tables (rendered as aligned code blocks, since
-mrkdwn has none); escaping of `&`, `<` and `>` while keeping Slack's own tokens
-(`<@U…>`, `<#C…>`, `<!here>`, `<https://…|text>`) intact.
+mrkdwn has none); escaping of `&`, `<` and `>`. The model's text is untrusted: Slack tokens
+it writes (`<@U…>`, `<!here>`, `<http://evil|safe>`) are escaped, never passed on, and a
+Markdown link shows its real address next to its label.
 
 Deliberately not a full CommonMark parser: no nested emphasis edge cases, reference links
 or HTML. The native stream takes Markdown as is and never goes through this module.
@@ -28,8 +29,7 @@ _CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.DOTALL)
 _TARGET = r"((?:[^()\s]|\([^()\s]*\))+)"
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(" + _TARGET + r"(?:\s+\"[^\"]*\")?\)")
 _LINK = re.compile(r"\[([^\]]+)\]\(" + _TARGET + r"(?:\s+\"[^\"]*\")?\)")
-_AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
-_SLACK_TOKEN = re.compile(r"<(?:[@#!][^>\s]+|(?:https?|mailto):[^>\s|]+\|[^>]+)>")
+_AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s|]+)>")
 _ENTITY = re.compile(r"&(amp|lt|gt);")
 _BOLD_ITALIC = re.compile(r"\*\*\*(?=\S)(.+?)(?<=\S)\*\*\*")
 _BOLD_STAR = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
@@ -40,10 +40,28 @@ _STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
 # Private-use characters stand in for protected pieces while the inline rules run.
 _HOLD = "\ue000"
 _BOLD_MARK = "\ue001"
+_KEEP = "\ue002"
+_SLACK_TOKEN = re.compile(r"<[@#!][^<>\s]+>")
 
 
-def to_mrkdwn(markdown: str) -> str:
-    """Convert Markdown to Slack mrkdwn."""
+def to_mrkdwn(markdown: str, *, keep_slack_tokens: bool = False) -> str:
+    """Convert Markdown to Slack mrkdwn, escaping any Slack markup in it.
+
+    `keep_slack_tokens` keeps `<@U…>`, `<#C…>` and `<!…>` as they are: only for text whose
+    untrusted parts were already escaped, so every raw token left is kelpie's own."""
+    if not keep_slack_tokens:
+        return _convert(markdown)
+    kept: list[str] = []
+
+    def keep(match: re.Match[str]) -> str:
+        kept.append(match.group(0))
+        return f"{_KEEP}{len(kept) - 1}{_KEEP}"
+
+    converted = _convert(_SLACK_TOKEN.sub(keep, markdown))
+    return re.sub(f"{_KEEP}(\\d+){_KEEP}", lambda m: kept[int(m.group(1))], converted)
+
+
+def _convert(markdown: str) -> str:
     out: list[str] = []
     lines = markdown.replace("\r\n", "\n").split("\n")
     i = 0
@@ -158,8 +176,7 @@ def _inline(text: str) -> str:
         return f"{_HOLD}{len(held) - 1}{_HOLD}"
 
     text = _CODE_SPAN.sub(lambda m: hold(f"`{escape(m.group(2))}`"), text)
-    text = _SLACK_TOKEN.sub(lambda m: hold(m.group(0)), text)
-    text = _IMAGE.sub(lambda m: hold(_link(m.group(2), m.group(1) or m.group(2))), text)
+    text = _IMAGE.sub(lambda m: hold(_link(m.group(2), escape(m.group(1) or m.group(2)))), text)
     text = _LINK.sub(lambda m: hold(_link(m.group(2), _emphasis(escape(m.group(1))))), text)
     text = _AUTOLINK.sub(lambda m: hold(f"<{m.group(1)}>"), text)
     text = _emphasis(escape(text))
@@ -184,9 +201,11 @@ def _emphasis(text: str) -> str:
 
 
 def _link(url: str, label: str) -> str:
+    """A link shows its real address: `label (<url>)`, never a label hiding the URL."""
     url = escape(url.replace("|", "%7C"))
-    label = label.replace(">", "&gt;").replace("|", "¦")
-    return f"<{url}|{label}>" if label and label != url else f"<{url}>"
+    if not url.startswith(("https://", "http://", "mailto:")):
+        return f"{label} ({url})" if label and label != url else url
+    return f"{label} (<{url}>)" if label and label != url else f"<{url}>"
 
 
 def escape(text: str) -> str:

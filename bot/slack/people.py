@@ -1,13 +1,12 @@
 """Who may approve writes (and stop turns) in a channel: users and Slack user groups.
 
-User group members are resolved with usergroups.users.list and cached briefly, so a change
-in a group is picked up within minutes without a call per click.
+User group members are resolved with usergroups.users.list at each check (a click, a
+`/kelpie payload`), so leaving a group takes effect at once.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -18,26 +17,21 @@ log = logging.getLogger(__name__)
 
 
 class ApproverDirectory:
-    def __init__(self, client: AsyncWebClient, ttl_s: float = 120.0) -> None:
+    def __init__(self, client: AsyncWebClient) -> None:
         self._client = client
-        self._ttl_s = ttl_s
-        self._groups: dict[str, tuple[float, frozenset[str]]] = {}
 
     async def group_members(self, usergroup: str) -> frozenset[str]:
-        cached = self._groups.get(usergroup)
-        if cached is not None and time.monotonic() - cached[0] < self._ttl_s:
-            return cached[1]
+        # Asked at every click, never cached: someone who just left the group must not
+        # approve on the strength of a membership list from minutes ago.
         try:
             response = await self._client.usergroups_users_list(usergroup=usergroup)
-            members = frozenset(response.get("users") or [])
         except SlackApiError as error:
-            # Fail closed: an unresolvable group approves nobody (not cached, so it retries).
+            # Fail closed: an unresolvable group approves nobody.
             log.warning(
                 "usergroups.users.list %s failed: %s", usergroup, error.response.get("error")
             )
             return frozenset()
-        self._groups[usergroup] = (time.monotonic(), members)
-        return members
+        return frozenset(response.get("users") or [])
 
     async def is_approver(self, user: str, approval: ApprovalConfig) -> bool:
         if user in approval.approvers.users:

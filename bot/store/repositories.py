@@ -17,6 +17,7 @@ from bot.agent.conversation import (
     tool_calls_from_json,
     tool_calls_to_json,
 )
+from bot.model.outbound import mask_text
 from bot.model.types import Usage
 from bot.store.db import Database, insert_ignoring_duplicates, inserting
 from bot.store.tables import (
@@ -228,6 +229,12 @@ class MessageRepository:
         self._db.defer(inserting(row))
 
 
+def _kept(text: str | None) -> str | None:
+    # Nothing is kept unmasked: a person's words and tool calls pass the same masker
+    # (tool results were masked in the harness; masking twice changes nothing).
+    return mask_text(text)[0] if text else text
+
+
 def _add_messages(session_id: int, turn_id: str, messages: list[Message]) -> Op[None]:
     return inserting(
         *[
@@ -235,8 +242,8 @@ def _add_messages(session_id: int, turn_id: str, messages: list[Message]) -> Op[
                 session_id=session_id,
                 turn_id=turn_id,
                 role=str(message.role),
-                content=message.content,
-                tool_calls_json=tool_calls_to_json(message.tool_calls),
+                content=_kept(message.content),
+                tool_calls_json=_kept(tool_calls_to_json(message.tool_calls)),
                 tool_call_id=message.tool_call_id,
                 tool_name=message.tool_name,
                 slack_user=message.slack_user,

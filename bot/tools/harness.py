@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from bot.agent.events import ToolStatus
-from bot.model.outbound import mask_value
+from bot.model.outbound import mask_value, mask_value_async
 from bot.model.types import ToolCallRequest
 from bot.policy.decision import CallScope, Decision, StageDecision, ToolInvocation, Verdict
 from bot.tools.spec import REASON_ARG, Tool, ToolArgumentError, ToolFailure, WritePlan
@@ -146,6 +146,8 @@ class ToolHarness:
             stage, outcome = "approval", await self._approve_and_write(invocation)
         else:
             stage, outcome = "execute", await self._execute(invocation)
+        # Masked once here, before the result reaches the database, hooks, Slack or the model.
+        outcome = await masked_outcome(outcome)
         await self._record(
             invocation,
             [*trail, StageDecision(stage, _decision_of(outcome))],
@@ -236,6 +238,17 @@ class ToolHarness:
         return ToolOutcome(
             ToolStatus.OK, result.text, result.summary, result.attachment, end_turn=result.end_turn
         )
+
+
+async def masked_outcome(outcome: ToolOutcome) -> ToolOutcome:
+    """The outcome with every secret in its content, summary and attachment masked."""
+    (content, summary, attachment), found = await mask_value_async(
+        [outcome.content, outcome.summary, outcome.attachment]
+    )
+    if not found:
+        return outcome
+    log.info("masked %d secret(s) in a tool result", len(found))
+    return replace(outcome, content=content, summary=summary, attachment=attachment)
 
 
 def _decision_of(outcome: ToolOutcome) -> Decision:

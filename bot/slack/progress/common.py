@@ -239,7 +239,7 @@ class TaskLine:
             mark, tail = marks[self.status], self.output()
         args = f" {escape(truncate(self.args, TASK_ARGS_CHARS))}" if self.args else ""
         tail = f" {escape(truncate(tail, TASK_OUTPUT_CHARS))}" if tail else ""
-        return f"• `{self.name}`{args} {mark}{tail}"
+        return f"• `{escape(self.name)}`{args} {mark}{tail}"
 
 
 def footer_blocks(text: str) -> list[Json]:

@@ -32,6 +32,7 @@ from bot.slack.progress.common import (
     footer_blocks,
     stop_button_block,
 )
+from bot.slack.safe_text import escape_mrkdwn
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,9 @@ class NativeReporter(ThreadReporter):
         if self._gap:
             text, self._gap = "\n\n" + text, False
         self._any_text = self._round_text = True
-        self._queue({"type": "markdown_text", "text": text})
+        # Model text is untrusted: escaped per delta (a character-local rewrite, so a
+        # mention split across deltas is caught too).
+        self._queue({"type": "markdown_text", "text": escape_mrkdwn(text)})
 
     def _on_task(self, task: TaskLine) -> None:
         self._queue(task.chunk())
@@ -263,7 +266,9 @@ class NativeReporter(ThreadReporter):
         tasks = [
             self._tasks[i].line(unfinished=final) for i in self._segment_tasks if i in self._tasks
         ]
-        parts = ["\n".join(tasks), to_mrkdwn("".join(self._segment_text)), tail]
+        # The model's text was escaped as it arrived (`_on_text`): raw tokens are kelpie's.
+        text = to_mrkdwn("".join(self._segment_text), keep_slack_tokens=True)
+        parts = ["\n".join(tasks), text, tail]
         body = "\n\n".join(part for part in parts if part.strip())
         writer = ThreadWriter(self._client, self._channel, self._thread_ts)
         replaced = await self._ctx.pacer.call(
@@ -286,7 +291,7 @@ class NativeReporter(ThreadReporter):
         if finished.finish in (TurnFinish.STOP, TurnFinish.MAX_ITERATIONS):
             # An answer the engine gave without streaming it (e.g. after a presentation).
             if not self._round_text and finished.answer.strip():
-                tail.append(finished.answer.strip())
+                tail.append(escape_mrkdwn(finished.answer.strip()))
             elif not self._any_text:
                 tail.append(copy.EMPTY_ANSWER)
         ending = self._ending(finished)
