@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Protocol
 
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
@@ -55,6 +54,7 @@ from bot.slack.adapter import SlackAdapter
 from bot.slack.cards import ApprovalClicks, SlackApprovalCards
 from bot.slack.channels import ChannelDirectory
 from bot.slack.commands import SlashCommands
+from bot.slack.guard import SlackHttpRoute, installed_workspace_only
 from bot.slack.people import ApproverDirectory
 from bot.slack.progress import SlackReporters
 from bot.slack.safe_client import SafeWebClient
@@ -186,6 +186,7 @@ class Kelpie:
     ledger: EventLedger
     app_token: str | None
     metrics: Metrics
+    signing_secret: str
     _socket: AsyncSocketModeHandler | None = None
     _runner: web.AppRunner | None = None
     http_port: int | None = None
@@ -249,12 +250,9 @@ class Kelpie:
         settings = self.config.slack.http
         web_app = web.Application()
 
-        async def slack_events(request: web.Request) -> web.Response:
-            bolt_request = await to_bolt_request(request)
-            bolt_response = await self.slack_app.async_dispatch(bolt_request)
-            return await to_aiohttp_response(bolt_response)
-
-        web_app.router.add_post(settings.path, slack_events)
+        # Hostile requests are answered at the door (never a 500), replays processed once.
+        route = SlackHttpRoute(self.slack_app, self.signing_secret, self.ledger)
+        web_app.router.add_post(settings.path, route.handle)
         self._runner, self.http_port = await serve(web_app, settings.host, settings.port)
         log.info(
             "listening for Slack events on %s:%s%s", settings.host, self.http_port, settings.path
@@ -380,6 +378,7 @@ def build_kelpie(
     client = slack_client(config, secrets, metrics)
     signing_secret = secrets.signing_secret if config.slack.mode is SlackMode.HTTP else ""
     slack_app = AsyncApp(client=client, signing_secret=signing_secret)
+    slack_app.middleware(installed_workspace_only)
     scheduler = TurnScheduler(interrupt=config.slack.on_new_message is OnNewMessage.INTERRUPT)
     profile = config.models.active_profile
     reporters = SlackReporters(
@@ -428,7 +427,7 @@ def build_kelpie(
         scheduler,
     ).register()
     app_token = secrets.app_token if config.slack.mode is SlackMode.SOCKET else None
-    return Kelpie(config, core, slack_app, scheduler, ledger, app_token, metrics)
+    return Kelpie(config, core, slack_app, scheduler, ledger, app_token, metrics, signing_secret)
 
 
 def build_terminal(

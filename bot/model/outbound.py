@@ -79,10 +79,16 @@ def _scannable(text: str) -> str:
     if len(text) > MAX_SCAN_CHARS:
         cut = len(text) - MAX_SCAN_CHARS
         text = text[:MAX_SCAN_CHARS] + f"\n[cut by kelpie: {cut:,} characters not scanned]"
+    return valid_unicode(text)
+
+
+def valid_unicode(text: str) -> str:
+    """`text` with lone surrogates replaced by U+FFFD: they cannot be encoded to UTF-8, so
+    RE2, the database, a model request or Slack would fail on them."""
     try:
         text.encode()
     except UnicodeEncodeError:
-        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     return text
 
 

@@ -23,13 +23,12 @@ from bot.config import SlackConfig
 from bot.policy.roles import ChannelRoles
 from bot.slack import copy
 from bot.slack.channels import ChannelDirectory
+from bot.slack.payloads import PersonMessage, is_from_a_person, person_message
 from bot.store.repositories import EventLedger, SessionRepository
 
 log = logging.getLogger(__name__)
 
 _MENTION = re.compile(r"<@[A-Z0-9]+>")
-# Subtypes that are still a person writing: everything else (edits, joins, bots) is ignored.
-_PERSON_SUBTYPES = {None, "thread_broadcast", "file_share"}
 
 
 class SlackAdapter:
@@ -64,74 +63,96 @@ class SlackAdapter:
         return self._app.client
 
     async def _on_mention(self, body: dict[str, Any], event: dict[str, Any]) -> None:
-        if event.get("bot_id") or event.get("subtype") not in _PERSON_SUBTYPES:
-            return
-        await self._handle(body, event, is_dm=False)
+        try:
+            if is_from_a_person(event):
+                message = self._parse(body, event)
+                if message is not None:
+                    await self._handle(message, is_dm=False)
+        except Exception:
+            log.exception("app_mention listener failed for event %s", _event_id(body))
 
     async def _on_message(
         self, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]
     ) -> None:
-        if event.get("bot_id") or event.get("subtype") not in _PERSON_SUBTYPES:
-            return
-        if event.get("user") is None or event.get("user") == context.get("bot_user_id"):
-            return
-        if event.get("channel_type") == "im":
-            await self._handle(body, event, is_dm=True)
-            return
-        thread_ts = event.get("thread_ts")
+        try:
+            await self._message(body, event, context)
+        except Exception:
+            log.exception("message listener failed for event %s", _event_id(body))
+
+    async def _message(
+        self, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]
+    ) -> None:
         bot_user_id = context.get("bot_user_id")
-        mentioned = bot_user_id is not None and f"<@{bot_user_id}>" in event.get("text", "")
-        if not thread_ts or mentioned or not self._config.thread_followups:
+        if not is_from_a_person(event) or event.get("user") in (None, bot_user_id):
+            return
+        message = self._parse(body, event)
+        if message is None:
+            return
+        if message.channel_type == "im":
+            await self._handle(message, is_dm=True)
+            return
+        mentioned = bot_user_id is not None and f"<@{bot_user_id}>" in message.text
+        if not message.thread_ts or mentioned or not self._config.thread_followups:
             return  # top-level chatter, or an app_mention event handles it
-        session_key = f"{_team(body, event)}:{event['channel']}:{thread_ts}"
+        session_key = f"{message.team_id}:{message.channel}:{message.thread_ts}"
         if await self._sessions.find(session_key) is None:
             return  # not a kelpie thread
-        await self._handle(body, event, is_dm=False)
+        await self._handle(message, is_dm=False)
 
     async def _on_rename(self, event: dict[str, Any]) -> None:
-        channel = event.get("channel") or {}
-        if isinstance(channel, dict) and channel.get("id"):
+        channel = event.get("channel") if isinstance(event, dict) else None
+        if isinstance(channel, dict) and isinstance(channel.get("id"), str):
             self._channels.forget(channel["id"])
 
     async def _on_error(self, error: Exception, body: dict[str, Any]) -> None:
-        log.error("Slack request failed: %s (%s)", error, _event_kind(body))
+        log.error(
+            "Slack request failed: %s (%s, event %s)",
+            error,
+            _event_kind(body),
+            _event_id(body),
+            exc_info=error,
+        )
 
-    async def _handle(self, body: dict[str, Any], event: dict[str, Any], *, is_dm: bool) -> None:
+    @staticmethod
+    def _parse(body: dict[str, Any], event: dict[str, Any]) -> PersonMessage | None:
+        message = person_message(body, event)
+        if message is None:
+            log.warning(
+                "ignoring a malformed %s event %s (a field is missing or has the wrong type)",
+                _event_kind(body),
+                _event_id(body),
+            )
+        return message
+
+    async def _handle(self, message: PersonMessage, *, is_dm: bool) -> None:
         # The turn's task starts inside this block, so its log lines keep the event id too.
-        with logs.bound(event_id=body.get("event_id")):
-            await self._accept(body, event, is_dm=is_dm)
+        with logs.bound(event_id=message.event_id):
+            await self._accept(message, is_dm=is_dm)
 
-    async def _accept(self, body: dict[str, Any], event: dict[str, Any], *, is_dm: bool) -> None:
-        event_id = body.get("event_id")
-        channel_id = event.get("channel")
-        user = event.get("user")
-        ts = event.get("ts")
-        if not (isinstance(channel_id, str) and isinstance(user, str) and isinstance(ts, str)):
-            log.warning("ignoring a malformed %s event (no channel, user or ts)", _event_kind(body))
+    async def _accept(self, message: PersonMessage, *, is_dm: bool) -> None:
+        if not await self._ledger.claim(message.event_id):
+            log.info("ignoring duplicate delivery of event %s", message.event_id)
             return
-        if not event_id or not await self._ledger.claim(event_id):
-            log.info("ignoring duplicate delivery of event %s", event_id)
-            return
-        thread_ts = event.get("thread_ts") or ts
+        channel_id, thread_ts = message.channel, message.reply_ts
         channel_name = None if is_dm else await self._channels.name(channel_id)
         binding = self._roles.bind(channel_id, channel_name, is_dm)
         if binding is None:
             log.info("channel %s (%s) is not enabled; replied once", channel_id, channel_name)
             await self._reply(channel_id, thread_ts, copy.NOT_ENABLED)
             return
-        message = IncomingMessage(
-            team_id=_team(body, event),
+        incoming = IncomingMessage(
+            team_id=message.team_id,
             channel_id=channel_id,
             channel_name=channel_name,
             is_dm=is_dm,
             thread_ts=thread_ts,
-            ts=ts,
-            user=user,
-            text=_MENTION.sub("", event.get("text", "")).strip(),
+            ts=message.ts,
+            user=message.user,
+            text=_MENTION.sub("", message.text).strip(),
         )
-        accepted = await self._agent.accept(message, binding)
+        accepted = await self._agent.accept(incoming, binding)
         self._scheduler.submit(
-            message.session_key, lambda abort: self._agent.run_turn(accepted, abort)
+            incoming.session_key, lambda abort: self._agent.run_turn(accepted, abort)
         )
 
     async def _reply(self, channel: str, thread_ts: str, text: str) -> None:
@@ -141,11 +162,14 @@ class SlackAdapter:
             log.error("could not reply in %s: %s", channel, error.response.get("error"))
 
 
-def _team(body: dict[str, Any], event: dict[str, Any]) -> str:
-    return str(body.get("team_id") or event.get("team") or "")
+def _event_id(body: Any) -> str:
+    event_id = body.get("event_id") if isinstance(body, dict) else None
+    return event_id if isinstance(event_id, str) else "(none)"
 
 
-def _event_kind(body: dict[str, Any]) -> str:
+def _event_kind(body: Any) -> str:
+    if not isinstance(body, dict):
+        return "request"
     event = body.get("event")
     if isinstance(event, dict):
         return str(event.get("type"))

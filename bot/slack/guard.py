@@ -1,0 +1,119 @@
+"""Hostile input at the door: what reaches Bolt is well-formed, signed, fresh, from the
+installed workspace, and seen once.
+
+`SlackHttpRoute` is the Events API endpoint (HTTP mode). Every request gets a 2xx or 4xx,
+never a 500: an oversized, non-UTF-8 or unparseable body is refused with one sentence; a
+body is parsed only after its signature checks out; a signed request replayed with the
+same signature is acknowledged and not processed again. `installed_workspace_only` is a
+Bolt middleware (both modes) that drops events from another workspace or organisation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import time
+from typing import Any, Protocol
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
+
+log = logging.getLogger(__name__)
+
+# Slack's own payloads are far below this; anything larger is not from Slack.
+MAX_BODY_BYTES = 1 << 20
+# Slack signs with a timestamp; older requests are refused (Slack's own advice: 5 minutes).
+MAX_AGE_S = 300
+
+
+class Ledger(Protocol):
+    async def claim(self, event_id: str) -> bool: ...
+
+
+def _refuse(status: int, sentence: str) -> web.Response:
+    return web.Response(status=status, text=sentence)
+
+
+class SlackHttpRoute:
+    """The aiohttp handler in front of Bolt for HTTP mode."""
+
+    def __init__(self, app: AsyncApp, signing_secret: str, ledger: Ledger) -> None:
+        self._app = app
+        self._secret = signing_secret.encode()
+        self._ledger = ledger
+
+    async def handle(self, request: web.Request) -> web.Response:
+        if (request.content_length or 0) > MAX_BODY_BYTES:
+            return _refuse(413, "The request body is too large.")
+        raw = await request.content.read(MAX_BODY_BYTES + 1)
+        if len(raw) > MAX_BODY_BYTES:
+            return _refuse(413, "The request body is too large.")
+        timestamp = request.headers.get("X-Slack-Request-Timestamp", "")
+        signature = request.headers.get("X-Slack-Signature", "")
+        if not self._signed(raw, timestamp, signature):
+            return _refuse(401, "The request signature is missing, stale or wrong.")
+        try:
+            body = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            log.warning("refused a signed Slack request whose body is not UTF-8")
+            return _refuse(400, "The request body is not UTF-8.")
+        if not await self._ledger.claim(f"sig:{signature}"):
+            log.warning("ignored a replayed Slack request (same signature)")
+            return web.Response(status=200, text="")
+        return await self._dispatch(request, body)
+
+    def _signed(self, raw: bytes, timestamp: str, signature: str) -> bool:
+        if not timestamp.isascii() or not timestamp.isdigit():
+            return False
+        age = abs(time.time() - int(timestamp))
+        if age > MAX_AGE_S or not signature:
+            return False
+        # Over the raw bytes (the SDK's helper decodes them first, which a hostile body breaks).
+        digest = hmac.new(self._secret, b"v0:" + timestamp.encode() + b":" + raw, hashlib.sha256)
+        given = signature.encode("utf-8", "replace")
+        return hmac.compare_digest(f"v0={digest.hexdigest()}".encode(), given)
+
+    async def _dispatch(self, request: web.Request, body: str) -> web.Response:
+        try:
+            bolt_request = AsyncBoltRequest(
+                body=body,
+                query=request.query_string,
+                headers=dict(request.headers),
+            )
+        except Exception as error:  # bad JSON, deep nesting, a form without payload…
+            log.warning("refused an unparseable Slack request: %s", type(error).__name__)
+            return _refuse(400, "The request body could not be parsed.")
+        try:
+            bolt_response = await self._app.async_dispatch(bolt_request)
+        except Exception:
+            log.exception("Slack request failed in dispatch")
+            return _refuse(400, "The request could not be processed.")
+        return await to_aiohttp_response(bolt_response)
+
+
+async def installed_workspace_only(
+    context: Any, body: dict[str, Any], next: Any
+) -> BoltResponse | None:
+    """Drop requests from a workspace or organisation other than the installed one (an
+    event from a Slack Connect partner's install, a forged team_id)."""
+    installed = context.authorize_result
+    if installed is not None:
+        team, enterprise = context.team_id, context.enterprise_id
+        foreign_team = bool(team and installed.team_id and team != installed.team_id)
+        foreign_org = bool(
+            enterprise and installed.enterprise_id and enterprise != installed.enterprise_id
+        )
+        if foreign_team or foreign_org:
+            log.warning(
+                "ignored %s from another workspace (team %s, enterprise %s)",
+                body.get("event_id") or body.get("type") or "a request",
+                team,
+                enterprise,
+            )
+            return BoltResponse(status=200, body="")
+    await next()
+    return None
