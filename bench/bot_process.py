@@ -63,7 +63,17 @@ def main() -> int:
     threading.Thread(target=_answer_stats, args=(control,), daemon=True).start()
     from bot.cli import main as kelpie
 
-    return kelpie(["run", "--config", sys.argv[1]])
+    profile_path = os.environ.get("BENCH_PROFILE")
+    if not profile_path:
+        return kelpie(["run", "--config", sys.argv[1]])
+    import cProfile
+
+    # The event loop's thread only: what keeps the loop busy is what delays everything.
+    profiler = cProfile.Profile()
+    try:
+        return profiler.runcall(kelpie, ["run", "--config", sys.argv[1]])
+    finally:
+        profiler.dump_stats(profile_path)
 
 
 if __name__ == "__main__":

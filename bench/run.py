@@ -340,8 +340,9 @@ async def phase_turns(bench: Bench, repeats: dict[int, int]) -> None:
     out.add("rss_after_first_turn_mb", (await bench.bot.stats())["rss_kb"] / 1024, "MB")
     results: dict[int, list[dict[str, Any]]] = {}
     for rounds, count in repeats.items():
-        results[rounds] = [await bench.turn(rounds) for _ in range(count)]
-    ones = results[1]
+        if count:
+            results[rounds] = [await bench.turn(rounds) for _ in range(count)]
+    ones = results.get(1, [first])
     out.add("tenth_answer_ms", ones[min(8, len(ones) - 1)]["answer_ms"], "ms")
     for rounds, turns in results.items():
         report_turns(out, rounds, turns)
@@ -461,13 +462,17 @@ async def main_async(args: argparse.Namespace) -> int:
     slack, model, kube = await start_peers()
     tmp = Path(tempfile.mkdtemp(prefix="kelpie-bench-"))
     config_path, health_port = write_config(tmp, slack, model, kube, args)
-    bot = BotProcess(config_path, environ(slack), tmp / "bot.log")
+    env = environ(slack)
+    if args.profile:
+        env["BENCH_PROFILE"] = args.profile
+    bot = BotProcess(config_path, env, tmp / "bot.log")
     bench = Bench(slack, model, kube, bot, SlackWatch(slack), out)
     try:
         await phase_start(bench, health_port)
         repeats = {1: args.turns_1, 5: args.turns_5, 20: args.turns_20}
         await phase_turns(bench, repeats)
-        await phase_burst(bench, args.burst, args.rate)
+        if args.burst:
+            await phase_burst(bench, args.burst, args.rate)
     finally:
         out.add("stop_s", await bot.stop(), "s")
         for peer in (slack, model, kube):
@@ -500,8 +505,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="slack.streaming (default: the config's own default)",
     )
     parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument(
+        "--profile", help="cProfile the bot's main thread into this file (pstats format)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the bot's log and database")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.profile:
+        args.profile = os.path.abspath(args.profile)  # the bot runs in another directory
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -365,7 +365,8 @@ def build_core(
         orphans,
         payloads,
         agent,
-        [post_hooks, session_hooks],
+        # The payload log stores its last payloads at shutdown.
+        [post_hooks, session_hooks, payloads],
     )
 
 

@@ -954,6 +954,22 @@ async def test_payload_log_keeps_the_last_payload_per_session(db):
     assert await log.last_for_session(session.id + 1) is None
 
 
+async def test_payload_log_stores_the_last_payload_for_after_a_restart(db):
+    session = await new_session(db)
+    log = PayloadLog(db, delay_s=3600)  # nothing is written before the shutdown drain
+    gateway = MaskingGateway(script.ScriptedGateway(script.text("one"), script.text("two")), log)
+    rig = Rig(db, gateway, [])
+    await rig.engine.run_turn(rig.request(session, low(), user="first"), Recorder())
+    await rig.engine.run_turn(rig.request(session, low(), user="token=hunter2x"), Recorder())
+    before = await log.last_for_session(session.id)
+    await log.drain()
+
+    restarted = await PayloadLog(db).last_for_session(session.id)
+    assert restarted is not None and before is not None
+    assert json.loads(restarted) == json.loads(before)
+    assert json.loads(restarted)["request"]["messages"][-1]["content"] == "token=[MASKED]"
+
+
 async def _noop(delta: str) -> None:
     return None
 

@@ -220,7 +220,9 @@ class SentPayload:
     tag: RequestTag | None = None
     cut_messages: tuple[int, ...] = field(default_factory=tuple)
 
-    def to_json(self) -> str:
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """The payload as JSON: indented for people, compact (`indent=None`, the fast C
+        encoder) for storage."""
         body: dict[str, Any] = {"model": self.model, "messages": self.messages}
         if self.tools:
             body["tools"] = self.tools
@@ -232,7 +234,7 @@ class SentPayload:
                 "masked": [{"kind": m.kind, "where": m.where} for m in self.maskings],
                 "cut_messages": list(self.cut_messages),
             },
-            indent=2,
+            indent=indent,
             ensure_ascii=False,
         )
 
