@@ -908,6 +908,38 @@ async def test_masking_gateway_masks_every_message_and_keeps_the_payload():
     assert messages[1]["content"] == "my db password=hunter2 please"  # the caller's is untouched
 
 
+async def test_masking_gateway_masks_each_message_once_and_every_round_stays_masked():
+    inner = script.ScriptedGateway(script.text("one"), script.text("two"), script.text("three"))
+    sink = Sink()
+    gateway = MaskingGateway(inner, sink)
+    first = [
+        {"role": "system", "content": "system"},
+        {"role": "user", "content": "password=hunter2"},
+    ]
+    second = [
+        *first,
+        {"role": "assistant", "content": "checking"},
+        {"role": "user", "content": "now password=swordfish"},
+    ]
+    # The same earlier message, resent at another position (history trimmed in front).
+    third = [second[0], *second[3:], {"role": "user", "content": "password=hunter2"}]
+    for messages in (first, second, third):
+        await gateway.complete(ModelRequest(messages=messages), _noop)
+
+    sent = json.dumps([request.messages for request in inner.requests])
+    assert "hunter2" not in sent and "swordfish" not in sent
+    assert inner.requests[1].messages[1]["content"] == inner.requests[0].messages[1]["content"]
+    places = [{(m.kind, m.where) for m in payload.maskings} for payload in sink.kept]
+    assert places[1] == {
+        ("credential_pair", "messages[1].content"),
+        ("credential_pair", "messages[3].content"),
+    }
+    assert places[2] == {
+        ("credential_pair", "messages[1].content"),
+        ("credential_pair", "messages[2].content"),
+    }
+
+
 async def test_masking_gateway_size_limits():
     inner = script.ScriptedGateway(script.text("ok"))
     gateway = MaskingGateway(inner, max_message_chars=100, max_request_chars=10_000)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -245,8 +247,11 @@ class PayloadSink(Protocol):
         ...
 
 
+Masker = Callable[[str, str], tuple[str, list[Masking]]]
+
+
 def mask_messages(
-    messages: list[dict[str, Any]],
+    messages: list[dict[str, Any]], mask: Masker = mask_text
 ) -> tuple[list[dict[str, Any]], list[Masking]]:
     """Mask message contents and tool-call arguments; roles, ids and names stay as they are."""
     findings: list[Masking] = []
@@ -255,7 +260,7 @@ def mask_messages(
         copy = dict(message)
         content = copy.get("content")
         if isinstance(content, str) and content:
-            copy["content"], found = mask_text(content, f"messages[{index}].content")
+            copy["content"], found = mask(content, f"messages[{index}].content")
             findings += found
         calls = copy.get("tool_calls")
         if calls:
@@ -265,12 +270,58 @@ def mask_messages(
                 arguments = function.get("arguments")
                 if isinstance(arguments, str) and arguments:
                     where = f"messages[{index}].tool_calls[{position}].arguments"
-                    function["arguments"], found = mask_text(arguments, where)
+                    function["arguments"], found = mask(arguments, where)
                     findings += found
                 new_calls.append({**call, "function": function})
             copy["tool_calls"] = new_calls
         masked.append(copy)
     return masked, findings
+
+
+class MaskMemo:
+    """Masked texts by their original, least recently used first, within `max_chars`.
+
+    A conversation resends every earlier message in each round; with the memo each message
+    is masked once, when it first leaves, so a round's masking does not grow with the
+    length of the conversation. Findings are kept by kind and re-placed at each use."""
+
+    def __init__(self, max_chars: int = 4_000_000) -> None:
+        self._max_chars = max_chars
+        self._chars = 0
+        self._entries: OrderedDict[str, tuple[str, tuple[str, ...]]] = OrderedDict()
+
+    def missing(self, messages: list[dict[str, Any]]) -> list[str]:
+        """The texts of `messages` the memo has not masked yet."""
+        unseen: dict[str, None] = {}
+
+        def collect(text: str, where: str) -> tuple[str, list[Masking]]:
+            if text not in self._entries:
+                unseen[text] = None
+            return text, []
+
+        mask_messages(messages, collect)
+        return list(unseen)
+
+    def add(self, text: str, masked: str, findings: list[Masking]) -> None:
+        if text in self._entries or len(text) + len(masked) > self._max_chars:
+            return
+        self._entries[text] = (masked, tuple(f.kind for f in findings))
+        self._chars += len(text) + len(masked)
+        while self._chars > self._max_chars:
+            old, (old_masked, _) = self._entries.popitem(last=False)
+            self._chars -= len(old) + len(old_masked)
+
+    def mask(self, text: str, where: str) -> tuple[str, list[Masking]]:
+        """`mask_text`, answered from the memo when the text was masked before."""
+        entry = self._entries.get(text)
+        if entry is None:
+            return mask_text(text, where)
+        self._entries.move_to_end(text)
+        return entry[0], [Masking(kind, where) for kind in entry[1]]
+
+
+def _mask_all(texts: list[str]) -> list[tuple[str, list[Masking]]]:
+    return [mask_text(text) for text in texts]
 
 
 class MaskingGateway:
@@ -289,16 +340,28 @@ class MaskingGateway:
         self._max_message_chars = max_message_chars
         self._max_request_chars = max_request_chars
         self.last_payload: SentPayload | None = None
+        self._memo = MaskMemo()
 
     @property
     def model_name(self) -> str:
         return self._inner.model_name
 
-    async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelReply:
-        if _size(request.messages) < THREAD_THRESHOLD:
-            messages, findings = mask_messages(request.messages)
+    async def _mask(
+        self, messages: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[Masking]]:
+        """Mask what the memo has not seen (in a worker thread when large), then the whole
+        request from the memo."""
+        missing = self._memo.missing(messages)
+        if _size(missing) < THREAD_THRESHOLD:
+            results = _mask_all(missing)
         else:
-            messages, findings = await asyncio.to_thread(mask_messages, request.messages)
+            results = await asyncio.to_thread(_mask_all, missing)
+        for text, (masked, found) in zip(missing, results, strict=True):
+            self._memo.add(text, masked, found)
+        return mask_messages(messages, self._memo.mask)
+
+    async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelReply:
+        messages, findings = await self._mask(request.messages)
         cut: list[int] = []
         for index, message in enumerate(messages):
             content = message.get("content")
