@@ -380,7 +380,10 @@ def build_kelpie(
     signing_secret = secrets.signing_secret if config.slack.mode is SlackMode.HTTP else ""
     slack_app = AsyncApp(client=client, signing_secret=signing_secret)
     slack_app.middleware(installed_workspace_only)
-    scheduler = TurnScheduler(interrupt=config.slack.on_new_message is OnNewMessage.INTERRUPT)
+    scheduler = TurnScheduler(
+        interrupt=config.slack.on_new_message is OnNewMessage.INTERRUPT,
+        max_running=config.agent.max_concurrent_turns,
+    )
     profile = config.models.active_profile
     reporters = SlackReporters(
         client,

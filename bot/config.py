@@ -197,6 +197,8 @@ class AgentConfig(_Strict):
     rules: str = ""
     llm_retries: int = Field(default=2, ge=0, le=10)
     llm_retry_delay_s: float = Field(default=1.0, ge=0)
+    # Turns that run at once; more wait (fairly by channel), their threads saying so.
+    max_concurrent_turns: int = Field(default=8, ge=1)
 
 
 class Approvers(_Strict):

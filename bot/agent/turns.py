@@ -1,18 +1,74 @@
 """One turn per session at a time: a new message interrupts the running turn or queues.
+At most `max_running` turns run at once; the others wait their turn fairly by lane (a
+channel): lanes take turns, so one busy channel cannot starve the others. A turn that has
+to wait is told how many run and wait (`on_queued`), so its thread can show it.
 
-Knows no Slack: a session key and a coroutine to run are all it needs.
+Knows no Slack: a session key, a lane and a coroutine to run are all it needs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
 
 TurnBody = Callable[[asyncio.Event], Awaitable[None]]
+# Told (running, waiting ahead) when a turn has to wait for a free slot.
+QueuedNotice = Callable[[int, int], Awaitable[None]]
+MAX_RUNNING = 8
+
+
+class _Gate:
+    """At most `limit` holders; waiters are served lane by lane, round robin."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self.running = 0
+        self._lanes: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(queue) for queue in self._lanes.values())
+
+    def try_enter(self) -> bool:
+        if self.running < self._limit and not self._lanes:
+            self.running += 1
+            return True
+        return False
+
+    def queue(self, lane: str) -> asyncio.Future[None]:
+        """A ticket in `lane`'s line (call after `try_enter` said no); done when it is in."""
+        ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._lanes.setdefault(lane, deque()).append(ticket)
+        return ticket
+
+    def withdraw(self, lane: str, ticket: asyncio.Future[None]) -> None:
+        """The ticket's turn is gone (interrupted while waiting)."""
+        if ticket.done() and not ticket.cancelled():
+            self.leave()  # granted just as it was withdrawn: pass the slot on
+            return
+        ticket.cancel()
+        queue = self._lanes.get(lane)
+        if queue is not None and ticket in queue:
+            queue.remove(ticket)
+            if not queue:
+                del self._lanes[lane]
+
+    def leave(self) -> None:
+        """Free a slot, handing it to the next lane's oldest waiter."""
+        while self._lanes:
+            lane, queue = self._lanes.popitem(last=False)
+            ticket = queue.popleft()
+            if queue:
+                self._lanes[lane] = queue  # back of the line: the other lanes go first
+            if not ticket.done():
+                ticket.set_result(None)
+                return
+        self.running -= 1
 
 
 @dataclass
@@ -24,20 +80,29 @@ class _Slot:
 
 
 class TurnScheduler:
-    def __init__(self, *, interrupt: bool) -> None:
+    def __init__(self, *, interrupt: bool, max_running: int = MAX_RUNNING) -> None:
         self._interrupt = interrupt
         self._slots: dict[str, _Slot] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._gate = _Gate(max_running)
 
     def submit(
-        self, session_key: str, body: TurnBody, *, may_interrupt: bool = True
+        self,
+        session_key: str,
+        body: TurnBody,
+        *,
+        may_interrupt: bool = True,
+        lane: str | None = None,
+        on_queued: QueuedNotice | None = None,
     ) -> asyncio.Task[None]:
         """Run `body` as the session's next turn. A person's new message may interrupt the
-        running turn (per config); a resumed turn (`may_interrupt=False`) always waits."""
+        running turn (per config); a resumed turn (`may_interrupt=False`) always waits.
+        `lane` (default: the session) is what waiting turns take turns by."""
         slot = self._slots.setdefault(session_key, _Slot())
         if self._interrupt and may_interrupt:
             self.interrupt(session_key)
-        task = asyncio.create_task(self._run(session_key, slot, body), name=f"turn:{session_key}")
+        run = self._run(session_key, slot, body, lane or session_key, on_queued)
+        task = asyncio.create_task(run, name=f"turn:{session_key}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
@@ -56,7 +121,14 @@ class TurnScheduler:
         slot = self._slots.get(session_key)
         return bool(slot and slot.running and not slot.running.done())
 
-    async def _run(self, session_key: str, slot: _Slot, body: TurnBody) -> None:
+    async def _run(
+        self,
+        session_key: str,
+        slot: _Slot,
+        body: TurnBody,
+        lane: str,
+        on_queued: QueuedNotice | None,
+    ) -> None:
         slot.waiting += 1
         try:
             await slot.lock.acquire()
@@ -64,19 +136,44 @@ class TurnScheduler:
             slot.waiting -= 1
         abort = asyncio.Event()
         slot.abort = abort
+        # Running from here on, as far as an interruption is concerned: a newer message
+        # also supersedes a turn still waiting for a slot.
         slot.running = asyncio.current_task()
+        entered = False
         try:
+            entered = await self._enter(lane, on_queued)
             await body(abort)
         except asyncio.CancelledError:
             log.info("turn in %s interrupted", session_key)
         except Exception:
             log.exception("turn in %s failed", session_key)
         finally:
+            if entered:
+                self._gate.leave()
             slot.running = None
             slot.abort = None
             slot.lock.release()
             if slot.waiting == 0 and self._slots.get(session_key) is slot:
                 del self._slots[session_key]
+
+    async def _enter(self, lane: str, on_queued: QueuedNotice | None) -> bool:
+        if self._gate.try_enter():
+            return True
+        ticket = self._gate.queue(lane)
+        try:
+            if on_queued is not None:
+                await self._notify(on_queued, self._gate.waiting - 1)
+            await ticket
+        except asyncio.CancelledError:
+            self._gate.withdraw(lane, ticket)
+            raise
+        return True
+
+    async def _notify(self, on_queued: QueuedNotice, ahead: int) -> None:
+        try:
+            await on_queued(self._gate.running, ahead)
+        except Exception:  # a notice that fails must not cost the turn its place
+            log.exception("could not show that a turn is queued")
 
     async def drain(self, timeout: float = 10.0) -> None:
         """Wait for running turns (used on shutdown and by tests)."""

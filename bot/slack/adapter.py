@@ -151,8 +151,15 @@ class SlackAdapter:
             text=_MENTION.sub("", message.text).strip(),
         )
         accepted = await self._agent.accept(incoming, binding)
+
+        async def queued(running: int, ahead: int) -> None:
+            await self._reply(channel_id, thread_ts, copy.queued(running, ahead))
+
         self._scheduler.submit(
-            incoming.session_key, lambda abort: self._agent.run_turn(accepted, abort)
+            incoming.session_key,
+            lambda abort: self._agent.run_turn(accepted, abort),
+            lane=channel_id,
+            on_queued=queued,
         )
 
     async def _reply(self, channel: str, thread_ts: str, text: str) -> None:

@@ -14,6 +14,14 @@ EMPTY_ANSWER = "_(The model returned an empty answer.)_"
 MAX_ITERATIONS_NOTE = "_I used all my tool rounds for this question; this is what I found._"
 
 
+def queued(running: int, ahead: int) -> str:
+    waiting = f" and {ahead} more are waiting" if ahead else ""
+    return (
+        f"_Queued: kelpie is answering {running} other requests{waiting}; "
+        "yours starts as soon as one finishes._"
+    )
+
+
 def error_answer(sentence: str) -> str:
     # The sentence may carry a provider's or the cluster's words: escaped like any other.
     return f":warning: {escape_mrkdwn(sentence)}"
