@@ -76,6 +76,12 @@ async def _run(config: Config, secrets: Secrets) -> None:
     kelpie = build_kelpie(config, secrets)
     try:
         await kelpie.start()
+    except OSError as error:  # a port taken or not ours to bind
+        await kelpie.stop()
+        raise StartupFailed(
+            f"cannot listen ({error.strerror or error}); pick a free host and port in "
+            "server.health (and slack.http in http mode)"
+        ) from error
     except BaseException:
         await kelpie.stop()
         raise

@@ -69,6 +69,12 @@ class _TextFormatter(logging.Formatter):
         return f"{text} [{ids}]" if ids else text
 
 
+def _expected_bolt_warning(record: logging.LogRecord) -> bool:
+    # Bolt reads $SLACK_BOT_TOKEN by itself and warns on every start that the client kelpie
+    # passes wins over it: that is the intent, not something an operator should act on.
+    return not str(record.msg).startswith("As you gave `client` as well")
+
+
 def configure(settings: LoggingConfig, *, level: str | None = None) -> None:
     """Root logging for the process; `level` (e.g. $KELPIE_LOG_LEVEL) overrides the config."""
     handler = logging.StreamHandler()
@@ -76,6 +82,7 @@ def configure(settings: LoggingConfig, *, level: str | None = None) -> None:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(_TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(_expected_bolt_warning)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

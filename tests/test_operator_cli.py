@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,3 +206,21 @@ async def test_manifest_url_honours_the_configured_events_path(world):
     assert manifest["settings"]["socket_mode_enabled"] is False
     assert wrong.code == 2
     assert "differs from slack.http.path /kelpie/events" in wrong.err
+
+
+async def test_run_names_a_port_that_is_taken(world):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        path = write_config(world, {"server": {"health": {"host": "127.0.0.1", "port": port}}})
+        ran = await kelpie("run", "--config", str(path), env=environ(world.slack))
+    finally:
+        taken.close()
+
+    assert ran.code == 1
+    line = ran.err.strip()
+    assert line.startswith("kelpie: cannot listen (") and "\n" not in line
+    assert f"{port}): address already in use);" in line
+    assert line.endswith("pick a free host and port in server.health (and slack.http in http mode)")
