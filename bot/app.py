@@ -18,13 +18,14 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.agent.continuation import DecisionTurns, TurnSubmit
 from bot.agent.engine import Engine, RetryPolicy
 from bot.agent.session import AgentSessions, ReporterFactory
 from bot.agent.turns import TurnScheduler
 from bot.approvals.coordinator import WriteCoordinator
-from bot.approvals.model import Approval, ApprovalCards, WriteAuditLog
-from bot.approvals.orphans import ConversationOrphans
-from bot.approvals.service import ApprovalService
+from bot.approvals.model import ApprovalCards, WriteAuditLog
+from bot.approvals.recheck import Approvers, Bindings, CurrentPolicy
+from bot.approvals.service import ApprovalRequests, ApprovalService, ExpiryBell
 from bot.config import Config, OnNewMessage, Secrets, SlackMode
 from bot.health import health_app, serve
 from bot.metrics import (
@@ -52,7 +53,7 @@ from bot.policy.pipeline import (
 from bot.policy.roles import ChannelRoles, pattern_problems
 from bot.slack.adapter import SlackAdapter
 from bot.slack.cards import ApprovalClicks, SlackApprovalCards
-from bot.slack.channels import ChannelDirectory
+from bot.slack.channels import ChannelBindings, ChannelDirectory
 from bot.slack.commands import SlashCommands
 from bot.slack.guard import SlackHttpRoute, installed_workspace_only
 from bot.slack.people import ApproverDirectory
@@ -75,15 +76,19 @@ from bot.store.repositories import (
 )
 from bot.terminal import (
     Console,
+    FixedBinding,
     TerminalApprovalCards,
+    TerminalApprovers,
     TerminalChat,
     TerminalReporters,
+    TerminalTurns,
     terminal_binding,
 )
 from bot.tools.harness import ToolHarness, ToolRegistry
 from bot.tools.investigate import investigation_tool
 from bot.tools.kube.client import KubeClients
 from bot.tools.kube.read import read_tools
+from bot.tools.kube.readback import KubeReadback
 from bot.tools.kube.write import write_tools
 from bot.tools.present import present_tools
 
@@ -226,7 +231,7 @@ class Kelpie:
         await self.core.start()
         await warm_up(self.config.models.active_profile.model)
         await self.ledger.forget_before(datetime.now(UTC) - EVENT_MEMORY)
-        await self.core.approvals.recover()
+        await self.core.approvals.start()
         if self.config.slack.mode is SlackMode.SOCKET:
             self._socket = AsyncSocketModeHandler(self.slack_app, app_token=self.app_token)
             await self._socket.connect_async()
@@ -281,7 +286,6 @@ class AgentCore:
     registry: ToolRegistry
     approval_store: ApprovalRepository
     approvals: ApprovalService
-    orphans: ConversationOrphans
     payloads: PayloadLog
     agent: AgentSessions
     background: list[Drainable]
@@ -297,11 +301,24 @@ class AgentCore:
         await self.db.close()
 
 
+@dataclass(frozen=True)
+class FrontEnd:
+    """What differs between Slack and the terminal: where cards and progress show, how a
+    turn after a decision runs, the channel's current binding and who may approve."""
+
+    cards: ApprovalCards
+    reporters: ReporterFactory
+    submit: TurnSubmit
+    bindings: Bindings
+    approvers: Approvers
+    # The terminal: the one person at it asks and decides (no four-eyes peer exists).
+    self_approval: bool = False
+
+
 def build_core(
     config: Config,
     secrets: Secrets,
-    cards: ApprovalCards,
-    reporters: ReporterFactory,
+    front: FrontEnd,
     metrics: Metrics,
     *,
     write_audit: WriteAuditLog | None = None,
@@ -316,20 +333,12 @@ def build_core(
     session_hooks = SessionHooks(config.hooks.session_start, config.hooks.session_end)
     pipeline = Pipeline(security_stages(config, secrets, messages), post_hooks=[post_hooks])
     approval_store = MeteredApprovalRepository(db, metrics)
-    orphans = ConversationOrphans(messages)
-    approvals = ApprovalService(
-        approval_store,
-        cards,
-        WriteCoordinator(
-            registry, write_audit or WriteAuditRepository(db), WriteReservationRepository(db)
-        ),
-        orphans,
-    )
+    bell = ExpiryBell()
     harness = ToolHarness(
         registry,
         pipeline,
         ToolAuditRepository(db),
-        approvals,
+        ApprovalRequests(approval_store, front.cards, bell),
         timeout_s=config.agent.tool_timeout_s,
     )
     payloads = PayloadLog(db)
@@ -349,10 +358,28 @@ def build_core(
         messages,
         engine,
         registry,
-        MeteredReporters(reporters, metrics),
+        MeteredReporters(front.reporters, metrics),
         session_hooks,
         router=ModelRouter(config, probe_capabilities),
         openings=SessionOpenings(db),
+    )
+    approvals = ApprovalService(
+        approval_store,
+        front.cards,
+        WriteCoordinator(
+            registry, write_audit or WriteAuditRepository(db), WriteReservationRepository(db)
+        ),
+        CurrentPolicy(
+            registry,
+            pipeline,
+            sessions,
+            front.bindings,
+            front.approvers,
+            self_approval=front.self_approval,
+        ),
+        DecisionTurns(messages, agent, front.submit),
+        KubeReadback(kube),
+        bell,
     )
     return AgentCore(
         db,
@@ -362,7 +389,6 @@ def build_core(
         registry,
         approval_store,
         approvals,
-        orphans,
         payloads,
         agent,
         # The payload log stores its last payloads at shutdown.
@@ -392,30 +418,28 @@ def build_kelpie(
         model_name=profile.model,
         tier=profile.tier.value if profile.tier else None,
     )
-    core = build_core(
-        config, secrets, SlackApprovalCards(client), reporters, metrics, write_audit=write_audit
-    )
-    agent = core.agent
     approvers = ApproverDirectory(client)
-
-    async def resume(approval: Approval) -> None:
-        accepted = await agent.resumable(
-            approval.session_id, approval.turn_id, approval.requested_by
-        )
-        if accepted is not None:
-            # A decision arriving after a restart continues its turn; it never interrupts a
-            # turn someone started in that thread meanwhile.
-            scheduler.submit(
-                accepted.session.session_key,
-                lambda abort: agent.resume_turn(accepted, abort),
-                may_interrupt=False,
-            )
-
-    core.orphans.resume = resume
-    ApprovalClicks(slack_app, config, core.approvals, core.approval_store, approvers).register()
-    StopHandler(slack_app, reporters.turns, approvers, config.roles, scheduler.interrupt).register()
     channels = ChannelDirectory(client)
     roles = ChannelRoles(config)
+    front = FrontEnd(
+        SlackApprovalCards(client),
+        reporters,
+        scheduler.submit,
+        ChannelBindings(channels, roles),
+        approvers,
+    )
+    core = build_core(config, secrets, front, metrics, write_audit=write_audit)
+    agent = core.agent
+    ApprovalClicks(slack_app, core.approvals).register()
+    StopHandler(
+        slack_app,
+        reporters.turns,
+        approvers,
+        config.roles,
+        scheduler.interrupt,
+        core.approvals.withdraw_for,
+        core.sessions,
+    ).register()
     ledger = EventLedger(core.db)
     SlashCommands(
         slack_app, channels, roles, core.registry, core.sessions, core.payloads, approvers
@@ -429,6 +453,7 @@ def build_kelpie(
         core.sessions,
         agent,
         scheduler,
+        core.approvals.withdraw_for,
     ).register()
     app_token = secrets.app_token if config.slack.mode is SlackMode.SOCKET else None
     return Kelpie(config, core, slack_app, scheduler, ledger, app_token, metrics, signing_secret)
@@ -451,7 +476,16 @@ def build_terminal(
     reporters = TerminalReporters(
         console, model_name=profile.model, tier=profile.tier.value if profile.tier else None
     )
-    core = build_core(config, secrets, cards, reporters, Metrics())
-    # Closed late, like `orphans.resume`: the service needs the cards port first.
-    cards.decide = core.approvals.decide
-    return TerminalChat(console, core.agent, binding, channel_name, core)
+    turns = TerminalTurns()
+    front = FrontEnd(
+        cards,
+        reporters,
+        turns.submit,
+        FixedBinding(binding),
+        TerminalApprovers(),
+        self_approval=True,
+    )
+    core = build_core(config, secrets, front, Metrics())
+    return TerminalChat(
+        console, core.agent, binding, channel_name, core, core.approvals, turns, cards
+    )

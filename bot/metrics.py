@@ -136,7 +136,7 @@ class MeteredReporters:
 
 class MeteredApprovalRepository(ApprovalRepository):
     """Counts a decision when its transition wins: exactly once per approval, whoever
-    (a click, the timer, an interruption) ended it."""
+    (a click, the expiry sweeper, a withdrawal) ended it."""
 
     def __init__(self, db: Database, metrics: Metrics) -> None:
         super().__init__(db)
@@ -150,9 +150,15 @@ class MeteredApprovalRepository(ApprovalRepository):
         by: str | None,
         now: datetime,
         require_unexpired: bool,
+        require_expired: bool = False,
     ) -> bool:
         won = await super().transition(
-            approval_id, state, by=by, now=now, require_unexpired=require_unexpired
+            approval_id,
+            state,
+            by=by,
+            now=now,
+            require_unexpired=require_unexpired,
+            require_expired=require_expired,
         )
         if won:
             self._metrics.approvals.labels(state.value).inc()

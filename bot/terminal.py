@@ -27,7 +27,6 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from typing import Protocol, TextIO
 
 from bot.agent.conversation import SessionInfo
@@ -44,7 +43,9 @@ from bot.agent.events import (
     footer_line,
 )
 from bot.agent.session import AgentSessions, IncomingMessage
-from bot.approvals.model import Approval, ApprovalState
+from bot.agent.turns import TurnBody
+from bot.approvals.model import Approval, ApprovalDecision, ApprovalState, DecisionKind
+from bot.config import ApprovalConfig
 from bot.errors import KelpieError
 from bot.policy.roles import ChannelBinding, ChannelRoles
 
@@ -69,7 +70,12 @@ PROMPT = "you> "
 APPROVAL_PROMPT = "Approve this change? [y/N] "
 QUIT_WORDS = frozenset({"/quit", "/exit"})
 
-_STATUS_MARK = {ToolStatus.OK: "✓", ToolStatus.FAILED: "✗", ToolStatus.DENIED: "⛔"}
+_STATUS_MARK = {
+    ToolStatus.OK: "✓",
+    ToolStatus.FAILED: "✗",
+    ToolStatus.DENIED: "⛔",
+    ToolStatus.PENDING: "⏸",
+}
 
 
 class ChannelNotEnabled(KelpieError):
@@ -264,9 +270,6 @@ class TerminalReporters:
         return TerminalReporter(self._console, self._model_name, self._tier)
 
 
-Decide = Callable[[str, str, bool], Awaitable[object]]
-
-
 def approval_card(approval: Approval) -> str:
     plan = approval.plan
     target = plan.target
@@ -295,7 +298,7 @@ def approval_state(approval: Approval, note: str = "") -> str:
     elif status is ApprovalState.EXPIRED:
         text = "  ⏰ Expired with no decision: not executed."
     elif status is ApprovalState.CANCELLED:
-        text = "  ✗ Cancelled: the turn was interrupted, not executed."
+        text = f"  ✗ Withdrawn by {approval.decided_by or TERMINAL_USER}: not executed."
     else:
         text = "  Waiting for approval"
     if approval.outcome:
@@ -306,43 +309,63 @@ def approval_state(approval: Approval, note: str = "") -> str:
 
 
 class TerminalApprovalCards:
-    """ApprovalCards port at the terminal: `post` prints the card and asks y/N at the prompt;
-    the answer goes to `decide` (the approval service's, bound by the composition root), so
-    expiry, the write coordinator and its audits work exactly as for a Slack click."""
+    """ApprovalCards port at the terminal: prints the card and each state change. The chat
+    asks y/N itself once the turn has ended at the card; a decision that lands while it asks
+    (the expiry) cancels the question."""
 
     def __init__(self, console: Console) -> None:
         self._console = console
-        self.decide: Decide | None = None
-        self._asking: dict[str, asyncio.Task[None]] = {}
+        self.asking: dict[str, asyncio.Task[str | None]] = {}
 
     async def post(self, approval: Approval) -> str:
         self._console.line(approval_card(approval))
-        task = asyncio.create_task(self._ask(approval.id), name=f"approval:{approval.id}")
-        self._asking[approval.id] = task
-        task.add_done_callback(lambda _: self._asking.pop(approval.id, None))
         return f"terminal:{approval.id}"
 
     async def update(self, approval: Approval, note: str = "") -> None:
-        asking = self._asking.get(approval.id)
-        if (
-            approval.status is not ApprovalState.PENDING
-            and asking is not None
-            and asking is not asyncio.current_task()
-        ):
-            asking.cancel()  # expired or cancelled: the question is no longer open
+        asking = self.asking.get(approval.id)
+        if approval.status is not ApprovalState.PENDING and asking is not None:
+            asking.cancel()  # decided elsewhere (expired): the question is no longer open
         self._console.line(approval_state(approval, note))
 
-    async def _ask(self, approval_id: str) -> None:
-        answer = await self._console.read_line(APPROVAL_PROMPT)
-        approve = (answer or "").strip().lower() in {"y", "yes"}
-        if self.decide is None:
-            log.error("terminal approvals are not bound to a service; %s stays open", approval_id)
-            return
-        try:
-            await self.decide(approval_id, TERMINAL_USER, approve)
-        except Exception:
-            log.exception("deciding approval %s failed", approval_id)
-            self._console.line("⚠ The decision could not be applied; the details are in the log.")
+    async def tell(self, approval: Approval, text: str) -> None:
+        self._console.line(f"  {text}")
+
+
+class FixedBinding:
+    """The terminal's binding: the role the config gives the named channel, fixed."""
+
+    def __init__(self, binding: ChannelBinding) -> None:
+        self._binding = binding
+
+    async def current(self, session: SessionInfo) -> ChannelBinding | None:
+        return self._binding
+
+
+class TerminalApprovers:
+    """At the terminal the person running kelpie (with the cluster credentials) decides."""
+
+    async def is_approver(self, user: str, approval: ApprovalConfig) -> bool:
+        return True
+
+    def describe(self, approval: ApprovalConfig) -> str:
+        return "the person at the terminal"
+
+
+class TerminalTurns:
+    """The terminal's `TurnSubmit`: turns after a decision queue here and the prompt loop
+    runs them in order, so output never interleaves with a question."""
+
+    def __init__(self) -> None:
+        self.queued: list[TurnBody] = []
+
+    def submit(self, session_key: str, body: TurnBody, *, may_interrupt: bool = True) -> None:
+        self.queued.append(body)
+
+
+class Decisions(Protocol):
+    async def pending_in(self, session_id: int) -> list[Approval]: ...
+
+    async def resume(self, approval_id: str, decision: ApprovalDecision) -> object: ...
 
 
 class Runtime(Protocol):
@@ -364,7 +387,15 @@ class TerminalChat:
         binding: ChannelBinding,
         channel_name: str | None,
         runtime: Runtime,
+        decisions: Decisions,
+        turns: TerminalTurns,
+        cards: TerminalApprovalCards,
     ) -> None:
+        self._decisions = decisions
+        self._turns = turns
+        self._cards = cards
+        self._asking: asyncio.Task[str | None] | None = None
+        self._ctrl_c = False
         self._console = console
         self._agent = agent
         self._binding = binding
@@ -439,8 +470,12 @@ class TerminalChat:
                 "⚠ kelpie could not record the question; the details are in its log."
             )
             return
+        await self._run(lambda abort: self._agent.run_turn(accepted, abort))
+        await self._decide(accepted.session.id)
+
+    async def _run(self, body: TurnBody) -> None:
         abort = asyncio.Event()
-        task = asyncio.create_task(self._agent.run_turn(accepted, abort), name="turn:terminal")
+        task: asyncio.Task[None] = asyncio.ensure_future(body(abort))
         self._running = (task, abort)
         try:
             await asyncio.wait({task})
@@ -456,6 +491,41 @@ class TerminalChat:
                 "⚠ Something went wrong on kelpie's side; the details are in its log."
             )
 
+    async def _decide(self, session_id: int) -> None:
+        """The turn ended at its approval cards: ask about each, then run the turns that
+        answer the decisions. Ctrl-C at the question withdraws the card."""
+        while True:
+            for approval in await self._decisions.pending_in(session_id):
+                kind = await self._ask(approval.id)
+                if kind is not None:
+                    decision = ApprovalDecision(kind, TERMINAL_USER)
+                    await self._decisions.resume(approval.id, decision)
+            if not self._turns.queued:
+                return
+            await self._run(self._turns.queued.pop(0))
+
+    async def _ask(self, approval_id: str) -> DecisionKind | None:
+        ask = asyncio.create_task(self._console.read_line(APPROVAL_PROMPT))
+        self._asking, self._ctrl_c = ask, False
+        self._cards.asking[approval_id] = ask
+        try:
+            answer = await ask
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            # Ctrl-C withdraws the card; a decision that landed meanwhile (the expiry) is
+            # already made and cancelled the question.
+            self._console.line_start()
+            return DecisionKind.WITHDRAW if self._ctrl_c else None
+        finally:
+            self._asking = None
+            self._cards.asking.pop(approval_id, None)
+        if answer is None:
+            return DecisionKind.WITHDRAW
+        yes = answer.strip().lower() in {"y", "yes"}
+        return DecisionKind.APPROVE if yes else DecisionKind.REJECT
+
     @staticmethod
     def _stop(task: asyncio.Task[None], abort: asyncio.Event) -> None:
         """Interrupt a turn as a person would: a pending approval is cancelled, not left."""
@@ -463,8 +533,12 @@ class TerminalChat:
         task.cancel()
 
     def _on_interrupt(self) -> None:
-        """Ctrl-C: stops the running turn; at the prompt, ends the chat."""
-        if self._running is not None:
+        """Ctrl-C: stops the running turn; at an approval question, withdraws the card; at
+        the prompt, ends the chat."""
+        if self._asking is not None:
+            self._ctrl_c = True
+            self._asking.cancel()
+        elif self._running is not None:
             self._stop(*self._running)
         else:
             self._console.end_input()

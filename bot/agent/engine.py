@@ -70,6 +70,10 @@ FINAL_ANSWER_NUDGE = (
     "answer you can from what you found, and say what is still unknown."
 )
 PRESENTED_ANSWER = "Done: posted as a file in this thread."
+AWAITING_APPROVAL_ANSWER = (
+    "Waiting for approval: nothing changes unless someone allowed to approve clicks Approve "
+    "on the card above. I will report the outcome here."
+)
 BACKGROUND_ROUNDS = 4
 DRAIN_ROUNDS = 3
 INVESTIGATOR_NOTE = (
@@ -182,9 +186,9 @@ class Engine:
                 reply = await self._complete(turn, round_index, tools)
                 if reply.tool_calls:
                     drains = 0
-                    yielded = await self._run_tools(turn, reply)
-                    if yielded:
-                        return await self._answer(turn, TurnFinish.STOP, PRESENTED_ANSWER)
+                    ended = await self._run_tools(turn, reply)
+                    if ended is not None:
+                        return await self._answer(turn, TurnFinish.STOP, ended)
                     await self._drain(turn)
                 elif turn.background and turn.background.pending and drains < self._drain_rounds:
                     # An answer while investigations run: wait for their results instead.
@@ -206,8 +210,7 @@ class Engine:
         except asyncio.CancelledError:
             turn.state.rollback()
             # A person interrupted (abort is set): close the turn's books now. A shutdown
-            # (no abort) leaves them open: a pending approval may still be decided after
-            # the restart, and history loading pairs whatever stays unanswered.
+            # (no abort) leaves them open: history loading pairs whatever stays unanswered.
             if turn.request.scope.abort.is_set():
                 await asyncio.shield(self._repair(turn))
             raise
@@ -326,8 +329,9 @@ class Engine:
 
     # --- tools and background results -----------------------------------------------------
 
-    async def _run_tools(self, turn: _Turn, reply: ModelReply) -> bool:
-        """Run the round's calls; True when the turn should end here (a yield signal)."""
+    async def _run_tools(self, turn: _Turn, reply: ModelReply) -> str | None:
+        """Run the round's calls; the turn's answer when it ends here (a yield signal, or a
+        write waiting at its approval card: the decision point ends the turn)."""
         request = turn.request
         planned = turn.rounds.plan(list(reply.tool_calls))
         assistant = Message(
@@ -343,7 +347,9 @@ class Engine:
         self._store.stage(request.session.id, request.turn_id, outcome.results)
         turn.rounds.mark_recorded()
         turn.state.add(*outcome.results)
-        return outcome.yielded is not None
+        if outcome.awaiting_approval:
+            return AWAITING_APPROVAL_ANSWER
+        return PRESENTED_ANSWER if outcome.yielded is not None else None
 
     async def _keep_interim(self, turn: _Turn, text: str) -> None:
         if not text.strip():

@@ -18,6 +18,7 @@ class ToolStatus(StrEnum):
     OK = "ok"
     FAILED = "failed"
     DENIED = "denied"
+    PENDING = "pending"  # a write waiting for a person's approval: the turn ends here
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,8 @@ class RoundOutcome:
     results: list[Message]
     # Set when the round was one successful call that asked to end the turn.
     yielded: ToolOutcome | None = None
+    # A write in this round waits for a person's approval: the turn ends at the card.
+    awaiting_approval: bool = False
 
 
 def cut_result(text: str, limit: int, tool: Tool | None) -> str:
@@ -219,7 +221,11 @@ class ToolRounds:
             ran = self._ran[planned[0].call.id]
             if ran.outcome.status is ToolStatus.OK and ran.outcome.end_turn and not ran.repeated:
                 yielded = ran.outcome
-        return RoundOutcome(results, yielded)
+        awaiting = any(
+            ran.outcome.status is ToolStatus.PENDING and not ran.repeated
+            for ran in self._ran.values()
+        )
+        return RoundOutcome(results, yielded, awaiting)
 
     async def _run_one(self, item: PlannedCall) -> None:
         earlier = self._seen.get(item.key)

@@ -2,19 +2,21 @@
 
 reserve the target (one write per object at a time) → intent audit (nothing happens if it
 cannot be written) → the change, bound to the previewed object's uid/resourceVersion →
-outcome audit. A conflict executes nothing and tells the model to propose again. If the
-outcome audit fails, the change is not rolled back; the caller says so in the thread.
+outcome audit (in a `finally`, retried while the store is locked). A conflict executes
+nothing and tells the model to propose again. If the outcome audit still fails, the change
+is not rolled back; the caller says so in the thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bot.approvals.model import Approval, WriteAudit, WriteAuditLog, WriteReservations
+from bot.approvals.retry import retrying
 from bot.tools.harness import ToolRegistry
-from bot.tools.spec import ToolContext, ToolFailure, WriteConflict
+from bot.tools.spec import ToolContext, ToolFailure, WriteConflict, WriteOperation, WritePlan
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,11 @@ class WriteCoordinator:
         try:
             return await self._execute(approval, approved_by)
         finally:
-            await asyncio.shield(self._reservations.release(key, approval.id))
+            try:
+                await asyncio.shield(self._reservations.release(key, approval.id))
+            except Exception:
+                # Never hides the outcome; a stale reservation is taken over later.
+                log.exception("could not release the write reservation on %s", key)
 
     async def _execute(self, approval: Approval, approved_by: str) -> WriteOutcome:
         plan = approval.plan
@@ -72,39 +78,41 @@ class WriteCoordinator:
             return WriteOutcome(False, False, f"Not executed: {text}", text)
 
         context = ToolContext(plan.cluster, plan.target.namespace or None)
+        # Whatever happens to the change (even a cancellation), its outcome audit is tried.
+        outcome = WriteOutcome(
+            True, False, "The write was interrupted; its result is unknown.", "result unknown"
+        )
         try:
-            result = await tool.write.execute(plan, context)
-            outcome = WriteOutcome(True, True, result.text, result.summary)
-        except WriteConflict as error:
-            outcome = WriteOutcome(
-                False,
-                False,
-                f"Not executed: {error}",
-                f"conflict: {error}",
-            )
-        except ToolFailure as error:
-            outcome = WriteOutcome(True, False, f"The write failed: {error}", f"failed: {error}")
-        except Exception:
-            log.exception("write %s for approval %s crashed", plan.tool, approval.id)
-            text = "the write failed with an internal error (logged)."
-            outcome = WriteOutcome(True, False, f"The write failed: {text}", text)
-
-        try:
-            await asyncio.shield(
-                self._audit.record(
-                    WriteAudit(
-                        **{
-                            **base.__dict__,
-                            "phase": "outcome",
-                            "result": outcome.summary,
-                            "ok": outcome.ok,
-                        }
-                    )
-                )
-            )
-        except Exception:
-            log.exception("outcome audit for approval %s failed", approval.id)
-            return WriteOutcome(
-                outcome.executed, outcome.ok, outcome.message, outcome.summary, True
-            )
+            outcome = await self._change(tool.write, plan, context, approval.id)
+        finally:
+            audited = await asyncio.shield(self._audit_outcome(base, outcome))
+        if not audited:
+            return replace(outcome, outcome_audit_failed=True)
         return outcome
+
+    async def _change(
+        self, write: WriteOperation, plan: WritePlan, context: ToolContext, approval_id: str
+    ) -> WriteOutcome:
+        try:
+            result = await write.execute(plan, context)
+            return WriteOutcome(True, True, result.text, result.summary)
+        except WriteConflict as error:
+            return WriteOutcome(False, False, f"Not executed: {error}", f"conflict: {error}")
+        except ToolFailure as error:
+            return WriteOutcome(True, False, f"The write failed: {error}", f"failed: {error}")
+        except Exception:
+            log.exception("write %s for approval %s crashed", plan.tool, approval_id)
+            text = "the write failed with an internal error (logged)."
+            return WriteOutcome(True, False, f"The write failed: {text}", text)
+
+    async def _audit_outcome(self, base: WriteAudit, outcome: WriteOutcome) -> bool:
+        entry = replace(base, phase="outcome", result=outcome.summary, ok=outcome.ok)
+        try:
+            await retrying(
+                f"the outcome audit of approval {base.approval_id}",
+                lambda: self._audit.record(entry),
+            )
+        except Exception:
+            log.exception("outcome audit for approval %s failed", base.approval_id)
+            return False
+        return True

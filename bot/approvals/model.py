@@ -1,4 +1,9 @@
-"""The approval's typed vocabulary and the ports the approval flow talks to."""
+"""The approval's typed vocabulary and the ports the approval flow talks to.
+
+An approval is data, not a parked future: the turn that proposed the write has ended, and
+whatever happens next (a click, the expiry, a withdrawal, start-up reconciliation) enters
+through `ApprovalService.resume(approval_id, decision)`.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +21,34 @@ class ApprovalState(StrEnum):
     APPROVED = "approved"
     REJECTED = "rejected"
     EXPIRED = "expired"
-    CANCELLED = "cancelled"
+    CANCELLED = "cancelled"  # withdrawn by a requester (or a permitted stop) before a decision
+
+
+class DecisionKind(StrEnum):
+    APPROVE = "approve"
+    REJECT = "reject"
+    EXPIRE = "expire"
+    WITHDRAW = "withdraw"
+    # Start-up: an approval recorded as approved whose outcome never was (a crash between
+    # the click and the outcome audit). The target is read back; nothing is retried.
+    RECONCILE = "reconcile"
+
+
+# What each decision moves a pending approval to (RECONCILE moves nothing: it is approved).
+DECISION_STATE = {
+    DecisionKind.APPROVE: ApprovalState.APPROVED,
+    DecisionKind.REJECT: ApprovalState.REJECTED,
+    DecisionKind.EXPIRE: ApprovalState.EXPIRED,
+    DecisionKind.WITHDRAW: ApprovalState.CANCELLED,
+}
+
+
+@dataclass(frozen=True)
+class ApprovalDecision:
+    kind: DecisionKind
+    by: str | None = None  # the person; None for the sweeper and reconciliation
+    # Where a click came from: a click from any other channel decides nothing.
+    channel_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -37,6 +69,9 @@ class Approval:
     decided_at: datetime | None = None
     card_ts: str | None = None
     outcome: str | None = None
+    # Everyone who wrote in the thread since the session's last decided approval: with
+    # `allow_requester: false` none of them may approve.
+    requesters: tuple[str, ...] = ()
 
 
 def plan_to_json(plan: WritePlan) -> str:
@@ -70,6 +105,7 @@ class ApprovalStore(Protocol):
         by: str | None,
         now: datetime,
         require_unexpired: bool,
+        require_expired: bool = False,
     ) -> bool:
         """Compare-and-set pending → `to`; True only for the one caller that won."""
         ...
@@ -77,6 +113,22 @@ class ApprovalStore(Protocol):
     async def set_outcome(self, approval_id: str, outcome: str) -> None: ...
 
     async def pending(self) -> list[Approval]: ...
+
+    async def pending_in(self, session_id: int) -> list[Approval]: ...
+
+    async def expired(self, now: datetime) -> list[Approval]:
+        """Pending approvals whose deadline has passed (the sweeper's work)."""
+        ...
+
+    async def next_expiry(self) -> datetime | None: ...
+
+    async def unfinished(self) -> list[Approval]:
+        """Approved, with no outcome recorded: a crash between the click and the outcome."""
+        ...
+
+    async def requesters(self, session_id: int) -> list[str]:
+        """Everyone who wrote in the session since its last decided approval."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -107,6 +159,32 @@ class ApprovalCards(Protocol):
         ...
 
     async def update(self, approval: Approval, note: str = "") -> None: ...
+
+    async def tell(self, approval: Approval, text: str) -> None:
+        """Say something in the approval's thread (an outcome the card could not show)."""
+        ...
+
+
+class CallCheck(Protocol):
+    """The proposed call against the *current* configuration (role, firewall, hooks) and
+    who may decide it now (approvers, four eyes). A card is a request, not a capability."""
+
+    async def refusal(self, approval: Approval) -> str | None:
+        """Why the call may no longer run; None when it still may (with approval)."""
+        ...
+
+    async def may_decide(self, approval: Approval, user: str) -> str | None:
+        """Why `user` may not approve or reject it now; None when they may."""
+        ...
+
+    async def may_withdraw(self, approval: Approval, user: str) -> bool: ...
+
+
+class Continuation(Protocol):
+    """After a decision: the outcome goes into the conversation and, when asked, a new turn
+    of the agent answers in the thread."""
+
+    async def record(self, approval: Approval, note: str, *, answer: bool) -> None: ...
 
 
 class WriteReservations(Protocol):

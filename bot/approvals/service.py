@@ -1,58 +1,172 @@
-"""The approval service: request a person's decision on a prepared write, decide by
-compare-and-set, expire, cancel, and carry on after a restart. Knows no Slack: cards go
-through the `ApprovalCards` port, clicks arrive as `decide()` calls from a verified
-`block_actions` payload whose clicker the caller has checked against the role.
+"""The approval flow: a write that needs a person ends its turn at a card; every decision
+then enters through one path, `ApprovalService.resume(approval_id, decision)`.
 
-The model can never approve: nothing the model writes reaches `decide()`.
+`ApprovalRequests.request` (called by the tool harness) stores the approval with its plan,
+requesters and expiry, posts the card and stores its ts, and returns a *pending* result:
+the turn ends there and the thread's lock is released.
+
+`resume` is used by a click (on any process sharing the database), the expiry sweeper, a
+withdrawal and start-up reconciliation. It claims the row by compare-and-set, so each
+decision happens once; re-checks an approval against the current configuration; runs the
+write coordinator; records the outcome whatever Slack does; hands the outcome to the
+conversation (a new turn answers in the thread); and updates the card last, best effort,
+posting the outcome in the thread when the card cannot be updated.
+
+Knows no Slack: cards go through the `ApprovalCards` port, checks through `CallCheck`.
+The model can never approve: nothing the model writes reaches `resume()`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Protocol
 
 from bot.agent.events import ToolStatus
-from bot.approvals.coordinator import WriteCoordinator
-from bot.approvals.model import Approval, ApprovalCards, ApprovalState, ApprovalStore
+from bot.approvals.coordinator import WriteCoordinator, WriteOutcome
+from bot.approvals.model import (
+    DECISION_STATE,
+    Approval,
+    ApprovalCards,
+    ApprovalDecision,
+    ApprovalState,
+    ApprovalStore,
+    CallCheck,
+    Continuation,
+    DecisionKind,
+)
+from bot.approvals.readback import Readback
+from bot.approvals.retry import RETRY_DELAYS, retrying
 from bot.policy.decision import ToolInvocation
 from bot.tools.harness import ToolOutcome
 from bot.tools.spec import WritePlan
 
 log = logging.getLogger(__name__)
 
+# The sweeper looks at the database at least this often (other replicas' approvals).
+SWEEP_EVERY_S = 30.0
+
+PENDING_RESULT = (
+    "Not run yet: waiting for a person's approval (approval {id}). The card with the preview "
+    "is in the thread; nothing has changed. This turn ends here; you will be told the decision "
+    "in a later message. Do not propose this change again meanwhile."
+)
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class OrphanedOutcomes(Protocol):
-    """Takes a decided approval's outcome when no turn is waiting for it (kelpie restarted
-    or the turn was interrupted): records it as the tool result and, if asked, continues the
-    turn from the stored conversation."""
+class ExpiryBell:
+    """Wakes the expiry sweeper when a new approval (a new deadline) is stored."""
 
-    async def deliver(self, approval: Approval, outcome: ToolOutcome, *, resume: bool) -> None: ...
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def ring(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), timeout)
+        self._event.clear()
 
 
-class DecideResult(StrEnum):
+class ApprovalRequests:
+    """The harness's approval port: store the proposal, post its card, end the turn."""
+
+    def __init__(
+        self,
+        store: ApprovalStore,
+        cards: ApprovalCards,
+        bell: ExpiryBell,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self._store = store
+        self._cards = cards
+        self._bell = bell
+        self._clock = clock
+
+    async def request(self, call: ToolInvocation, plan: WritePlan) -> ToolOutcome:
+        scope = call.scope
+        reason = call.args.get("reason")
+        asked = await self._store.requesters(scope.session_id)
+        approval = Approval(
+            id=uuid.uuid4().hex,
+            session_id=scope.session_id,
+            turn_id=scope.turn_id,
+            tool_call_id=call.tool_call_id,
+            plan=plan,
+            reason=reason if isinstance(reason, str) else "",
+            role=scope.role_name,
+            channel_id=scope.channel_id,
+            thread_ts=scope.session_key.rsplit(":", 1)[-1],
+            requested_by=scope.slack_user,
+            status=ApprovalState.PENDING,
+            expires_at=self._clock() + timedelta(seconds=scope.role.approval.timeout_s),
+            requesters=tuple(dict.fromkeys([*asked, scope.slack_user])),
+        )
+        await self._store.create(approval)
+        try:
+            # Shielded: a card in Slack whose ts is not stored could never be updated.
+            await asyncio.shield(self._post_card(approval))
+        except Exception:
+            log.exception("could not post the approval card for %s", approval.id)
+            await self._store.transition(
+                approval.id,
+                ApprovalState.CANCELLED,
+                by=None,
+                now=self._clock(),
+                require_unexpired=False,
+            )
+            return ToolOutcome(
+                ToolStatus.FAILED,
+                "Not executed: the approval card could not be posted in Slack.",
+                "not executed: approval card could not be posted",
+                stage="approval",
+            )
+        self._bell.ring()
+        return ToolOutcome(
+            ToolStatus.PENDING,
+            PENDING_RESULT.format(id=approval.id[:8]),
+            "waiting for approval",
+            stage="approval",
+        )
+
+    async def _post_card(self, approval: Approval) -> None:
+        card_ts = await self._cards.post(approval)
+        await self._store.set_card(approval.id, card_ts)
+
+
+class ResumeResult(StrEnum):
     DECIDED = "decided"
     ALREADY_DECIDED = "already_decided"
+    NOT_ALLOWED = "not_allowed"  # this person may not decide it (nothing was claimed)
     UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)
-class Decided:
-    result: DecideResult
-    approval: Approval | None
+class Resumed:
+    result: ResumeResult
+    approval: Approval | None = None
+    why: str = ""  # for NOT_ALLOWED: one sentence for the person
 
 
-def _outcome(status: ToolStatus, content: str, summary: str) -> ToolOutcome:
-    return ToolOutcome(status, content, summary, stage="approval")
+@dataclass(frozen=True)
+class _Ending:
+    """What a decided approval leaves behind: the outcome line, the model's note, the
+    sentence for the thread when Slack cannot show the card, and whether a turn answers."""
+
+    outcome: str
+    note: str
+    answer: bool
+    card_note: str = ""
+    announce: str = ""  # said in the thread as well as on the card
 
 
 class ApprovalService:
@@ -61,189 +175,252 @@ class ApprovalService:
         store: ApprovalStore,
         cards: ApprovalCards,
         coordinator: WriteCoordinator,
-        orphans: OrphanedOutcomes,
+        check: CallCheck,
+        continuation: Continuation,
+        readback: Readback,
+        bell: ExpiryBell,
         clock: Callable[[], datetime] = utcnow,
+        delays: Sequence[float] = RETRY_DELAYS,
     ) -> None:
         self._store = store
         self._cards = cards
         self._coordinator = coordinator
-        self._orphans = orphans
+        self._check = check
+        self._continuation = continuation
+        self._readback = readback
+        self._bell = bell
         self._clock = clock
-        self._waiters: dict[str, asyncio.Future[ToolOutcome]] = {}
-        self._timers: set[asyncio.Task[None]] = set()
-        # Approvals whose turn was interrupted after a decision: the engine already recorded
-        # the call as interrupted, so their outcome only goes to the card and the audit.
-        self._abandoned: set[str] = set()
+        self._delays = delays
+        self._sweeper: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[Resumed]] = set()
 
-    async def request(self, call: ToolInvocation, plan: WritePlan) -> ToolOutcome:
-        settings = call.scope.role.approval
-        reason = call.args.get("reason")
-        approval = Approval(
-            id=uuid.uuid4().hex,
-            session_id=call.scope.session_id,
-            turn_id=call.scope.turn_id,
-            tool_call_id=call.tool_call_id,
-            plan=plan,
-            reason=reason if isinstance(reason, str) else "",
-            role=call.scope.role_name,
-            channel_id=call.scope.channel_id,
-            thread_ts=call.scope.session_key.rsplit(":", 1)[-1],
-            requested_by=call.scope.slack_user,
-            status=ApprovalState.PENDING,
-            expires_at=self._clock() + timedelta(seconds=settings.timeout_s),
-        )
-        await self._store.create(approval)
-        waiter: asyncio.Future[ToolOutcome] = asyncio.get_running_loop().create_future()
-        self._waiters[approval.id] = waiter
-        try:
-            try:
-                # Shielded: a card in Slack whose ts is not stored could never be updated.
-                await asyncio.shield(self._post_card(approval))
-            except Exception:
-                log.exception("could not post the approval card for %s", approval.id)
-                await self._store.transition(
-                    approval.id,
-                    ApprovalState.CANCELLED,
-                    by=None,
-                    now=self._clock(),
-                    require_unexpired=False,
-                )
-                return _outcome(
-                    ToolStatus.FAILED,
-                    "Not executed: the approval card could not be posted in Slack.",
-                    "not executed: approval card could not be posted",
-                )
-            try:
-                return await asyncio.wait_for(asyncio.shield(waiter), settings.timeout_s)
-            except TimeoutError:
-                expired = await self._expire(approval.id)
-                if expired is not None:
-                    return expired
-                return await waiter  # a decision won the race; its outcome is on its way
-        except asyncio.CancelledError:
-            # Only a person's interruption (abort set) cancels the approval. On shutdown the
-            # card stays pending: a click after the restart still executes and resumes.
-            if call.scope.abort.is_set() and not await asyncio.shield(self._cancel(approval.id)):
-                self._abandoned.add(approval.id)
-            raise
-        finally:
-            self._waiters.pop(approval.id, None)
+    # --- the one entry point ------------------------------------------------------------
 
-    async def _post_card(self, approval: Approval) -> None:
-        card_ts = await self._cards.post(approval)
-        await self._store.set_card(approval.id, card_ts)
-
-    async def decide(self, approval_id: str, user: str, approve: bool) -> Decided:
-        """Apply a verified person's click. Exactly one concurrent click wins."""
-        state = ApprovalState.APPROVED if approve else ApprovalState.REJECTED
-        won = await self._store.transition(
-            approval_id, state, by=user, now=self._clock(), require_unexpired=True
-        )
+    async def resume(self, approval_id: str, decision: ApprovalDecision) -> Resumed:
+        """Apply a decision once. The decided part runs to its end even if the caller is
+        cancelled: an approved change is never left half recorded."""
         approval = await self._store.get(approval_id)
-        if approval is None:
-            return Decided(DecideResult.UNKNOWN, None)
-        if not won:
-            if approval.status is ApprovalState.PENDING:
-                # The deadline passed but no timer has expired it yet (e.g. after a restart).
-                expired = await self._expire(approval_id)
-                if expired is not None:
-                    approval = await self._store.get(approval_id) or approval
-            return Decided(DecideResult.ALREADY_DECIDED, approval)
-        if not approve:
-            await self._cards.update(approval)
-            outcome = _outcome(
-                ToolStatus.DENIED,
-                f"Not executed: rejected by <@{user}>.",
-                f"rejected by <@{user}>",
-            )
-            await self._finish(approval, outcome)
-            return Decided(DecideResult.DECIDED, approval)
-
-        await self._cards.update(approval, note="Executing…")
-        write = await self._coordinator.execute(approval, user)
-        await self._store.set_outcome(approval_id, write.summary)
-        approval = replace(approval, outcome=write.summary)
-        note = (
-            ":warning: The change ran, but its outcome audit could not be written."
-            if write.outcome_audit_failed
-            else ""
+        if approval is None or decision.channel_id not in (None, approval.channel_id):
+            return Resumed(ResumeResult.UNKNOWN)
+        if decision.kind is DecisionKind.RECONCILE:
+            return await self._shielded(self._reconcile(approval))
+        if decision.kind in (DecisionKind.APPROVE, DecisionKind.REJECT):
+            assert decision.by is not None
+            why = await self._check.may_decide(approval, decision.by)
+            if why is not None:
+                return Resumed(ResumeResult.NOT_ALLOWED, approval, why)
+        won = await self._store.transition(
+            approval_id,
+            DECISION_STATE[decision.kind],
+            by=decision.by,
+            now=self._clock(),
+            require_unexpired=decision.kind is not DecisionKind.EXPIRE,
+            require_expired=decision.kind is DecisionKind.EXPIRE,
         )
-        await self._cards.update(approval, note=note)
-        status = ToolStatus.OK if write.ok else ToolStatus.FAILED
-        await self._finish(approval, _outcome(status, write.message, write.summary))
-        return Decided(DecideResult.DECIDED, approval)
+        current = await self._store.get(approval_id) or approval
+        if not won:
+            if current.status is ApprovalState.PENDING and current.expires_at <= self._clock():
+                # Its deadline passed before the sweeper got to it: expire it now.
+                await self.resume(approval_id, ApprovalDecision(DecisionKind.EXPIRE))
+                current = await self._store.get(approval_id) or current
+            return Resumed(ResumeResult.ALREADY_DECIDED, current)
+        return await self._shielded(self._decided(current, decision))
 
-    async def recover(self) -> None:
-        """At start: expire approvals whose time ran out while kelpie was down (the card says
-        so), and arm expiry timers for the others, whose clicks still work."""
-        for approval in await self._store.pending():
-            if approval.expires_at <= self._clock():
-                await self._expire(approval.id)
-            else:
-                self._arm_timer(approval)
+    async def _shielded(self, work: Awaitable[Resumed]) -> Resumed:
+        task = asyncio.ensure_future(work)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return await asyncio.shield(task)
+
+    async def _decided(self, approval: Approval, decision: ApprovalDecision) -> Resumed:
+        if decision.kind is DecisionKind.APPROVE:
+            ending = await self._approved(approval)
+        else:
+            ending = _not_run(approval, decision)
+            await self._record_outcome(approval, ending.outcome)
+        approval = replace(approval, outcome=ending.outcome)
+        await self._finish(approval, ending)
+        return Resumed(ResumeResult.DECIDED, approval)
+
+    async def _approved(self, approval: Approval) -> _Ending:
+        by = approval.decided_by or "?"
+        refusal = await self._check.refusal(approval)
+        if refusal is not None:
+            outcome = f"not executed: {refusal}"
+            await self._record_outcome(approval, outcome)
+            return _Ending(
+                outcome,
+                f"Approval {approval.id[:8]} ({approval.plan.description}) was approved by "
+                f"<@{by}>, but the change was NOT executed: {refusal}.",
+                answer=True,
+                card_note=f":no_entry_sign: Not executed: {refusal}.",
+                announce=f"{approval.plan.description}: not executed, {refusal}.",
+            )
+        try:
+            await self._cards.update(approval, note="Executing…")
+        except Exception:
+            log.warning("could not show approval %s as executing", approval.id)
+        write: WriteOutcome | None = None
+        try:
+            write = await self._coordinator.execute(approval, by)
+        finally:
+            if write is not None:
+                await self._record_outcome(approval, write.summary)
+        note = ""
+        if write.outcome_audit_failed:
+            note = ":warning: The change ran, but its outcome audit could not be written."
+        verb = "executed" if write.executed and write.ok else "not executed"
+        if write.executed and not write.ok:
+            verb = "attempted and failed"
+        return _Ending(
+            write.summary,
+            f"Approval {approval.id[:8]} ({approval.plan.description}) was approved by "
+            f"<@{by}>; the change was {verb}. Result: {write.message}",
+            answer=True,
+            card_note=note,
+        )
+
+    async def _record_outcome(self, approval: Approval, outcome: str) -> None:
+        try:
+            await retrying(
+                f"recording the outcome of approval {approval.id}",
+                lambda: self._store.set_outcome(approval.id, outcome),
+                self._delays,
+            )
+        except Exception:
+            log.exception("the outcome of approval %s could not be recorded", approval.id)
+
+    async def _finish(self, approval: Approval, ending: _Ending) -> None:
+        """The conversation learns the outcome; then the card, best effort; if Slack will
+        not update it, the outcome is said in the thread instead."""
+        try:
+            await self._continuation.record(approval, ending.note, answer=ending.answer)
+        except Exception:
+            log.exception("could not continue the conversation after approval %s", approval.id)
+        await self._show(approval, ending)
+
+    async def _show(self, approval: Approval, ending: _Ending) -> None:
+        try:
+            await retrying(
+                f"updating the card of approval {approval.id}",
+                lambda: self._cards.update(approval, note=ending.card_note),
+                self._delays[:3],
+            )
+        except Exception:
+            log.warning("the card of approval %s could not be updated", approval.id)
+            await self._tell(approval, ending.announce or _thread_line(approval, ending))
+            return
+        if ending.announce:
+            await self._tell(approval, ending.announce)
+
+    # --- start-up reconciliation and expiry ----------------------------------------------
+
+    async def _reconcile(self, approval: Approval) -> Resumed:
+        """Approved, no outcome: kelpie died between the click and the outcome. Read the
+        target back; never run the write again blindly."""
+        done = await self._readback.applied(approval.plan)
+        if done:
+            outcome = "executed (confirmed by reading the target back after a restart)"
+            note = (
+                f"Approval {approval.id[:8]} ({approval.plan.description}) was approved by "
+                f"<@{approval.decided_by}>; kelpie restarted during the write, and reading the "
+                "target back shows the change was made."
+            )
+        else:
+            outcome = "not executed: kelpie restarted before the change was made; ask again"
+            note = (
+                f"Approval {approval.id[:8]} ({approval.plan.description}) was approved by "
+                f"<@{approval.decided_by}>, but kelpie restarted before the change was made: "
+                "it was NOT executed. A person has to ask again."
+            )
+        await self._record_outcome(approval, outcome)
+        approval = replace(approval, outcome=outcome)
+        ending = _Ending(
+            outcome, note, answer=False, announce=f"{approval.plan.description}: {outcome}."
+        )
+        await self._finish(approval, ending)
+        return Resumed(ResumeResult.DECIDED, approval)
+
+    async def _tell(self, approval: Approval, text: str) -> None:
+        try:
+            await retrying(
+                "telling a thread", lambda: self._cards.tell(approval, text), self._delays[:3]
+            )
+        except Exception:
+            log.exception("could not post in the thread of approval %s", approval.id)
+
+    async def start(self) -> None:
+        """Reconcile approvals a crash left without an outcome, then sweep expiries (one
+        that passed while kelpie was down is applied now) for as long as kelpie runs."""
+        for approval in await self._store.unfinished():
+            await self.resume(approval.id, ApprovalDecision(DecisionKind.RECONCILE))
+        await self.sweep()
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="approval-expiry")
+
+    async def sweep(self) -> None:
+        for approval in await self._store.expired(self._clock()):
+            try:
+                await self.resume(approval.id, ApprovalDecision(DecisionKind.EXPIRE))
+            except Exception:
+                log.exception("could not expire approval %s", approval.id)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            upcoming = await self._store.next_expiry()
+            delay = SWEEP_EVERY_S
+            if upcoming is not None:
+                delay = min(delay, max(0.0, (upcoming - self._clock()).total_seconds()) + 0.05)
+            await self._bell.wait(delay)
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("the approval expiry sweep failed")
+
+    async def withdraw_for(self, session_id: int, user: str, *, stop: bool = False) -> int:
+        """A requester's new message (or a permitted stop) withdraws the session's pending
+        cards; anyone else's message leaves them alone. Returns how many were withdrawn."""
+        withdrawn = 0
+        for approval in await self._store.pending_in(session_id):
+            allowed = user in approval.requesters or (
+                stop and await self._check.may_withdraw(approval, user)
+            )
+            if not allowed:
+                continue
+            done = await self.resume(approval.id, ApprovalDecision(DecisionKind.WITHDRAW, user))
+            withdrawn += done.result is ResumeResult.DECIDED
+        return withdrawn
+
+    async def pending_in(self, session_id: int) -> list[Approval]:
+        return await self._store.pending_in(session_id)
 
     async def close(self) -> None:
-        for task in list(self._timers):
-            task.cancel()
-        if self._timers:
-            await asyncio.wait(set(self._timers), timeout=5)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+        if self._running:
+            await asyncio.wait(set(self._running), timeout=10)
 
-    def _arm_timer(self, approval: Approval) -> None:
-        async def expire_later() -> None:
-            delay = (approval.expires_at - self._clock()).total_seconds()
-            await asyncio.sleep(max(0.0, delay))
-            await self._expire(approval.id)
 
-        task = asyncio.create_task(expire_later())
-        self._timers.add(task)
-        task.add_done_callback(self._timers.discard)
-
-    async def _expire(self, approval_id: str) -> ToolOutcome | None:
-        if not await self._store.transition(
-            approval_id, ApprovalState.EXPIRED, by=None, now=self._clock(), require_unexpired=False
-        ):
-            return None
-        approval = await self._store.get(approval_id)
-        assert approval is not None
-        await self._safe_card_update(approval)
-        outcome = _outcome(
-            ToolStatus.DENIED,
-            "Not executed: the approval expired with no decision.",
-            "approval expired",
+def _not_run(approval: Approval, decision: ApprovalDecision) -> _Ending:
+    what = f"Approval {approval.id[:8]} ({approval.plan.description})"
+    if decision.kind is DecisionKind.REJECT:
+        return _Ending(
+            f"not executed: rejected by <@{decision.by}>",
+            f"{what}: not executed, rejected by <@{decision.by}>.",
+            answer=True,
         )
-        if approval_id not in self._waiters and approval_id not in self._abandoned:
-            await self._orphans.deliver(approval, outcome, resume=False)
-        return outcome
+    if decision.kind is DecisionKind.EXPIRE:
+        return _Ending(
+            "not executed: the approval expired with no decision",
+            f"{what}: not executed, the approval expired with no decision.",
+            answer=True,
+        )
+    return _Ending(
+        f"not executed: withdrawn by <@{decision.by}>",
+        f"{what}: not executed, withdrawn by <@{decision.by}> before anyone decided.",
+        answer=False,
+    )
 
-    async def _cancel(self, approval_id: str) -> bool:
-        """Cancel a pending approval; False when a decision got there first."""
-        if not await self._store.transition(
-            approval_id,
-            ApprovalState.CANCELLED,
-            by=None,
-            now=self._clock(),
-            require_unexpired=False,
-        ):
-            return False
-        approval = await self._store.get(approval_id)
-        if approval is not None:
-            await self._safe_card_update(approval)
-        return True
 
-    async def _finish(self, approval: Approval, outcome: ToolOutcome) -> None:
-        waiter = self._waiters.get(approval.id)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(outcome)
-            return
-        if approval.id in self._abandoned:
-            self._abandoned.discard(approval.id)
-            log.info("approval %s decided after its turn was interrupted", approval.id)
-            return
-        # Nobody waits: kelpie restarted since the card was posted. Continue that turn.
-        await self._orphans.deliver(approval, outcome, resume=True)
-
-    async def _safe_card_update(self, approval: Approval) -> None:
-        try:
-            await self._cards.update(approval)
-        except Exception:
-            log.exception("could not update the approval card %s", approval.id)
+def _thread_line(approval: Approval, ending: _Ending) -> str:
+    return f"{approval.plan.description}: {ending.outcome}"

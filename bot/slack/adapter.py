@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -30,6 +31,9 @@ log = logging.getLogger(__name__)
 
 _MENTION = re.compile(r"<@[A-Z0-9]+>")
 
+# Withdraws the session's pending approval cards that this person asked for.
+Withdraw = Callable[[int, str], Awaitable[int]]
+
 
 class SlackAdapter:
     def __init__(
@@ -42,6 +46,7 @@ class SlackAdapter:
         sessions: SessionRepository,
         agent: AgentSessions,
         scheduler: TurnScheduler,
+        withdraw: Withdraw,
     ) -> None:
         self._app = app
         self._config = config
@@ -51,6 +56,7 @@ class SlackAdapter:
         self._sessions = sessions
         self._agent = agent
         self._scheduler = scheduler
+        self._withdraw = withdraw
 
     def register(self) -> None:
         self._app.event("app_mention")(self._on_mention)
@@ -150,6 +156,11 @@ class SlackAdapter:
             user=message.user,
             text=_MENTION.sub("", message.text).strip(),
         )
+        session = await self._sessions.find(incoming.session_key)
+        if session is not None:
+            # A requester's new message withdraws their pending cards (before it is stored,
+            # so the turn it starts already knows); anyone else's leaves them alone.
+            await self._withdraw(session.id, incoming.user)
         accepted = await self._agent.accept(incoming, binding)
 
         async def queued(running: int, ahead: int) -> None:

@@ -1,9 +1,10 @@
 """Approval cards in the thread, and the clicks on them.
 
-A card shows what, where, the dry-run preview, the model's reason, who asked and when it
-expires, with Approve / Reject buttons whose value is only the approval id. A click is
-acked at once; the approval is then loaded from the database (never trusted from the
-payload) and the clicker checked against the role's approvers.
+A card shows what, where, the dry-run preview, the model's reason, who asked (every
+requester) and when it expires, with Approve / Reject buttons whose value is only the
+approval id. A click is acked at once and handed to `ApprovalService.resume`, which loads the
+approval from the database (never trusting the payload) and checks the clicker against the
+current approvers. Once decided, a card never shows buttons again.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.approvals.model import Approval, ApprovalState, ApprovalStore
-from bot.approvals.service import ApprovalService, DecideResult
-from bot.config import Config
-from bot.slack.people import ApproverDirectory, describe_approvers
+from bot.approvals.model import Approval, ApprovalDecision, ApprovalState, DecisionKind
+from bot.approvals.service import ApprovalService, ResumeResult
+from bot.slack import copy
 from bot.slack.replies import whisper
 from bot.slack.safe_text import escape_mrkdwn, plain_text
 
@@ -31,9 +31,7 @@ _STATE_LINE = {
     ApprovalState.APPROVED: ":white_check_mark: Approved",
     ApprovalState.REJECTED: ":no_entry: Rejected",
     ApprovalState.EXPIRED: ":alarm_clock: Expired with no decision: not executed",
-    ApprovalState.CANCELLED: (
-        ":heavy_multiplication_x: Cancelled: the turn was interrupted, not executed"
-    ),
+    ApprovalState.CANCELLED: ":heavy_multiplication_x: Withdrawn: not executed",
 }
 
 
@@ -72,14 +70,15 @@ def card_blocks(approval: Approval, note: str = "") -> list[dict[str, Any]]:
             "elements": [
                 {
                     "type": "mrkdwn",
-                    "text": f"Asked by <@{approval.requested_by}> · expires "
+                    "text": f"Asked by {_people(approval)} · expires "
                     f"{_when(approval.expires_at)} · approval `{approval.id[:8]}`",
                 }
             ],
         }
     )
     state = _STATE_LINE[approval.status]
-    if approval.status in (ApprovalState.APPROVED, ApprovalState.REJECTED) and approval.decided_by:
+    decided = (ApprovalState.APPROVED, ApprovalState.REJECTED, ApprovalState.CANCELLED)
+    if approval.status in decided and approval.decided_by:
         state += f" by <@{approval.decided_by}>"
         if approval.decided_at:
             state += f" at {_when(approval.decided_at)}"
@@ -114,6 +113,11 @@ def card_blocks(approval: Approval, note: str = "") -> list[dict[str, Any]]:
     return blocks
 
 
+def _people(approval: Approval) -> str:
+    people = approval.requesters or (approval.requested_by,)
+    return ", ".join(f"<@{user}>" for user in people)
+
+
 def _fallback_text(approval: Approval) -> str:
     return escape_mrkdwn(f"Approval {approval.status}: {approval.plan.description}")
 
@@ -143,23 +147,18 @@ class SlackApprovalCards:
             blocks=card_blocks(approval, note),
         )
 
+    async def tell(self, approval: Approval, text: str) -> None:
+        await self._client.chat_postMessage(
+            channel=approval.channel_id, thread_ts=approval.thread_ts, text=text
+        )
+
 
 class ApprovalClicks:
-    """The Approve / Reject listeners."""
+    """The Approve / Reject listeners: one `resume` per click; the service decides once."""
 
-    def __init__(
-        self,
-        app: AsyncApp,
-        config: Config,
-        service: ApprovalService,
-        store: ApprovalStore,
-        approvers: ApproverDirectory,
-    ) -> None:
+    def __init__(self, app: AsyncApp, service: ApprovalService) -> None:
         self._app = app
-        self._config = config
         self._service = service
-        self._store = store
-        self._approvers = approvers
 
     def register(self) -> None:
         self._app.action(APPROVE_ACTION)(self._on_approve)
@@ -167,13 +166,13 @@ class ApprovalClicks:
 
     async def _on_approve(self, ack: Any, body: dict[str, Any]) -> None:
         await ack()
-        await self._click(body, approve=True)
+        await self._click(body, DecisionKind.APPROVE)
 
     async def _on_reject(self, ack: Any, body: dict[str, Any]) -> None:
         await ack()
-        await self._click(body, approve=False)
+        await self._click(body, DecisionKind.REJECT)
 
-    async def _click(self, body: dict[str, Any], *, approve: bool) -> None:
+    async def _click(self, body: dict[str, Any], kind: DecisionKind) -> None:
         user = (body.get("user") or {}).get("id")
         channel = (body.get("channel") or {}).get("id")
         actions = body.get("actions") or [{}]
@@ -183,28 +182,16 @@ class ApprovalClicks:
         ):
             log.warning("ignoring a malformed approval click")
             return
-        approval = await self._store.get(approval_id)
-        if approval is None or approval.channel_id != channel:
+        decision = ApprovalDecision(kind, user, channel)
+        resumed = await self._service.resume(approval_id, decision)
+        approval = resumed.approval
+        if approval is None:
             log.warning("click on unknown approval %s by %s", approval_id, user)
-            await whisper(
-                self._app.client, channel, user, "This approval does not exist (any more)."
-            )
+            await whisper(self._app.client, channel, user, copy.APPROVAL_UNKNOWN)
             return
-        role = self._config.roles.get(approval.role)
-        if role is None or not await self._approvers.may_approve(
-            user, role.approval, approval.requested_by
-        ):
-            who = describe_approvers(role.approval) if role else "nobody"
+        if resumed.result is ResumeResult.NOT_ALLOWED:
             log.info("user %s may not decide approval %s", user, approval.id)
-            text = f"You may not decide this change. Who can: {who}."
+            await whisper(self._app.client, channel, user, resumed.why, approval.thread_ts)
+        elif resumed.result is ResumeResult.ALREADY_DECIDED:
+            text = copy.approval_already(str(approval.status))
             await whisper(self._app.client, channel, user, text, approval.thread_ts)
-            return
-        decided = await self._service.decide(approval.id, user, approve)
-        if decided.result is DecideResult.ALREADY_DECIDED and decided.approval is not None:
-            await whisper(
-                self._app.client,
-                channel,
-                user,
-                f"This approval is already {decided.approval.status}; nothing changed.",
-                approval.thread_ts,
-            )

@@ -9,6 +9,9 @@ import time
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.agent.conversation import SessionInfo
+from bot.policy.roles import ChannelBinding, ChannelRoles
+
 log = logging.getLogger(__name__)
 
 
@@ -33,3 +36,15 @@ class ChannelDirectory:
 
     def forget(self, channel_id: str) -> None:
         self._names.pop(channel_id, None)
+
+
+class ChannelBindings:
+    """A channel's binding under the running config, for the re-check at a click."""
+
+    def __init__(self, channels: ChannelDirectory, roles: ChannelRoles) -> None:
+        self._channels = channels
+        self._roles = roles
+
+    async def current(self, session: SessionInfo) -> ChannelBinding | None:
+        name = None if session.is_dm else await self._channels.name(session.channel_id)
+        return self._roles.bind(session.channel_id, name, session.is_dm)

@@ -58,6 +58,14 @@ def who_may_stop(asker: str, approvers: list[str]) -> str:
     )
 
 
+# Approval clicks (bot/slack/cards.py).
+APPROVAL_UNKNOWN = "This approval does not exist (any more)."
+
+
+def approval_already(status: str) -> str:
+    return f"This approval is already {status}; nothing changed."
+
+
 def attachment_title(tool: str) -> str:
     return f"Output of {tool}"
 

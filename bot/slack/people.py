@@ -41,11 +41,8 @@ class ApproverDirectory:
                 return True
         return False
 
-    async def may_approve(self, user: str, approval: ApprovalConfig, requester: str) -> bool:
-        """An approver, and not the requester unless the role allows four-eyes exceptions."""
-        if user == requester and not approval.allow_requester:
-            return False
-        return await self.is_approver(user, approval)
+    def describe(self, approval: ApprovalConfig) -> str:
+        return describe_approvers(approval)
 
 
 def approver_mentions(approval: ApprovalConfig) -> list[str]:

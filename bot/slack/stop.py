@@ -1,9 +1,10 @@
 """The Stop button (`kelpie_stop`) on a running turn's progress or stream message.
 
 Who may stop: the person who asked, or anyone allowed to approve writes in the channel's
-role. A permitted click records who stopped the turn (the reporter says so in the thread)
-and interrupts it through the scheduler; anyone else gets an ephemeral reply naming who
-may. The click is acked at once, before any lookup.
+role. A permitted click records who stopped the turn (the reporter says so in the thread),
+interrupts it through the scheduler and withdraws the thread's pending approval cards that
+this person asked for or may approve; anyone else gets an ephemeral reply naming who may.
+The click is acked at once, before any lookup.
 
 Does not own: the registry of running turns (`progress.ActiveTurns`) or what the thread
 shows afterwards (the reporter).
@@ -13,11 +14,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.agent.conversation import SessionInfo
 from bot.config import ApprovalConfig, RoleConfig
 from bot.slack import copy
 from bot.slack.people import ApproverDirectory, approver_mentions
@@ -29,6 +31,14 @@ log = logging.getLogger(__name__)
 Interrupt = Callable[[str], bool]
 
 
+class Withdraw(Protocol):
+    async def __call__(self, session_id: int, user: str, *, stop: bool = ...) -> int: ...
+
+
+class Sessions(Protocol):
+    async def find(self, session_key: str) -> SessionInfo | None: ...
+
+
 class StopHandler:
     def __init__(
         self,
@@ -37,12 +47,16 @@ class StopHandler:
         approvers: ApproverDirectory,
         roles: Mapping[str, RoleConfig],
         interrupt: Interrupt,
+        withdraw: Withdraw,
+        sessions: Sessions,
     ) -> None:
         self._app = app
         self._turns = turns
         self._approvers = approvers
         self._roles = roles
         self._interrupt = interrupt
+        self._withdraw = withdraw
+        self._sessions = sessions
 
     def register(self) -> None:
         self._app.action(STOP_ACTION_ID)(self._on_stop)
@@ -63,6 +77,7 @@ class StopHandler:
         turn.stopped_by = user
         if self._interrupt(turn.session_key):
             log.info("turn in %s stopped by %s with Slack's stop control", turn.session_key, user)
+        await self._withdraw_cards(turn.session_key, user)
 
     async def _on_stop(
         self, ack: Callable[[], Awaitable[None]], body: dict[str, Any], client: AsyncWebClient
@@ -84,10 +99,16 @@ class StopHandler:
             await whisper(client, turn.channel_id, user, text, turn.thread_ts)
             return
         turn.stopped_by = user
-        if not self._interrupt(session_key):
+        if self._interrupt(session_key):
+            log.info("turn in %s stopped by %s", session_key, user)
+        else:
             log.info("stop by %s: the turn in %s had already ended", user, session_key)
-            return
-        log.info("turn in %s stopped by %s", session_key, user)
+        await self._withdraw_cards(session_key, user)
+
+    async def _withdraw_cards(self, session_key: str, user: str) -> None:
+        session = await self._sessions.find(session_key)
+        if session is not None:
+            await self._withdraw(session.id, user, stop=True)
 
     async def may_stop(self, user: str, turn: ActiveTurn) -> bool:
         if user == turn.asker:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import delete, update
+from sqlalchemy import delete, func, update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -16,7 +18,13 @@ from bot.approvals.model import (
     plan_to_json,
 )
 from bot.store.db import Database, executing, insert_ignoring_duplicates, inserting
-from bot.store.tables import ApprovalRow, WriteAuditRow, WriteReservationRow, utcnow
+from bot.store.tables import (
+    ApprovalRow,
+    MessageRow,
+    WriteAuditRow,
+    WriteReservationRow,
+    utcnow,
+)
 
 
 def _aware(value: datetime) -> datetime:
@@ -42,6 +50,7 @@ def _approval(row: ApprovalRow) -> Approval:
         decided_at=_aware(row.decided_at) if row.decided_at else None,
         card_ts=row.card_ts,
         outcome=row.outcome,
+        requesters=tuple(json.loads(row.requesters_json or "[]")),
     )
 
 
@@ -63,6 +72,7 @@ class ApprovalRepository:
             channel_id=approval.channel_id,
             thread_ts=approval.thread_ts,
             requested_by=approval.requested_by,
+            requesters_json=json.dumps(list(approval.requesters)),
             status=str(approval.status),
             expires_at=approval.expires_at,
         )
@@ -84,6 +94,7 @@ class ApprovalRepository:
         by: str | None,
         now: datetime,
         require_unexpired: bool,
+        require_expired: bool = False,
     ) -> bool:
         conditions = [
             col(ApprovalRow.id) == approval_id,
@@ -91,6 +102,8 @@ class ApprovalRepository:
         ]
         if require_unexpired:
             conditions.append(col(ApprovalRow.expires_at) > now)
+        if require_expired:
+            conditions.append(col(ApprovalRow.expires_at) <= now)
         statement = (
             update(ApprovalRow)
             .where(*conditions)
@@ -110,9 +123,61 @@ class ApprovalRepository:
         await self._db.write(executing(statement.values(**values)))
 
     async def pending(self) -> list[Approval]:
+        return await self._select(col(ApprovalRow.status) == str(ApprovalState.PENDING))
+
+    async def pending_in(self, session_id: int) -> list[Approval]:
+        return await self._select(
+            col(ApprovalRow.status) == str(ApprovalState.PENDING),
+            col(ApprovalRow.session_id) == session_id,
+        )
+
+    async def expired(self, now: datetime) -> list[Approval]:
+        return await self._select(
+            col(ApprovalRow.status) == str(ApprovalState.PENDING),
+            col(ApprovalRow.expires_at) <= now,
+        )
+
+    async def unfinished(self) -> list[Approval]:
+        return await self._select(
+            col(ApprovalRow.status) == str(ApprovalState.APPROVED),
+            col(ApprovalRow.outcome).is_(None),
+        )
+
+    async def next_expiry(self) -> datetime | None:
+        async with self._db.sessions() as session:
+            value = (
+                await session.exec(
+                    select(func.min(ApprovalRow.expires_at)).where(
+                        col(ApprovalRow.status) == str(ApprovalState.PENDING)
+                    )
+                )
+            ).one()
+        return _aware(value) if value is not None else None
+
+    async def requesters(self, session_id: int) -> list[str]:
+        async with self._db.sessions() as session:
+            last = (
+                await session.exec(
+                    select(func.max(ApprovalRow.decided_at)).where(
+                        col(ApprovalRow.session_id) == session_id,
+                        col(ApprovalRow.status) != str(ApprovalState.PENDING),
+                    )
+                )
+            ).one()
+            query = select(MessageRow.slack_user).where(
+                col(MessageRow.session_id) == session_id,
+                col(MessageRow.role) == "user",
+                col(MessageRow.slack_user).is_not(None),
+            )
+            if last is not None:
+                query = query.where(col(MessageRow.created_at) > last)
+            users = (await session.exec(query.order_by(col(MessageRow.id)))).all()
+        return list(dict.fromkeys(user for user in users if user))
+
+    async def _select(self, *conditions: Any) -> list[Approval]:
         async with self._db.sessions() as session:
             rows = await session.exec(
-                select(ApprovalRow).where(ApprovalRow.status == str(ApprovalState.PENDING))
+                select(ApprovalRow).where(*conditions).order_by(col(ApprovalRow.created_at))
             )
             return [_approval(row) for row in rows.all()]
 

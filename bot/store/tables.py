@@ -108,6 +108,7 @@ class ApprovalRow(SQLModel, table=True):
     channel_id: str
     thread_ts: str
     requested_by: str
+    requesters_json: str = "[]"  # everyone who asked: none of them approves (four eyes)
     status: str = Field(index=True)
     decided_by: str | None = None
     decided_at: datetime | None = None

@@ -60,10 +60,11 @@ class AuditLog(Protocol):
 
 
 class ApprovalPort(Protocol):
-    """Asks a person to approve a prepared write and, once approved, executes it.
+    """Asks a person to approve a prepared write: stores it and posts its card.
 
-    Returns the outcome the model sees: the write's result, or "not executed: rejected by
-    @x" (or expired, cancelled). Only a person's click can lead to execution.
+    Returns a PENDING outcome (the turn ends at the card; the decision arrives later through
+    the approval service's `resume`), or FAILED when no card could be posted. Only a
+    person's click can lead to execution.
     """
 
     async def request(self, call: ToolInvocation, plan: WritePlan) -> ToolOutcome: ...

@@ -223,7 +223,8 @@ class TaskLine:
         if self.status is None:
             chunk["status"] = "error" if unfinished else "in_progress"
         else:
-            chunk["status"] = "complete" if self.status is ToolStatus.OK else "error"
+            ok = self.status in (ToolStatus.OK, ToolStatus.PENDING)
+            chunk["status"] = "complete" if ok else "error"
         if self.args:
             chunk["details"] = self.args
         output = copy.TOOL_NOT_FINISHED if unfinished and self.status is None else self.output()
@@ -232,7 +233,12 @@ class TaskLine:
         return chunk
 
     def line(self, *, unfinished: bool = False) -> str:
-        marks = {ToolStatus.OK: "✓", ToolStatus.FAILED: "✗", ToolStatus.DENIED: "⛔"}
+        marks = {
+            ToolStatus.OK: "✓",
+            ToolStatus.FAILED: "✗",
+            ToolStatus.DENIED: "⛔",
+            ToolStatus.PENDING: "⏸",
+        }
         if self.status is None:
             mark, tail = ("✗", copy.TOOL_NOT_FINISHED) if unfinished else ("⏳", "")
         else:

@@ -1,0 +1,50 @@
+"""After an approval is decided: the outcome joins the conversation as a note, and a new
+turn of the agent (from the stored conversation) tells the thread. The turn that proposed
+the write ended at the card; this is an ordinary new turn, queued behind any running one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Protocol
+
+from bot.agent.conversation import ConversationStore, Message, Role
+from bot.agent.session import AgentSessions
+from bot.agent.turns import TurnBody
+from bot.approvals.model import Approval
+
+DECISION_PREFIX = "[kelpie, not a person: the decision on a proposed change] "
+
+
+class TurnSubmit(Protocol):
+    """Runs a session's next turn (the Slack scheduler, or the terminal's prompt loop)."""
+
+    def __call__(
+        self, session_key: str, body: TurnBody, *, may_interrupt: bool = ...
+    ) -> object: ...
+
+
+class DecisionTurns:
+    """Implements the approval flow's `Continuation` port."""
+
+    def __init__(
+        self, conversation: ConversationStore, agent: AgentSessions, submit: TurnSubmit
+    ) -> None:
+        self._conversation = conversation
+        self._agent = agent
+        self._submit = submit
+
+    async def record(self, approval: Approval, note: str, *, answer: bool) -> None:
+        turn_id = uuid.uuid4().hex
+        message = Message(Role.USER, DECISION_PREFIX + note)
+        await self._conversation.append(approval.session_id, turn_id, [message])
+        if not answer:
+            return
+        accepted = await self._agent.resumable(approval.session_id, turn_id, approval.requested_by)
+        if accepted is None:
+            return
+        self._submit(
+            accepted.session.session_key,
+            lambda abort: self._agent.resume_turn(accepted, abort),
+            may_interrupt=False,
+        )

@@ -1,0 +1,117 @@
+"""A card is a request, not a capability: at the click the proposed call is evaluated again
+against the *current* configuration (the channel's role, PreToolUse hooks, the firewall,
+every stage of the pipeline as wired now), and the clicker against the current approvers
+and the four-eyes rule, with every requester of the card counted as the one who asked."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from bot.agent.conversation import SessionInfo
+from bot.approvals.model import Approval
+from bot.config import ApprovalConfig
+from bot.policy.decision import CallScope, ToolInvocation, Verdict
+from bot.policy.roles import ChannelBinding, offered_tools
+from bot.tools.harness import Gate, ToolRegistry
+from bot.tools.spec import REASON_ARG, ToolContext
+
+
+class Bindings(Protocol):
+    """The channel's binding under the configuration running now; None: not enabled."""
+
+    async def current(self, session: SessionInfo) -> ChannelBinding | None: ...
+
+
+class Approvers(Protocol):
+    async def is_approver(self, user: str, approval: ApprovalConfig) -> bool: ...
+
+    def describe(self, approval: ApprovalConfig) -> str:
+        """Who may approve, in one phrase."""
+        ...
+
+
+class Sessions(Protocol):
+    async def get(self, session_id: int) -> SessionInfo | None: ...
+
+
+class CurrentPolicy:
+    """Implements the approval flow's `CallCheck` port."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        gate: Gate,
+        sessions: Sessions,
+        bindings: Bindings,
+        approvers: Approvers,
+        *,
+        self_approval: bool = False,
+    ) -> None:
+        # The terminal: the one person at it asks and decides; no four-eyes peer exists.
+        self._self_approval = self_approval
+        self._registry = registry
+        self._gate = gate
+        self._sessions = sessions
+        self._bindings = bindings
+        self._approvers = approvers
+
+    async def _binding(self, approval: Approval) -> tuple[SessionInfo, ChannelBinding] | None:
+        session = await self._sessions.get(approval.session_id)
+        if session is None:
+            return None
+        binding = await self._bindings.current(session)
+        return (session, binding) if binding is not None else None
+
+    async def refusal(self, approval: Approval) -> str | None:
+        found = await self._binding(approval)
+        if found is None:
+            return "kelpie is no longer enabled in this channel"
+        session, binding = found
+        plan = approval.plan
+        if binding.cluster != plan.cluster:
+            return f"this channel now works on cluster {binding.cluster}, not {plan.cluster}"
+        tool = self._registry.get(plan.tool)
+        if tool is None or tool.write is None:
+            return f"{plan.tool} is no longer an available write tool"
+        offered = offered_tools(binding.role, self._registry.all())
+        scope = CallScope(
+            session_id=session.id,
+            session_key=session.session_key,
+            channel_id=session.channel_id,
+            slack_user=approval.requested_by,
+            role_name=binding.role_name,
+            role=binding.role,
+            tool_context=ToolContext(binding.cluster, binding.namespace),
+            offered=frozenset(offered_tool.name for offered_tool in offered),
+            abort=asyncio.Event(),
+            turn_id=approval.turn_id,
+        )
+        args = {**plan.args, REASON_ARG: approval.reason} if approval.reason else dict(plan.args)
+        trail = await self._gate.decide(ToolInvocation(approval.tool_call_id, tool, args, scope))
+        if not trail:
+            return "no policy stage is configured"
+        final = trail[-1]
+        if final.decision.verdict is Verdict.DENY:
+            return f"the {final.stage} check now refuses it ({final.decision.reason})"
+        return None
+
+    async def may_decide(self, approval: Approval, user: str) -> str | None:
+        found = await self._binding(approval)
+        if found is None:
+            return "kelpie is no longer enabled in this channel, so nobody can decide this change."
+        settings = found[1].role.approval
+        who = self._approvers.describe(settings)
+        four_eyes = not (settings.allow_requester or self._self_approval)
+        if user in approval.requesters and four_eyes:
+            return (
+                "You asked for this change (or wrote in this thread before it was proposed), "
+                f"so someone else has to decide it. Who can: {who}."
+            )
+        if not await self._approvers.is_approver(user, settings):
+            return f"You may not decide this change. Who can: {who}."
+        return None
+
+    async def may_withdraw(self, approval: Approval, user: str) -> bool:
+        found = await self._binding(approval)
+        return found is not None and await self._approvers.is_approver(user, found[1].role.approval)

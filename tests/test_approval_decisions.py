@@ -1,0 +1,175 @@
+"""Decisions on approval cards as a production change-approval system must make them: who
+counts as a requester, re-checks against the configuration running at the click, one
+decision per card under races, and outcomes that land whatever Slack or the database do."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from typing import Any
+
+from bot.approvals.model import ApprovalDecision, DecisionKind
+from bot.store.approvals import ApprovalRepository, WriteAuditRepository
+from tests.test_approvals import (
+    approval_id,
+    card_now,
+    card_text,
+    click,
+    decision_note,
+    has_buttons,
+    propose_scale,
+    real_writes,
+    replicas,
+    wait_card,
+    wait_said,
+)
+from tests.world import ALICE, BOB, CAROL, DAVE, OPS_CHANNEL, World
+
+
+def scale_call(replicas: int = 5) -> tuple[str, dict[str, Any]]:
+    args = {"namespace": "shop", "name": "checkout-api", "replicas": replicas, "reason": "load"}
+    return ("scale_deployment", args)
+
+
+async def test_everyone_who_asked_is_a_requester_and_none_of_them_approves(world: World):
+    await world.start_bot()
+    world.model.reply_text("How many replicas?")
+    world.model.reply_tool_calls([scale_call()])
+    world.model.reply_text("Scaled.")
+    mention = await world.mention(OPS_CHANNEL, ALICE, "checkout-api needs more capacity")
+    await wait_said(world, mention["ts"], "How many replicas?")
+    # A bystander answers; the proposal comes in the turn her reply started.
+    reply = world.slack.message(OPS_CHANNEL, BOB, "5 should do", thread_ts=mention["ts"])
+    await world.slack.deliver_event(reply)
+    card = await wait_card(world, mention["ts"])
+    text = card_text(card)
+    assert f"<@{ALICE}>" in text and f"<@{BOB}>" in text  # the card lists both
+    await click(world, ALICE, card)  # who first asked
+    await click(world, BOB, card)  # who asked last
+    await world.slack.wait_for(
+        lambda s: s.ephemerals(OPS_CHANNEL, ALICE) and s.ephemerals(OPS_CHANNEL, BOB)
+    )
+    assert "someone else has to decide" in world.slack.ephemerals(OPS_CHANNEL, ALICE)[0].text
+    assert real_writes(world) == [] and has_buttons(await card_now(world, card))
+    await click(world, CAROL, card)
+    await wait_said(world, mention["ts"], "Scaled.")
+    await world.drain()
+    assert len(real_writes(world)) == 1 and replicas(world) == 5
+
+
+async def test_a_click_after_the_role_was_narrowed_and_kelpie_restarted_runs_nothing(
+    world: World,
+):
+    bot = await world.start_bot()
+    mention, card = await propose_scale(world, then="The change was refused.")
+    await world.stop_bot(bot)
+    await world.start_bot({"roles": {"operator": {"namespaces": ["team-*"]}}})
+    await click(world, CAROL, card)
+    said = await wait_said(world, mention["ts"], "not executed")
+    assert "may not touch namespace shop" in said.text
+    await wait_said(world, mention["ts"], "The change was refused.")
+    await world.drain()
+    assert real_writes(world) == [] and replicas(world) == 3
+    final = await card_now(world, card)
+    assert "Not executed" in card_text(final) and not has_buttons(final)
+    assert "NOT executed" in decision_note(world)
+    audits = await WriteAuditRepository(world.bots[0].db).all()
+    assert audits == []  # nothing was even attempted
+
+
+async def test_an_approver_removed_by_the_new_config_may_not_decide(world: World):
+    bot = await world.start_bot()
+    _, card = await propose_scale(world)
+    await world.stop_bot(bot)
+    await world.start_bot({"roles": {"operator": {"approval": {"approvers": {"users": []}}}}})
+    await click(world, CAROL, card)
+    await world.slack.wait_for(lambda s: s.ephemerals(OPS_CHANNEL, CAROL))
+    assert "may not decide" in world.slack.ephemerals(OPS_CHANNEL, CAROL)[0].text
+    await click(world, DAVE, card)  # still an approver through the SRE group
+    await world.slack.wait_for(
+        lambda s: "Outcome" in card_text(s.get_message(OPS_CHANNEL, card.ts))
+    )
+    await world.drain()
+    assert len(real_writes(world)) == 1
+
+
+async def test_slack_refusing_the_card_update_still_shows_the_executed_change(world: World):
+    await world.start_bot()
+    mention, card = await propose_scale(world, then="Scaled anyway.")
+    identifier = approval_id(card)
+    world.slack.fail("chat.update", "internal_error")
+    await click(world, CAROL, card)
+    said = await wait_said(world, mention["ts"], "scaled shop/checkout-api to 5 replicas")
+    assert "Scale deployment shop/checkout-api from 3 to 5" in said.text
+    await wait_said(world, mention["ts"], "Scaled anyway.")
+    await world.drain()
+    assert len(real_writes(world)) == 1 and replicas(world) == 5
+    approval = await ApprovalRepository(world.bots[0].db).get(identifier)
+    assert approval is not None and approval.outcome and "scaled" in approval.outcome
+    world.slack.clear_faults()
+
+
+async def test_a_rate_limited_card_update_is_retried(world: World):
+    await world.start_bot()
+    mention, card = await propose_scale(world, then="Done.")
+    world.slack.rate_limit("chat.update", retry_after=1, times=2)
+    await click(world, CAROL, card)
+    await world.slack.wait_for(
+        lambda s: "Outcome" in card_text(s.get_message(OPS_CHANNEL, card.ts)), timeout=30
+    )
+    await wait_said(world, mention["ts"], "Done.")
+    await world.drain()
+    assert not has_buttons(await card_now(world, card))
+
+
+async def test_a_locked_database_at_execution_still_records_the_outcome(world: World):
+    bot = await world.start_bot()
+    mention, card = await propose_scale(world, then="Done.")
+    identifier = approval_id(card)
+    world.kube.delay(r"/deployments/checkout-api/scale$", 1.0)
+    await click(world, CAROL, card)
+    await world.slack.wait_for(lambda s: real_writes(world) != [])
+    # Another process holds the write lock while the change completes.
+    locker = sqlite3.connect(world.tmp / "k.db", timeout=1)
+    locker.execute("BEGIN EXCLUSIVE")
+    await asyncio.sleep(6.0)  # longer than the store's busy timeout
+    locker.rollback()
+    locker.close()
+    await world.slack.wait_for(
+        lambda s: "Outcome" in card_text(s.get_message(OPS_CHANNEL, card.ts)), timeout=30
+    )
+    await wait_said(world, mention["ts"], "Done.")
+    await world.drain()
+    approval = await ApprovalRepository(bot.db).get(identifier)
+    assert approval is not None and approval.outcome and "scaled" in approval.outcome
+    audits = await WriteAuditRepository(bot.db).all()
+    assert [a.phase for a in audits] == ["intent", "outcome"]
+
+
+async def test_a_click_racing_the_expiry_decides_once(world: World):
+    bot = await world.start_bot({"roles": {"operator": {"approval": {"timeout_s": 2}}}})
+    mention, card = await propose_scale(world, then="Decided.")
+    world.model.reply_text("Decided again?")
+    await asyncio.sleep(1.9)
+    approve = ApprovalDecision(DecisionKind.APPROVE, CAROL, OPS_CHANNEL)
+    expire = ApprovalDecision(DecisionKind.EXPIRE)
+    identifier = approval_id(card)
+    await asyncio.sleep(0.1)
+    results = await asyncio.gather(
+        bot.approvals.resume(identifier, approve),
+        bot.approvals.resume(identifier, expire),
+        bot.approvals.sweep(),
+    )
+    decided = [r for r in results[:2] if r.result.value == "decided"]
+    assert len(decided) <= 1
+    await wait_said(world, mention["ts"], "Decided.")
+    await world.drain()
+    final = await card_now(world, card)
+    assert not has_buttons(final)
+    wrote = len(real_writes(world))
+    assert (wrote == 1) == ("Approved" in card_text(final))
+    assert wrote in (0, 1)
+    # Exactly one decision turn ran: the second scripted answer was never asked for.
+    assert not any(
+        "Decided again?" in (m.text or "") for m in world.slack.thread(OPS_CHANNEL, mention["ts"])
+    )
