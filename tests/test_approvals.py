@@ -45,7 +45,7 @@ def card_text(card: Any) -> str:
     )
 
 
-async def wait_card(world: World, thread_ts: str) -> Any:
+async def wait_card(world: World, thread_ts: str, timeout: float = 20) -> Any:
     def find(server: Any) -> Any:
         for message in server.thread(OPS_CHANNEL, thread_ts):
             if message.is_bot and any(
@@ -54,14 +54,16 @@ async def wait_card(world: World, thread_ts: str) -> Any:
                 return message
         return None
 
-    return await world.slack.wait_for(find, timeout=20)
+    return await world.slack.wait_for(find, timeout=timeout)
 
 
 async def card_now(world: World, card: Any) -> Any:
     return world.slack.get_message(OPS_CHANNEL, card.ts)
 
 
-async def propose_scale(world: World, *, user: str = ALICE, then: str = "Done.") -> tuple[Any, Any]:
+async def propose_scale(
+    world: World, *, user: str = ALICE, then: str = "Done.", timeout: float = 20
+) -> tuple[Any, Any]:
     world.model.reply_tool_calls(
         [
             (
@@ -77,7 +79,7 @@ async def propose_scale(world: World, *, user: str = ALICE, then: str = "Done.")
     )
     world.model.reply_text(then)
     mention = await world.mention(OPS_CHANNEL, user, "scale checkout-api to 5")
-    card = await wait_card(world, mention["ts"])
+    card = await wait_card(world, mention["ts"], timeout)
     return mention, card
 
 
@@ -97,7 +99,7 @@ def decision_note(world: World) -> str:
     return str(notes[-1]["content"])
 
 
-async def wait_said(world: World, thread_ts: str, text: str) -> Any:
+async def wait_said(world: World, thread_ts: str, text: str, timeout: float = 20) -> Any:
     """The bot's message in the thread that contains `text`, once it is there."""
 
     def said(server: Any) -> Any:
@@ -106,7 +108,7 @@ async def wait_said(world: World, thread_ts: str, text: str) -> Any:
                 return message
         return None
 
-    return await world.slack.wait_for(said, timeout=20)
+    return await world.slack.wait_for(said, timeout=timeout)
 
 
 async def test_approve_by_allowed_user_writes_exactly_the_previewed_change(world: World):

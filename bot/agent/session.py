@@ -9,8 +9,10 @@ It knows no Slack: the adapter gives it an `IncomingMessage` and a `ChannelBindi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -152,14 +154,35 @@ class AgentSessions:
         return AcceptedMessage(session, message, binding, turn_id, user)
 
     async def run_turn(self, accepted: AcceptedMessage, abort: asyncio.Event) -> None:
-        session, message = accepted.session, accepted.message
-        reporter = await self._reporters.open(session, message)
-        # Turns that began before this one, then this turn's own (already stored) message.
-        history = await self._conversation.history(
-            session.id, self._config.agent.history_messages, before_turn=accepted.turn_id
-        )
-        user = accepted.user_message
-        await self._turn(accepted, reporter, history, user, abort)
+        session = accepted.session
+        async with self._reporting(accepted) as reporter:
+            # Turns that began before this one, then this turn's own (already stored) message.
+            history = await self._conversation.history(
+                session.id, self._config.agent.history_messages, before_turn=accepted.turn_id
+            )
+            await self._turn(accepted, reporter, history, accepted.user_message, abort)
+
+    @contextlib.asynccontextmanager
+    async def _reporting(self, accepted: AcceptedMessage) -> AsyncIterator[Reporter]:
+        """The turn's reporter, closed whenever the turn ends, even when an interrupt lands
+        in its first milliseconds (while the reporter is still opening): no stream or
+        progress message is ever left unfinished."""
+        opening = asyncio.ensure_future(self._reporters.open(accepted.session, accepted.message))
+        try:
+            reporter = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._close_interrupted(await opening))
+            raise
+        try:
+            yield reporter
+        except asyncio.CancelledError:
+            await asyncio.shield(self._close_interrupted(reporter))
+            raise
+
+    @staticmethod
+    async def _close_interrupted(reporter: Reporter) -> None:
+        await reporter.close(TurnFinished(TurnFinish.INTERRUPTED, "", TurnStats(model="")))
 
     async def resumable(self, session_id: int, turn_id: str, user: str) -> AcceptedMessage | None:
         """What `resume_turn` needs, from the stored session; None if its role is gone."""
@@ -184,11 +207,11 @@ class AgentSessions:
     async def resume_turn(self, accepted: AcceptedMessage, abort: asyncio.Event) -> None:
         """Continue a turn from the stored conversation alone (its last message is a tool
         result recorded after kelpie restarted, e.g. an approval decided meanwhile)."""
-        reporter = await self._reporters.open(accepted.session, accepted.message)
-        history = await self._conversation.history(
-            accepted.session.id, self._config.agent.history_messages
-        )
-        await self._turn(accepted, reporter, history, None, abort)
+        async with self._reporting(accepted) as reporter:
+            history = await self._conversation.history(
+                accepted.session.id, self._config.agent.history_messages
+            )
+            await self._turn(accepted, reporter, history, None, abort)
 
     async def _turn(
         self,
@@ -252,11 +275,8 @@ class AgentSessions:
 
     async def _run(self, request: TurnRequest, reporter: Reporter) -> None:
         try:
+            # An interruption (CancelledError) passes through: `_reporting` closes for it.
             finished = await self._engine.run_turn(request, reporter.emit)
-        except asyncio.CancelledError:
-            interrupted = TurnFinished(TurnFinish.INTERRUPTED, "", TurnStats(model=""))
-            await asyncio.shield(reporter.close(interrupted))
-            raise
         except Exception:
             log.exception("turn %s failed", request.turn_id)
             failed = TurnFinished(

@@ -341,6 +341,7 @@ class KubeServer:
         self._ips = 10
         self._faults: list[_Fault] = []
         self._delays: list[tuple[re.Pattern[str], float]] = []
+        self._response_delays: list[tuple[re.Pattern[str], float]] = []
         self._deny_rules: list[dict[str, str]] = []
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
@@ -403,6 +404,11 @@ class KubeServer:
     def delay(self, path_regex: str, seconds: float) -> None:
         self._delays.append((re.compile(path_regex), seconds))
 
+    def delay_response(self, path_regex: str, seconds: float) -> None:
+        """Apply matching requests at once but answer them `seconds` later (a slow network
+        after the server committed: the change is in, the client does not know yet)."""
+        self._response_delays.append((re.compile(path_regex), seconds))
+
     def deny_access(
         self, *, verb: str | None = None, resource: str | None = None, namespace: str | None = None
     ) -> None:
@@ -413,6 +419,7 @@ class KubeServer:
     def clear_faults(self) -> None:
         self._faults.clear()
         self._delays.clear()
+        self._response_delays.clear()
         self._deny_rules.clear()
 
     def writes(self) -> list[RecordedRequest]:
@@ -1026,6 +1033,10 @@ class KubeServer:
                     _status_body(exc.code, exc.message, exc.details), status=exc.code
                 )
         record.status = response.status
+        for pattern, seconds in self._response_delays:
+            if pattern.search(request.path):
+                await asyncio.sleep(seconds)
+                break
         return response
 
     def _fault_response(self, request: web.Request) -> web.Response | None:

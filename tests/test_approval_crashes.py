@@ -1,0 +1,141 @@
+"""kill -9 at the worst moments of an approval: kelpie runs as a real subprocess (`kelpie
+run`) against the test world's peers, is killed with SIGKILL, and started again. The thread
+and the cluster must show exactly what happened: never a write run twice or blindly, never
+a card left with live buttons, never an outcome nobody hears about."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.test_approvals import (
+    approval_id,
+    card_text,
+    click,
+    has_buttons,
+    propose_scale,
+    real_writes,
+    replicas,
+    wait_said,
+)
+from tests.world import CAROL, OPS_CHANNEL, World, environ
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class BotProcess:
+    """`python -m bot.cli run` with the world's config; killed with SIGKILL on request."""
+
+    def __init__(self, world: World, config_path: Path) -> None:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "PYTHONPATH": str(REPO),
+            **environ(world.slack),
+        }
+        self._log = open(config_path.parent / "bot.log", "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", "run", "--config", str(config_path)],
+            env=env,
+            cwd=config_path.parent,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+        self._log.close()
+
+
+@pytest.fixture
+async def crashable(world: World, tmp_path: Path) -> AsyncIterator[Callable[[], Any]]:
+    config_path = tmp_path / "kelpie.yaml"
+    config_path.write_text(yaml.safe_dump(world.config_data))
+    started: list[BotProcess] = []
+
+    async def start() -> BotProcess:
+        # The killed process's socket may linger a moment: wait until it is gone.
+        await world.slack.wait_for(lambda s: s.connection_count == 0, timeout=20)
+        bot = BotProcess(world, config_path)
+        started.append(bot)
+        await world.slack.wait_connected(timeout=60)
+        return bot
+
+    yield start
+    for bot in started:
+        bot.kill()
+
+
+async def wait_db(db: Path, sql: str, want: Callable[[list[tuple[Any, ...]]], bool]) -> None:
+    for _ in range(400):
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as connection:
+                if want(connection.execute(sql).fetchall()):
+                    return
+        except sqlite3.OperationalError:
+            pass
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"database never showed {sql}")
+
+
+async def card_settled(world: World, card: Any) -> Any:
+    def settled(server: Any) -> Any:
+        message = server.get_message(OPS_CHANNEL, card.ts)
+        return message if "Outcome" in card_text(message) else None
+
+    return await world.slack.wait_for(settled, timeout=60)
+
+
+async def test_killed_after_the_click_was_recorded_the_write_is_reported_not_executed(
+    world: World, crashable: Callable[[], Any]
+):
+    bot = await crashable()
+    mention, card = await propose_scale(world, timeout=120)  # a fresh process imports LiteLLM
+    identifier = approval_id(card)
+    world.kube.delay(r"/deployments/checkout-api$", 30)  # the pre-write re-read hangs
+    await click(world, CAROL, card)
+    await wait_db(
+        world.tmp / "k.db",
+        f"SELECT status FROM approvals WHERE id = '{identifier}'",
+        lambda rows: rows == [("approved",)],
+    )
+    bot.kill()
+    world.kube.clear_faults()
+    await crashable()
+    said = await wait_said(world, mention["ts"], "not executed", timeout=120)
+    assert "ask again" in said.text
+    final = await card_settled(world, card)
+    assert not has_buttons(final) and "not executed" in card_text(final)
+    assert real_writes(world) == [] and replicas(world) == 3
+
+
+async def test_killed_after_the_write_reached_the_cluster_the_change_is_confirmed(
+    world: World, crashable: Callable[[], Any]
+):
+    bot = await crashable()
+    mention, card = await propose_scale(world, timeout=120)  # a fresh process imports LiteLLM
+    world.kube.delay_response(r"/deployments/checkout-api/scale$", 30)
+    await click(world, CAROL, card)
+    await world.slack.wait_for(lambda s: replicas(world) == 5, timeout=30)
+    bot.kill()
+    world.kube.clear_faults()
+    await crashable()
+    said = await wait_said(world, mention["ts"], "confirmed by reading the target", timeout=120)
+    assert "Scale deployment shop/checkout-api" in said.text
+    final = await card_settled(world, card)
+    assert not has_buttons(final) and "executed" in card_text(final)
+    # The write ran once; nothing ran it again.
+    assert len(real_writes(world)) == 1 and replicas(world) == 5

@@ -1,0 +1,40 @@
+"""An interrupt at any moment of a turn, including its very first milliseconds (while its
+stream is still being opened), leaves no unfinished stream and no running turn."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.world import ALICE, SHOP_CHANNEL, World
+
+NATIVE = {"slack": {"streaming": "native"}}
+
+
+@pytest.mark.parametrize("gap_s", [0.0, 0.005, 0.02, 0.05, 0.2])
+async def test_an_interrupt_in_the_first_milliseconds_finishes_every_stream(
+    world: World, gap_s: float
+):
+    world.model.reply_text("First answer.")
+    world.model.reply_text("Answer to the second message.")
+    bot = await world.start_bot(NATIVE)
+    mention = world.slack.mention(SHOP_CHANNEL, ALICE, "pods?")
+    follow_up = world.slack.message(SHOP_CHANNEL, ALICE, "never mind", thread_ts=mention["ts"])
+    await world.slack.deliver_event(mention)
+    await asyncio.sleep(gap_s)
+    await world.slack.deliver_event(follow_up)
+
+    def answered(server) -> bool:  # type: ignore[no-untyped-def]
+        return any(
+            "Answer to the second message." in (m.text or "") or "First answer." in (m.text or "")
+            for m in server.thread(SHOP_CHANNEL, mention["ts"])
+            if m.is_bot and not m.streaming
+        )
+
+    await world.slack.wait_for(answered, timeout=60)  # the first turn imports LiteLLM
+    await world.drain()
+    await asyncio.sleep(0.3)  # anything left would still be streaming now
+    streams = [m for m in world.slack.thread(SHOP_CHANNEL, mention["ts"]) if m.is_bot]
+    assert streams and all(not m.streaming for m in streams)
+    assert not bot.scheduler.busy(f"T0TEST:{SHOP_CHANNEL}:{mention['ts']}")
