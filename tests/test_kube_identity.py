@@ -21,8 +21,8 @@ from bot.tools.spec import KubeIdentity, ToolContext, ToolFailure, WritePlan
 from tests.peers.kube_server import Demo, KubeServer
 from tests.realkube.backends import CLUSTER, RealBackend
 from tests.realkube.cluster import KELPIE_USER, Admin, RealKube
-from tests.test_approvals import card_text, click, propose_scale
-from tests.world import CAROL, OPS_CHANNEL, World
+from tests.test_approvals import card_text, click, propose_scale, wait_said
+from tests.world import CAROL, World
 
 ALICE = KubeIdentity("alice", ("oncall", "team-a"))
 BOB = KubeIdentity("bob", ("team-b",))
@@ -206,7 +206,7 @@ async def test_a_roles_identity_from_config_reaches_the_cluster_and_the_audit(
     mention, card = await propose_scale(world, then="Scaled.")
     assert "as Kubernetes user alice (groups oncall, sre)" in card_text(card)
     await click(world, CAROL, card)
-    await world.wait_bot_replies(OPS_CHANNEL, mention["ts"], 3)
+    await wait_said(world, mention["ts"], "Scaled.")
     await world.drain()
     deployment = world.kube.get("Deployment", "shop", "checkout-api")
     assert deployment is not None and deployment["spec"]["replicas"] == 5
