@@ -85,7 +85,7 @@ def card_blocks(approval: Approval, note: str = "") -> list[dict[str, Any]]:
     if approval.outcome:
         state += f"\n*Outcome:* {escape_mrkdwn(approval.outcome)}"
     if note:
-        state += f"\n{note}"
+        state += f"\n{escape_mrkdwn(note)}"  # may quote a hook's or the firewall's reason
     blocks.append(_text_block(state))
     if approval.status is ApprovalState.PENDING:
         blocks.append(
@@ -148,8 +148,9 @@ class SlackApprovalCards:
         )
 
     async def tell(self, approval: Approval, text: str) -> None:
+        # The sentence quotes the plan and outcome (cluster and model text): never markup.
         await self._client.chat_postMessage(
-            channel=approval.channel_id, thread_ts=approval.thread_ts, text=text
+            channel=approval.channel_id, thread_ts=approval.thread_ts, text=escape_mrkdwn(text)
         )
 
 
