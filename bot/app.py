@@ -289,6 +289,8 @@ class AgentCore:
     payloads: PayloadLog
     agent: AgentSessions
     background: list[Drainable]
+    # The security pipeline every call (and every approval's re-check at the click) passes.
+    pipeline: Pipeline
 
     async def start(self) -> None:
         await self.db.create_schema()
@@ -393,6 +395,7 @@ def build_core(
         agent,
         # The payload log stores its last payloads at shutdown.
         [post_hooks, session_hooks, payloads],
+        pipeline,
     )
 
 

@@ -173,3 +173,16 @@ async def test_a_click_racing_the_expiry_decides_once(world: World):
     assert not any(
         "Decided again?" in (m.text or "") for m in world.slack.thread(OPS_CHANNEL, mention["ts"])
     )
+
+
+async def test_the_pipeline_order_as_wired_in_the_running_app(world: World):
+    bot = await world.start_bot({"guardian": {"enabled": True, "model_profile": "default"}})
+    assert [stage.name for stage in bot.core.pipeline.stages] == [
+        "abort",
+        "provider-native",
+        "channel role",
+        "pre-tool-use hook",
+        "firewall",
+        "guardian",
+        "permission",
+    ]
