@@ -17,7 +17,7 @@ from bot.tools.kube.client import KubeClients, KubeFailure
 from bot.tools.kube.read import read_tools
 from bot.tools.kube.write import write_tools
 from bot.tools.spec import Tool, ToolContext, ToolFailure, WriteConflict, WriteOperation
-from tests.realkube.backends import CLUSTER, Backend, RealBackend
+from tests.realkube.backends import CLUSTER, Backend
 from tests.realkube.cluster import Admin, RealKube
 
 
@@ -189,6 +189,10 @@ async def test_describe_deployment_lists_the_rollout_replicasets(backend: Backen
     described = await tools(backend)["describe_deployment"].handler({"name": "api"}, ctx)
     assert "registry.example.com/api:2" in described.text
     assert "revision" in described.text.lower()
+    # The controller's events about it (core/v1 events, involvedObject).
+    events = await tools(backend)["list_events"].handler({"kind": "Deployment", "name": "api"}, ctx)
+    line = next(ln for ln in events.text.splitlines() if "ScalingReplicaSet" in ln)
+    assert "Scaled up replica set api-" in line and "Normal" in line
 
 
 async def test_an_unknown_object_is_one_sentence(backend: Backend) -> None:
@@ -252,13 +256,8 @@ async def test_kelpies_identity_may_not_read_secrets_or_do_anything_else(
         clients.close()
 
 
-@pytest.mark.realkube
-async def test_a_namespace_limited_identity_gets_sentences_not_errors(
-    realkube: tuple[RealKube, Admin],
-) -> None:
-    cluster, admin = realkube
-    backend = RealBackend(cluster, admin)
-    viewer = KubeClients.build([(CLUSTER, str(cluster.kubeconfig("viewer")), None, False)])
+async def test_a_namespace_limited_identity_gets_sentences_not_errors(backend: Backend) -> None:
+    viewer = backend.clients_as("viewer")  # may read in namespace shop only
     try:
         backend.deployment("web", replicas=1)
         ctx = context(backend)
@@ -266,15 +265,90 @@ async def test_a_namespace_limited_identity_gets_sentences_not_errors(
         assert scale is not None
         with pytest.raises(ToolFailure) as caught:
             await scale.prepare({"name": "web", "replicas": 2}, ctx)
-        assert str(caught.value).startswith(
-            f"kelpie's Kubernetes identity may not patch deployments/scale in {backend.namespace}"
+        assert str(caught.value) == (
+            "kelpie's Kubernetes identity may not patch deployments/scale in "
+            f"{backend.namespace}. Ask a cluster admin to grant it, or make the change "
+            "another way."
         )
         listing = {t.name: t for t in read_tools(viewer)}["list_pods"]
         with pytest.raises(KubeFailure) as denied:
             await listing.handler({}, ctx)
         assert denied.value.status == 403
-        assert f"to list pods in namespace {backend.namespace}" in str(denied.value)
+        assert str(denied.value) == (
+            f"Kubernetes refused (403 Forbidden) to list pods in namespace {backend.namespace}: "
+            'pods is forbidden: User "kelpie-viewer" cannot list resource "pods" in API group "" '
+            f'in the namespace "{backend.namespace}".'
+        )
         assert spec_of(backend, "Deployment", "web")["replicas"] == 1
     finally:
         viewer.close()
-        backend.close()
+
+
+# --- the API's own answers: content types, Status codes and messages -------------------
+
+
+async def test_patch_content_types_and_failures_answer_like_the_real_server(
+    backend: Backend,
+) -> None:
+    """Through the official client as admin: the fake must answer what the real server does."""
+    backend.deployment("web", replicas=1)
+    admin = backend.clients_as("admin")
+    kube = admin[CLUSTER]
+    ns, apps = backend.namespace, kube.apps
+
+    async def patch(body: Any, content_type: str, **kw: Any) -> Any:
+        return await kube.call_json(
+            "patch deployment web",
+            apps.patch_namespaced_deployment,
+            "web",
+            ns,
+            body,
+            _content_type=content_type,
+            **kw,
+        )
+
+    async def refusal(body: Any, content_type: str, **kw: Any) -> KubeFailure:
+        with pytest.raises(KubeFailure) as caught:
+            await patch(body, content_type, **kw)
+        return caught.value
+
+    try:
+        replace = [{"op": "replace", "path": "/spec/replicas", "value": 2}]
+        answer = await patch(replace, "application/json-patch+json")
+        assert answer["spec"]["replicas"] == 2
+        failed = await refusal(
+            [{"op": "test", "path": "/spec/replicas", "value": 7}], "application/json-patch+json"
+        )
+        assert (failed.status, str(failed)) == (
+            422,
+            "Kubernetes rejected the request to patch deployment web (422 Unprocessable "
+            "Entity): the server rejected our request due to an error in our request.",
+        )
+        apply = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}
+        failed = await refusal(apply, "application/apply-patch+yaml")
+        assert failed.status == 422 and "fieldManager: Required value" in str(failed)
+        failed = await refusal({"spec": {"replicas": -1}}, "application/merge-patch+json")
+        assert str(failed) == (
+            "Kubernetes rejected the request to patch deployment web (422 Unprocessable "
+            'Entity): Deployment.apps "web" is invalid: spec.replicas: Invalid value: -1: '
+            "must be greater than or equal to 0."
+        )
+        stale = {"metadata": {"resourceVersion": "1"}, "spec": {"replicas": 3}}
+        failed = await refusal(stale, "application/merge-patch+json")
+        assert str(failed) == (
+            "Kubernetes answered 409 Conflict to patch deployment web: Operation cannot be "
+            'fulfilled on deployments.apps "web": the object has been modified; please apply '
+            "your changes to the latest version and try again."
+        )
+        wrong_uid = {"metadata": {"uid": "not-its-uid"}, "spec": {"replicas": 3}}
+        failed = await refusal(wrong_uid, "application/merge-patch+json")
+        assert failed.status == 422 and "metadata.uid" in str(failed)
+        with pytest.raises(KubeFailure) as missing:
+            await kube.call_json("read pod nope", kube.core.read_namespaced_pod, "nope", ns)
+        assert (
+            str(missing.value)
+            == 'Kubernetes could not read pod nope: not found (404: pods "nope" not found).'
+        )
+        assert spec_of(backend, "Deployment", "web")["replicas"] == 2
+    finally:
+        admin.close()

@@ -19,8 +19,8 @@ from bot.tools.kube.read import read_tools
 from bot.tools.kube.write import write_tools
 from bot.tools.spec import KubeIdentity, ToolContext, ToolFailure, WritePlan
 from tests.peers.kube_server import Demo, KubeServer
-from tests.realkube.backends import CLUSTER, RealBackend
-from tests.realkube.cluster import KELPIE_USER, Admin, RealKube
+from tests.realkube.backends import CLUSTER, Backend
+from tests.realkube.cluster import KELPIE_USER, Admin, RealKube, binding
 from tests.test_approvals import card_text, click, propose_scale, wait_said
 from tests.world import CAROL, World
 
@@ -79,114 +79,95 @@ async def test_a_kubeconfig_as_and_as_groups_are_honoured(
         clients.close()
 
 
-def _rbac(admin: Admin, namespace: str) -> None:
-    """team-a may scale deployments in `namespace`; kelpie may impersonate alice and bob."""
-    admin.rbac.create_namespaced_role(
-        namespace,
-        {
-            "metadata": {"name": "scaler"},
-            "rules": [
-                {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list"]},
-                {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["patch"]},
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-            ],
-        },
-    )
-    ref = {"apiGroup": "rbac.authorization.k8s.io"}
-    admin.rbac.create_namespaced_role_binding(
-        namespace,
-        {
-            "metadata": {"name": "scaler"},
-            "roleRef": ref | {"kind": "Role", "name": "scaler"},
-            "subjects": [ref | {"kind": "Group", "name": "team-a"}],
-        },
-    )
+def _grants(backend: Backend) -> None:
+    """Group team-a may scale deployments in the test's namespace; kelpie may impersonate
+    alice and bob and their groups (what a cluster admin grants for the config's roles)."""
+    namespace = backend.namespace
+    scaler = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "scaler", "namespace": namespace},
+        "rules": [
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list"]},
+            {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["patch"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        ],
+    }
+    backend.grant(scaler)
+    backend.grant(binding(scaler, {"kind": "Group", "name": "team-a"}, namespace))
+    impersonate = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": f"impersonate-{namespace}"},
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["users"],
+                "verbs": ["impersonate"],
+                "resourceNames": ["alice", "bob"],
+            },
+            {
+                "apiGroups": [""],
+                "resources": ["groups"],
+                "verbs": ["impersonate"],
+                "resourceNames": ["oncall", "team-a", "team-b"],
+            },
+        ],
+    }
+    backend.grant(impersonate)
+    backend.grant(binding(impersonate, {"kind": "User", "name": KELPIE_USER}))
 
 
-def _impersonation_grant(admin: Admin) -> None:
-    """What a cluster admin grants kelpie for the identities its config names."""
-    if admin.json(admin.rbac.read_cluster_role, "kelpie-impersonate-test") is not None:
-        return
-    admin.rbac.create_cluster_role(
-        {
-            "metadata": {"name": "kelpie-impersonate-test"},
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["users"],
-                    "verbs": ["impersonate"],
-                    "resourceNames": ["alice", "bob"],
-                },
-                {
-                    "apiGroups": [""],
-                    "resources": ["groups"],
-                    "verbs": ["impersonate"],
-                    "resourceNames": ["oncall", "team-a", "team-b"],
-                },
-            ],
-        }
-    )
-    ref = {"apiGroup": "rbac.authorization.k8s.io"}
-    admin.rbac.create_cluster_role_binding(
-        {
-            "metadata": {"name": "kelpie-impersonate-test"},
-            "roleRef": ref | {"kind": "ClusterRole", "name": "kelpie-impersonate-test"},
-            "subjects": [ref | {"kind": "User", "name": KELPIE_USER}],
-        }
-    )
-
-
-@pytest.mark.realkube
 async def test_the_same_request_is_allowed_for_one_identity_and_refused_for_another(
-    realkube: tuple[RealKube, Admin], tmp_path: Path
+    backend: Backend,
 ) -> None:
-    cluster, admin = realkube
-    backend = RealBackend(cluster, admin)
-    _impersonation_grant(admin)
-    _rbac(admin, backend.namespace)
+    _grants(backend)
     backend.deployment("web", replicas=1)
     tools = _tools(backend.clients)
     scale = tools["scale_deployment"].write
     args = {"name": "web", "replicas": 2}
-    try:
-        as_bob = ToolContext(CLUSTER, backend.namespace, BOB)
-        with pytest.raises(ToolFailure) as refused:
-            await scale.prepare(args, as_bob)
-        assert str(refused.value).startswith(
-            "Kubernetes user bob (groups team-b) may not patch deployments/scale in "
-            f"{backend.namespace}"
-        )
-        with pytest.raises(KubeFailure) as forbidden:
-            await tools["list_pods"].handler({}, as_bob)
-        assert str(forbidden.value) == (
-            "The cluster's RBAC does not let Kubernetes user bob (groups team-b) list pods "
-            f"in namespace {backend.namespace} (403 Forbidden)."
-        )
-        # alice is allowed only through team-a, her second group: every group is sent.
-        as_alice = ToolContext(CLUSTER, backend.namespace, ALICE)
-        plan = await scale.prepare(args, as_alice)
-        result = await scale.execute(plan, ToolContext(CLUSTER, backend.namespace))
-        assert result.summary.endswith("(as Kubernetes user alice (groups oncall, team-a))")
-        deployment = backend.read("Deployment", "web")
-        assert deployment is not None and deployment["spec"]["replicas"] == 2
-        pods = await tools["list_pods"].handler({}, as_alice)
-        assert pods.summary
+    as_bob = ToolContext(CLUSTER, backend.namespace, BOB)
+    with pytest.raises(ToolFailure) as refused:
+        await scale.prepare(args, as_bob)
+    assert str(refused.value).startswith(
+        "Kubernetes user bob (groups team-b) may not patch deployments/scale in "
+        f"{backend.namespace}"
+    )
+    with pytest.raises(KubeFailure) as forbidden:
+        await tools["list_pods"].handler({}, as_bob)
+    assert str(forbidden.value) == (
+        "The cluster's RBAC does not let Kubernetes user bob (groups team-b) list pods "
+        f"in namespace {backend.namespace} (403 Forbidden)."
+    )
+    # alice is allowed only through team-a, her second group: every group is sent.
+    as_alice = ToolContext(CLUSTER, backend.namespace, ALICE)
+    plan = await scale.prepare(args, as_alice)
+    result = await scale.execute(plan, ToolContext(CLUSTER, backend.namespace))
+    assert result.summary.endswith("(as Kubernetes user alice (groups oncall, team-a))")
+    deployment = backend.read("Deployment", "web")
+    assert deployment is not None and deployment["spec"]["replicas"] == 2
+    # An identity kelpie may not impersonate: refused, in one sentence.
+    carol = ToolContext(CLUSTER, backend.namespace, KubeIdentity("carol"))
+    with pytest.raises(KubeFailure, match="does not let Kubernetes user carol list pods"):
+        await tools["list_pods"].handler({}, carol)
 
-        # The same identity from a kubeconfig's `as:` / `as-groups:`.
-        config = yaml.safe_load(cluster.kubeconfig("kelpie").read_text())
-        config["users"][0]["user"] |= {"as": "bob", "as-groups": ["team-b"]}
-        path = tmp_path / "as-bob.kubeconfig"
-        path.write_text(yaml.safe_dump(config))
-        as_bob_clients = KubeClients.build([(CLUSTER, str(path), None, False)])
-        try:
-            with pytest.raises(KubeFailure, match="does not let Kubernetes user bob"):
-                await _tools(as_bob_clients)["list_pods"].handler(
-                    {}, ToolContext(CLUSTER, backend.namespace)
-                )
-        finally:
-            as_bob_clients.close()
+
+@pytest.mark.realkube
+async def test_a_kubeconfig_as_user_is_what_the_real_cluster_sees(
+    realkube: tuple[RealKube, Admin], tmp_path: Path
+) -> None:
+    cluster, _ = realkube
+    config = yaml.safe_load(cluster.kubeconfig("kelpie").read_text())
+    config["users"][0]["user"] |= {"as": "bob", "as-groups": ["team-b"]}
+    path = tmp_path / "as-bob.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    clients = KubeClients.build([(CLUSTER, str(path), None, False)])
+    try:
+        # kelpie may not impersonate bob on this cluster: the refusal names bob.
+        with pytest.raises(KubeFailure, match="does not let Kubernetes user bob"):
+            await _tools(clients)["list_pods"].handler({}, ToolContext(CLUSTER, "shop"))
     finally:
-        backend.close()
+        clients.close()
 
 
 async def test_a_roles_identity_from_config_reaches_the_cluster_and_the_audit(

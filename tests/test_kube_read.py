@@ -262,6 +262,29 @@ async def test_list_events_filters_on_the_server(
     assert "Pod dev-a/sandbox" in everything.text and "FailedScheduling" in everything.text
 
 
+async def test_events_written_by_a_new_style_recorder_render(
+    tools: dict[str, Tool], kube: KubeServer, demo: Demo
+) -> None:
+    """Newer controllers write events with eventTime and series and no first/last
+    timestamps or count; an events.k8s.io-shaped object has note and regarding."""
+    repeated = kube.add_event("shop", "Deployment", demo.deployment, "ScalingReplicaSet", "x")
+    del repeated["firstTimestamp"], repeated["lastTimestamp"], repeated["count"]
+    repeated |= {"eventTime": "2026-01-01T00:00:00.000000Z", "reportingComponent": ""}
+    repeated["series"] = {"count": 4, "lastObservedTime": "2099-01-01T00:00:00.000000Z"}
+    repeated["message"] = "Scaled up replica set checkout-api-abc to 3"
+    kube.put("Event", repeated)
+    shaped = kube.add_event("shop", "Pod", demo.crashing_pod, "Killing", "unused")
+    shaped["regarding"] = shaped.pop("involvedObject")
+    shaped["note"] = shaped.pop("message")
+    kube.put("Event", shaped)
+    result = await run(tools, "list_events", {})
+    line = next(ln for ln in result.text.splitlines() if "ScalingReplicaSet" in ln)
+    assert "(x4) Scaled up replica set checkout-api-abc to 3" in line
+    assert f"Deployment {demo.deployment}" in line
+    line = next(ln for ln in result.text.splitlines() if "Killing" in ln)
+    assert f"Pod {demo.crashing_pod}" in line and "unused" in line
+
+
 async def test_list_nodes_shows_conditions_capacity_and_taints(
     tools: dict[str, Tool], kube: KubeServer
 ) -> None:

@@ -42,6 +42,9 @@ SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 STRATEGIC = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY = "application/apply-patch+yaml"
+_REJECTED = "the server rejected our request due to an error in our request"
 SERVICE_ACCOUNT = "system:serviceaccount:kelpie:kelpie"
 _REASONS = {
     400: "BadRequest",
@@ -309,6 +312,58 @@ def merge_patch(target: Any, patch: Any, *, strategic: bool) -> Any:
     return result
 
 
+def json_patch(target: Obj, operations: Any) -> Obj:
+    """Apply an RFC 6902 JSON patch (add, remove, replace, test); any failure is the real
+    server's bare 422."""
+    if not isinstance(operations, list):
+        raise _StatusError(400, "a JSON patch must be a list of operations")
+    result = copy.deepcopy(target)
+    for operation in operations:
+        try:
+            _json_patch_one(result, operation)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise _StatusError(422, _REJECTED) from exc
+    return result
+
+
+def _json_patch_one(doc: Obj, operation: Obj) -> None:
+    op, path = operation["op"], str(operation["path"])
+    keys = [k.replace("~1", "/").replace("~0", "~") for k in path.split("/")[1:]]
+    parent: Any = doc
+    for key in keys[:-1]:
+        parent = parent[int(key)] if isinstance(parent, list) else parent[key]
+    last = keys[-1]
+    index = (len(parent) if last == "-" else int(last)) if isinstance(parent, list) else None
+    if op == "test":
+        here = parent[index] if index is not None else parent[last]
+        if here != operation["value"]:
+            raise ValueError("test failed")
+    elif op == "remove":
+        del parent[index if index is not None else last]
+    elif op in ("add", "replace"):
+        if op == "replace":
+            _ = parent[index] if index is not None else parent[last]  # must exist
+        if index is not None and op == "add":
+            parent.insert(index, copy.deepcopy(operation["value"]))
+        elif index is not None:
+            parent[index] = copy.deepcopy(operation["value"])
+        else:
+            parent[last] = copy.deepcopy(operation["value"])
+    else:
+        raise ValueError(f"unsupported op {op}")
+
+
+def _diff_as_merge(before: Any, after: Any) -> Any:
+    """The merge patch that turns `before` into `after` (null for removed keys)."""
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return copy.deepcopy(after)
+    patch: Obj = {key: None for key in before if key not in after}
+    for key, value in after.items():
+        if before.get(key) != value:
+            patch[key] = _diff_as_merge(before.get(key), value)
+    return patch
+
+
 def _named_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(i, dict) and "name" in i for i in value)
 
@@ -329,6 +384,77 @@ def _owner_ref(owner: Obj) -> Obj:
     }
 
 
+@dataclass(frozen=True)
+class Identity:
+    user: str
+    groups: tuple[str, ...] = ()
+
+
+_ANYONE = Identity("system:unsecured", ("system:masters",))  # no authentication configured
+_WHO: web.RequestKey[Identity] = web.RequestKey("kube_who", Identity)
+_RBAC_KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+_READ = ["get", "list", "watch"]
+# The built-in ClusterRole `view` (the parts of it this server serves).
+VIEW_ROLE: Obj = {
+    "kind": "ClusterRole",
+    "metadata": {"name": "view"},
+    "rules": [
+        {
+            "apiGroups": [""],
+            "resources": ["pods", "pods/log", "services", "endpoints", "events"],
+            "verbs": _READ,
+        },
+        {
+            "apiGroups": ["apps"],
+            "resources": ["deployments", "deployments/scale", "replicasets"],
+            "verbs": _READ,
+        },
+    ],
+}
+
+
+def _rule_allows(rule: Obj, seen: Attributes) -> bool:
+    def has(key: str, value: str) -> bool:
+        values = rule.get(key) or []
+        return "*" in values or value in values
+
+    names = rule.get("resourceNames") or []
+    return (
+        has("verbs", seen.verb)
+        and has("apiGroups", seen.group)
+        and has("resources", seen.resource)
+        and (not names or seen.name in names)
+    )
+
+
+def _subject_matches(subject: Obj, who: Identity) -> bool:
+    match subject.get("kind"):
+        case "User":
+            return bool(subject.get("name") == who.user)
+        case "Group":
+            return subject.get("name") in who.groups
+        case "ServiceAccount":
+            name = f"system:serviceaccount:{subject.get('namespace')}:{subject.get('name')}"
+            return name == who.user
+    return False
+
+
+def _forbidden(who: Identity, seen: Attributes) -> _StatusError:
+    """403 with the real server's message and details."""
+    resource = seen.resource.partition("/")[0]
+    qualified = f"{resource}.{seen.group}" if seen.group else resource
+    subject = f'{qualified} "{seen.name}"' if seen.name else qualified
+    where = f'in the namespace "{seen.namespace}"' if seen.namespace else "at the cluster scope"
+    message = (
+        f'{subject} is forbidden: User "{who.user}" cannot {seen.verb} resource '
+        f'"{seen.resource}" in API group "{seen.group}" {where}'
+    )
+    details: Obj = {"group": seen.group, "kind": resource}
+    if seen.name:
+        details["name"] = seen.name
+    return _StatusError(403, message, details)
+
+
 class KubeServer:
     """The fake API server. Seed it, `await start()`, point a kubeconfig at it."""
 
@@ -343,6 +469,9 @@ class KubeServer:
         self._delays: list[tuple[re.Pattern[str], float]] = []
         self._response_delays: list[tuple[re.Pattern[str], float]] = []
         self._deny_rules: list[dict[str, str]] = []
+        # Bearer token -> identity; empty: no authentication, everything allowed.
+        self._tokens: dict[str, Identity] = {}
+        self._rbac: list[Obj] = [VIEW_ROLE]
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
 
@@ -369,13 +498,15 @@ class KubeServer:
         assert self._port is not None, "start() the server first"
         return f"http://127.0.0.1:{self._port}"
 
-    def write_kubeconfig(self, path: str | Path, context: str = "test") -> Path:
+    def write_kubeconfig(
+        self, path: str | Path, context: str = "test", *, token: str = "test-token"
+    ) -> Path:
         """Write a kubeconfig (JSON is YAML) whose `context` points at this server."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": f"{context}-cluster", "cluster": {"server": self.url}}],
-            "users": [{"name": f"{context}-user", "user": {"token": "test-token"}}],
+            "users": [{"name": f"{context}-user", "user": {"token": token}}],
             "contexts": [
                 {
                     "name": context,
@@ -415,6 +546,41 @@ class KubeServer:
         """Make SelfSubjectAccessReviews matching every given field answer allowed: false."""
         rule = {"verb": verb, "resource": resource, "namespace": namespace}
         self._deny_rules.append({k: v for k, v in rule.items() if v is not None})
+
+    def authenticate(self, tokens: dict[str, Identity]) -> None:
+        """From now on, answer 401 without one of these bearer tokens, and authorize every
+        request (impersonation included) by the RBAC objects given to `add_rbac`."""
+        self._tokens = dict(tokens)
+
+    def add_rbac(self, obj: Obj) -> None:
+        """A Role, ClusterRole, RoleBinding or ClusterRoleBinding (as YAML would give it)."""
+        if obj.get("kind") not in _RBAC_KINDS:
+            raise ValueError(f"not an RBAC object: {obj.get('kind')}")
+        self._rbac.append(copy.deepcopy(obj))
+
+    def allows(self, who: Identity, seen: Attributes) -> bool:
+        """What the RBAC authorizer decides (system:masters may do anything)."""
+        if "system:masters" in who.groups:
+            return True
+        if seen.resource == "selfsubjectaccessreviews" and seen.verb == "create":
+            return True  # system:basic-user, bound to every authenticated identity
+        for binding in self._rbac:
+            if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+                continue
+            scope = binding["metadata"].get("namespace")
+            if binding["kind"] == "RoleBinding" and scope != seen.namespace:
+                continue
+            if not any(_subject_matches(s, who) for s in binding.get("subjects") or []):
+                continue
+            ref = binding["roleRef"]
+            for role in self._rbac:
+                if role["kind"] != ref["kind"] or role["metadata"]["name"] != ref["name"]:
+                    continue
+                if role["kind"] == "Role" and role["metadata"].get("namespace") != scope:
+                    continue
+                if any(_rule_allows(rule, seen) for rule in role.get("rules") or []):
+                    return True
+        return False
 
     def clear_faults(self) -> None:
         self._faults.clear()
@@ -1027,6 +1193,7 @@ class KubeServer:
         response = self._fault_response(request)
         if response is None:
             try:
+                request[_WHO] = self._authorize(request)
                 response = await handler(request)
             except _StatusError as exc:
                 response = web.json_response(
@@ -1038,6 +1205,27 @@ class KubeServer:
                 await asyncio.sleep(seconds)
                 break
         return response
+
+    def _authorize(self, request: web.Request) -> Identity:
+        """Authenticate the bearer token, apply impersonation, authorize by RBAC."""
+        if not self._tokens:
+            return _ANYONE
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        who = self._tokens.get(token) if scheme == "Bearer" else None
+        if who is None:
+            raise _StatusError(401, "Unauthorized")
+        if user := request.headers.get("Impersonate-User"):
+            groups = tuple(request.headers.getall("Impersonate-Group", []))
+            asked = [Attributes("impersonate", "", "users", None, user)]
+            asked += [Attributes("impersonate", "", "groups", None, g) for g in groups]
+            for seen in asked:
+                if not self.allows(who, seen):
+                    raise _forbidden(who, seen)
+            who = Identity(user, (*groups, "system:authenticated"))
+        seen = request_attributes(request.method, request.path)
+        if seen is not None and not self.allows(who, seen):
+            raise _forbidden(who, seen)
+        return who
 
     def _fault_response(self, request: web.Request) -> web.Response | None:
         for fault in self._faults:
@@ -1077,7 +1265,8 @@ class KubeServer:
         if path.rstrip("/") == "/version" and method == "GET":
             return web.json_response(_VERSION)
         if path == SSAR_PATH and method == "POST":
-            return web.json_response(self._access_review(request[_BODY] or {}), status=201)
+            review = self._access_review(request[_BODY] or {}, request[_WHO])
+            return web.json_response(review, status=201)
         target = _parse_path(path)
         if target is None:
             raise _StatusError(404, "the server could not find the requested resource")
@@ -1201,13 +1390,23 @@ class KubeServer:
             )
 
     def _patch(self, request: web.Request, target: _Target, body: Any) -> Obj:
-        if request.content_type not in (STRATEGIC, MERGE):
-            message = f"the body of the request was in an unknown format - {request.content_type}"
+        kind = request.content_type
+        if kind not in (STRATEGIC, MERGE, JSON_PATCH, APPLY):
+            message = f"the body of the request was in an unknown format - {kind}"
             raise _StatusError(415, message)
-        if not isinstance(body, dict):
-            raise _StatusError(400, "the patch body must be a JSON object")
+        if kind == APPLY and not request.query.get("fieldManager"):
+            raise _StatusError(
+                422,
+                'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
+                "is required for apply patch",
+            )
         dry_run = self._dry_run(request)
         current = self._require(target)
+        if kind == JSON_PATCH:
+            # Applied to the object as stored; then checked like any other change.
+            body = _diff_as_merge(current, json_patch(current, body))
+        if not isinstance(body, dict):
+            raise _StatusError(400, "the patch body must be a JSON object")
         patch_meta = body.get("metadata") or {}
         uid = patch_meta.get("uid")
         if uid is not None and uid != current["metadata"]["uid"]:
@@ -1218,7 +1417,8 @@ class KubeServer:
             message = f'{kind} "{target.name}" is invalid: metadata.uid: Invalid value: '
             raise _StatusError(422, message + f'"{uid}": field is immutable')
         self._check_preconditions(target, current, None, patch_meta.get("resourceVersion"))
-        merged = merge_patch(current, body, strategic=request.content_type == STRATEGIC)
+        # Server-side apply is modelled as a strategic merge (field ownership is not).
+        merged = merge_patch(current, body, strategic=kind in (STRATEGIC, APPLY))
         merged["metadata"] = current["metadata"] | {
             k: v for k, v in merged["metadata"].items() if k in ("labels", "annotations")
         }
@@ -1314,7 +1514,7 @@ class KubeServer:
             "details": details
         }
 
-    def _access_review(self, review: Obj) -> Obj:
+    def _access_review(self, review: Obj, who: Identity) -> Obj:
         attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
         denied = any(
             all(attributes.get(key) == value for key, value in rule.items())
@@ -1323,7 +1523,19 @@ class KubeServer:
         status: Obj = {"allowed": not denied}
         if denied:
             status |= {"denied": True, "reason": "denied by a test rule"}
-        return review | {"metadata": {}, "status": status}
+            return review | {"metadata": {}, "status": status}
+        resource = attributes.get("resource", "")
+        if attributes.get("subresource"):
+            resource += f"/{attributes['subresource']}"
+        seen = Attributes(
+            attributes.get("verb", ""),
+            attributes.get("group", ""),
+            resource,
+            attributes.get("namespace") or None,
+            attributes.get("name") or None,
+        )
+        # Like RBAC's answer: a denial is just allowed: false, with no reason.
+        return review | {"metadata": {}, "status": {"allowed": self.allows(who, seen)}}
 
 
 _NO_SCHEDULE = {"effect": "NoSchedule"}

@@ -18,8 +18,15 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from bot.tools.kube.client import KubeClients
-from tests.peers.kube_server import KubeServer
-from tests.realkube.cluster import Admin, RealKube, eventually
+from tests.peers.kube_server import Identity, KubeServer
+from tests.realkube.cluster import (
+    KELPIE_USER,
+    Admin,
+    RealKube,
+    binding,
+    eventually,
+    shipped_rbac,
+)
 
 Obj = dict[str, Any]
 CLUSTER = "prod"
@@ -35,6 +42,14 @@ class Backend(ABC):
     name: str
     namespace: str
     clients: KubeClients  # kelpie's own identity
+
+    @abstractmethod
+    def clients_as(self, who: str) -> KubeClients:
+        """Clients with another identity's token: `viewer` (may read in namespace shop only)."""
+
+    @abstractmethod
+    def grant(self, doc: Obj) -> None:
+        """Create an RBAC object (Role, ClusterRole, RoleBinding, ClusterRoleBinding)."""
 
     @abstractmethod
     def deployment(self, name: str, *, replicas: int = 2, image: str = IMAGE) -> None:
@@ -85,26 +100,66 @@ class Backend(ABC):
         self.clients.close()
 
 
+# The real tier's identities (tests/realkube/start.sh), as the fake's bearer tokens.
+_FAKE_IDENTITIES = {
+    "admin": Identity("realkube-admin", ("system:masters",)),
+    "kelpie": Identity(KELPIE_USER, ("kelpie:operators",)),
+    "viewer": Identity("kelpie-viewer"),
+}
+
+
 class FakeBackend(Backend):
     name = "fake"
 
-    def __init__(self, kube: KubeServer, kubeconfig: Path) -> None:
+    def __init__(self, kube: KubeServer, tmp: Path) -> None:
         self.kube = kube
+        self.tmp = tmp
         self.namespace = f"t-{uuid.uuid4().hex[:8]}"
         kube.add_namespace(self.namespace)
-        self.clients = _clients(kubeconfig)
+        kube.authenticate({f"{who}-token": identity for who, identity in _FAKE_IDENTITIES.items()})
+        for doc in shipped_rbac():
+            if doc["kind"] != "ServiceAccount":
+                self.grant(doc)
+        viewer = {"kind": "User", "name": "kelpie-viewer"}
+        self.grant(binding({"kind": "ClusterRole", "metadata": {"name": "view"}}, viewer, "shop"))
+        self.clients = self.clients_as("kelpie")
+
+    def clients_as(self, who: str) -> KubeClients:
+        path = self.kube.write_kubeconfig(self.tmp / f"{who}.kubeconfig", token=f"{who}-token")
+        return _clients(path)
+
+    def grant(self, doc: Obj) -> None:
+        self.kube.add_rbac(doc)
 
     def _ns(self, kind: str) -> str:
         return "" if kind == "Node" else self.namespace
 
     def deployment(self, name: str, *, replicas: int = 2, image: str = IMAGE) -> None:
         self.kube.add_deployment(self.namespace, name, replicas=replicas, image=image, pods=True)
+        self._scaled_event(name, replicas)
+
+    def _scaled_event(self, name: str, replicas: int) -> None:
+        """What the deployment controller records when it scales a ReplicaSet up."""
+        message = f"Scaled up replica set {name}-{uuid.uuid4().hex[:10]} to {replicas}"
+        self.kube.add_event(
+            self.namespace,
+            "Deployment",
+            name,
+            "ScalingReplicaSet",
+            message,
+            type="Normal",
+            component="deployment-controller",
+        )
 
     def new_revision(self, name: str, image: str) -> None:
         current = self.read("Deployment", name)
         assert current is not None
         revision = int(current["metadata"]["annotations"]["deployment.kubernetes.io/revision"])
-        self.kube.add_deployment(self.namespace, name, image=image, revision=revision + 1)
+        replicas = current["spec"]["replicas"]
+        self.kube.add_deployment(
+            self.namespace, name, replicas=replicas, image=image, revision=revision + 1
+        )
+        self._scaled_event(name, replicas)
 
     def pod(self, name: str) -> None:
         self.kube.add_pod(self.namespace, name, node=None, phase="Pending", ready=False)
@@ -145,7 +200,13 @@ class RealBackend(Backend):
         self.cluster = cluster
         self.admin = admin
         self.namespace = admin.namespace()
-        self.clients = _clients(cluster.kubeconfig("kelpie"))
+        self.clients = self.clients_as("kelpie")
+
+    def clients_as(self, who: str) -> KubeClients:
+        return _clients(self.cluster.kubeconfig(who))
+
+    def grant(self, doc: Obj) -> None:
+        self.admin.grant(doc)
 
     def deployment(self, name: str, *, replicas: int = 2, image: str = IMAGE) -> None:
         labels = {"app": name}
@@ -178,9 +239,13 @@ class RealBackend(Backend):
         eventually(f"revision {revision} of deployment {name}", found)
 
     def new_revision(self, name: str, image: str) -> None:
-        current = self.read("Deployment", name)
-        assert current is not None
-        revision = int(current["metadata"]["annotations"]["deployment.kubernetes.io/revision"])
+        def revision_now() -> str | None:
+            current = self.read("Deployment", name) or {}
+            annotations = current.get("metadata", {}).get("annotations") or {}
+            return annotations.get("deployment.kubernetes.io/revision")
+
+        # The controller annotates the deployment a moment after its ReplicaSet.
+        revision = int(eventually(f"the revision annotation of {name}", revision_now))
         patch = {"spec": {"template": {"spec": {"containers": [{"name": "app", "image": image}]}}}}
         self.admin.apps.patch_namespaced_deployment(name, self.namespace, patch)
         self._wait_revision(name, revision + 1)

@@ -104,6 +104,30 @@ def eventually(what: str, probe: Callable[[], T | None], timeout: float = 30.0) 
         time.sleep(0.1)
 
 
+def binding(role: Obj, subject: Obj, namespace: str | None = None) -> Obj:
+    """A binding of `role` to one subject ({"kind": "User", "name": …}): a RoleBinding in
+    `namespace` when one is given, else a ClusterRoleBinding."""
+    group = {"apiGroup": "rbac.authorization.k8s.io"}
+    name = f"{role['metadata']['name']}-{subject['name']}"
+    metadata: Obj = {"name": name} | ({"namespace": namespace} if namespace else {})
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding" if namespace else "ClusterRoleBinding",
+        "metadata": metadata,
+        "roleRef": group | {"kind": role["kind"], "name": role["metadata"]["name"]},
+        "subjects": [(group if subject["kind"] != "ServiceAccount" else {}) | subject],
+    }
+
+
+def shipped_rbac() -> list[Obj]:
+    """deploy/base/rbac-cluster.yaml, plus its ClusterRole bound to user kelpie (the static
+    token's identity), so the tools run with exactly those rules."""
+    documents = [d for d in yaml.safe_load_all(RBAC_FILE.read_text()) if d]
+    (role,) = [d for d in documents if d["kind"] == "ClusterRole"]
+    user = {"kind": "User", "name": KELPIE_USER}
+    return [*documents, binding(role, user)]
+
+
 class Admin:
     """The admin identity: seeds and reads back, through the official client."""
 
@@ -125,35 +149,28 @@ class Admin:
             raise
         return json.loads(response.data or b"null")
 
-    def apply_rbac(self, path: Path = RBAC_FILE) -> None:
+    def apply_rbac(self) -> None:
         """Create the shipped RBAC, and bind its ClusterRole to user kelpie as well."""
-        documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
         self.namespace("kelpie", wait=False)
-        for doc in documents:
-            kind = doc["kind"]
-            if kind == "ServiceAccount":
-                self.core.create_namespaced_service_account(doc["metadata"]["namespace"], doc)
-            elif kind == "ClusterRole":
+        for doc in shipped_rbac():
+            self.grant(doc)
+
+    def grant(self, doc: Obj) -> None:
+        """Create a ServiceAccount or an RBAC object (Role, ClusterRole, their bindings)."""
+        namespace = doc["metadata"].get("namespace")
+        match doc["kind"]:
+            case "ServiceAccount":
+                self.core.create_namespaced_service_account(namespace, doc)
+            case "ClusterRole":
                 self.rbac.create_cluster_role(doc)
-                binding = {
-                    "apiVersion": "rbac.authorization.k8s.io/v1",
-                    "kind": "ClusterRoleBinding",
-                    "metadata": {"name": f"{doc['metadata']['name']}-test-user"},
-                    "roleRef": {
-                        "apiGroup": "rbac.authorization.k8s.io",
-                        "kind": "ClusterRole",
-                        "name": doc["metadata"]["name"],
-                    },
-                    "subjects": [
-                        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User"}
-                        | {"name": KELPIE_USER}
-                    ],
-                }
-                self.rbac.create_cluster_role_binding(binding)
-            elif kind == "ClusterRoleBinding":
+            case "ClusterRoleBinding":
                 self.rbac.create_cluster_role_binding(doc)
-            else:
-                raise RealKubeError(f"{path}: unexpected kind {kind}")
+            case "Role":
+                self.rbac.create_namespaced_role(namespace, doc)
+            case "RoleBinding":
+                self.rbac.create_namespaced_role_binding(namespace, doc)
+            case kind:
+                raise RealKubeError(f"cannot grant a {kind}")
 
     def namespace(self, name: str | None = None, *, wait: bool = True) -> str:
         """A fresh namespace; with `wait`, once pods may be created in it (default SA token)."""

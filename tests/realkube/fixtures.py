@@ -36,7 +36,7 @@ async def backend(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[Bac
         return
     kube = KubeServer()
     await kube.start()
-    fake = FakeBackend(kube, kube.write_kubeconfig(tmp_path / "kubeconfig"))
+    fake = FakeBackend(kube, tmp_path)
     yield fake
     fake.close()
     await kube.stop()

@@ -124,9 +124,16 @@ def _server_message(exc: ApiException) -> str:
         except ValueError:
             parsed = None
         if isinstance(parsed, dict) and isinstance(parsed.get("message"), str):
-            return str(parsed["message"])
-        return str(body).strip()[:300]
+            return _clipped(str(parsed["message"]))
+        return _clipped(str(body).strip())
     return str(exc.reason or "no details")
+
+
+def _clipped(text: str, limit: int = 300) -> str:
+    """At most `limit` characters on one line: some answers (a 422 for a bad patch) quote
+    the whole object."""
+    flat = " ".join(text.split()).rstrip(".")
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 class KubeClient:

@@ -230,8 +230,9 @@ def _container_state(status: Obj) -> str:
 def _event_time(event: Obj) -> str | None:
     for stamp in (
         event.get("lastTimestamp"),
+        dig(event, "series", "lastObservedTime"),  # a repeated event's latest occurrence
         event.get("eventTime"),
-        dig(event, "series", "lastObservedTime"),
+        event.get("deprecatedLastTimestamp"),
         event.get("firstTimestamp"),
         dig(event, "metadata", "creationTimestamp"),
     ):
@@ -246,15 +247,17 @@ def _sorted_events(events: list[Obj]) -> list[Obj]:
 
 
 def _event_row(event: Obj, *, with_object: bool, with_namespace: bool = False) -> list[str]:
+    # core/v1 events and events.k8s.io/v1 ones (note, regarding, series) alike.
     count = event.get("count") or dig(event, "series", "count") or 1
-    message = " ".join(str(event.get("message") or "").split())
+    message = " ".join(str(event.get("message") or event.get("note") or "").split())
     row = [f"{age(_event_time(event))} ago", str(event.get("type") or "?")]
     row.append(str(event.get("reason") or "?"))
     if with_object:
-        involved = event.get("involvedObject") or {}
+        involved = event.get("involvedObject") or event.get("regarding") or {}
         where = f"{dig(event, 'metadata', 'namespace')}/" if with_namespace else ""
         row.append(f"{involved.get('kind', '?')} {where}{involved.get('name', '?')}")
-    row.append((f"(x{count}) " if int(count) > 1 else "") + message)
+    repeated = isinstance(count, int) and count > 1
+    row.append((f"(x{count}) " if repeated else "") + message)
     return row
 
 

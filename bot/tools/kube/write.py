@@ -16,9 +16,9 @@ its `write` operation in two halves:
   it re-reads the target and writes nothing (`WriteConflict`, one sentence) if it is gone,
   was replaced (another uid), or what the preview rested on moved (`plan.args["expect"]`:
   a deployment's `metadata.generation`, a node's `spec.unschedulable`). Status-only changes
-  pass. The write then carries the re-read's uid and resourceVersion, so nothing slips in
-  between; a 409 there means the object moved meanwhile, and the re-read and check are
-  repeated (`MAX_WRITE_ATTEMPTS`). A pod is bound by its uid alone.
+  pass. The write names the uid (never a resourceVersion, which status churn would
+  break); a 409 is retried from a fresh re-read and check (`MAX_WRITE_ATTEMPTS`). A pod is
+  bound by its uid alone.
 
 Everything `execute` needs is in `plan.args` (JSON-serialisable, so a plan can wait in the
 database): the validated arguments plus what `prepare` computed (`restarted_at` for a
@@ -281,17 +281,12 @@ def _target(kind: str, obj: Obj) -> WriteTarget:
     )
 
 
-def _preview_metadata(target: WriteTarget) -> Obj:
-    """A dry run names the uid it was read with, never a resourceVersion: controllers rewrite
-    status every few seconds, and a preview must not fail on that."""
+def _bound_metadata(target: WriteTarget) -> Obj:
+    """What a dry run's and a write's body names: the uid (a replaced object is refused:
+    422 for a PATCH body, 409 for the scale subresource), never a resourceVersion.
+    Controllers rewrite status all the time; the re-read just before the write checks
+    what the approval rests on (generation, the previewed fields) instead."""
     return {"uid": target.uid}
-
-
-def _fresh_metadata(current: Obj) -> Obj:
-    """The write's preconditions: the uid and resourceVersion of the re-read that was just
-    checked against the plan, so nothing can slip in between the check and the write."""
-    meta = current.get("metadata") or {}
-    return {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}
 
 
 GENERATION = ("metadata", "generation")
@@ -409,18 +404,18 @@ class _WriteOperation:
         return answer
 
     async def _bound_write(
-        self, kube: KubeClient, plan: WritePlan, write: Callable[[Obj], Awaitable[Any]]
+        self, kube: KubeClient, plan: WritePlan, write: Callable[[], Awaitable[Any]]
     ) -> Any:
-        """Re-read the target, check it is still what was approved, then `write(current)`.
+        """Re-read the target, check it is still what was approved, then `write()`.
 
-        A 409 means the object moved between the re-read and the write (a controller
-        writing status, usually): read again and retry, a bounded number of times.
+        A 409 (a conflict the API server could not resolve itself, or a uid precondition)
+        is retried from a fresh re-read, a bounded number of times.
         """
         target = plan.target
         for _ in range(MAX_WRITE_ATTEMPTS):
-            current = await self._reread(kube, plan)
+            await self._reread(kube, plan)
             try:
-                return await write(current)
+                return await write()
             except KubeFailure as exc:
                 if exc.status == 409:
                     continue
@@ -478,23 +473,18 @@ class _DeploymentWrite(_WriteOperation):
         return dict(deployment)
 
     async def _patch_deployment(
-        self,
-        kube: KubeClient,
-        plan: WritePlan,
-        body: Callable[[Obj], Obj],
-        content_type: str,
-        verb: str,
+        self, kube: KubeClient, plan: WritePlan, body: Obj, content_type: str, verb: str
     ) -> Obj:
-        """The approved patch, `body(preconditions)`, bound by `_bound_write`."""
+        """The approved patch, bound by `_bound_write`."""
         target = plan.target
 
-        async def patch(current: Obj) -> Any:
+        async def patch() -> Any:
             return await kube.call_json(
                 f"{verb} {_noun(target)}",
                 kube.apps.patch_namespaced_deployment,
                 target.name,
                 target.namespace,
-                body(_fresh_metadata(current)),
+                body,
                 _content_type=content_type,
             )
 
@@ -532,7 +522,7 @@ class ScaleDeployment(_DeploymentWrite):
             kube.apps.patch_namespaced_deployment_scale,
             name,
             namespace,
-            self._body(_preview_metadata(target), replicas),
+            self._body(_bound_metadata(target), replicas),
             _content_type=MERGE_PATCH,
         )
         after = dig(scale, "spec", "replicas")
@@ -563,13 +553,13 @@ class ScaleDeployment(_DeploymentWrite):
 
         # The scale subresource is a view of the deployment: the deployment is re-read and
         # checked, and its uid and resourceVersion are the scale patch's preconditions.
-        async def patch(current: Obj) -> Any:
+        async def patch() -> Any:
             return await kube.call_json(
                 f"scale {_noun(target)}",
                 kube.apps.patch_namespaced_deployment_scale,
                 target.name,
                 target.namespace,
-                self._body(_fresh_metadata(current), replicas),
+                self._body(_bound_metadata(target), replicas),
                 _content_type=MERGE_PATCH,
             )
 
@@ -612,7 +602,7 @@ class RestartDeployment(_DeploymentWrite):
             kube.apps.patch_namespaced_deployment,
             name,
             namespace,
-            self._body(_preview_metadata(target), restarted_at),
+            self._body(_bound_metadata(target), restarted_at),
             _content_type=MERGE_PATCH,
         )
         changes = self._spec_changes(deployment, after, "the restart annotation is already set")
@@ -645,7 +635,7 @@ class RestartDeployment(_DeploymentWrite):
         kube = self._plan_kube(plan)
         stamp = str(plan.args["restarted_at"])
         await self._patch_deployment(
-            kube, plan, lambda meta: self._body(meta, stamp), MERGE_PATCH, "restart"
+            kube, plan, self._body(_bound_metadata(target), stamp), MERGE_PATCH, "restart"
         )
         where = f"{target.namespace}/{target.name}"
         return ToolResult(
@@ -708,7 +698,7 @@ class RollbackDeployment(_DeploymentWrite):
             kube.apps.patch_namespaced_deployment,
             name,
             namespace,
-            self._body(_preview_metadata(target), template_patch),
+            self._body(_bound_metadata(target), template_patch),
             _content_type=MERGE_PATCH,
         )
         all_changes = diff(deployment.get("spec"), after.get("spec"), "spec")
@@ -763,7 +753,7 @@ class RollbackDeployment(_DeploymentWrite):
         kube = self._plan_kube(plan)
         template = plan.args["template"]
         await self._patch_deployment(
-            kube, plan, lambda meta: self._body(meta, template), MERGE_PATCH, "roll back"
+            kube, plan, self._body(_bound_metadata(target), template), MERGE_PATCH, "roll back"
         )
         where = f"{target.namespace}/{target.name}"
         revision = plan.args["revision"]
@@ -818,7 +808,7 @@ class SetContainerResources(_DeploymentWrite):
             {**(existing.get("limits") or {}), **limits},
             " (together with the container's current values)",
         )
-        body = self._body(_preview_metadata(target), container, requests, limits)
+        body = self._body(_bound_metadata(target), container, requests, limits)
         after = await self._dry_run(
             kube,
             f"set resources of container {container} in {where}",
@@ -875,7 +865,7 @@ class SetContainerResources(_DeploymentWrite):
         await self._patch_deployment(
             kube,
             plan,
-            lambda meta: self._body(meta, container, requests, limits),
+            self._body(_bound_metadata(target), container, requests, limits),
             STRATEGIC_PATCH,
             "set resources of",
         )
@@ -1022,7 +1012,7 @@ class DeletePod(_WriteOperation):
         grace = plan.args.get("grace_period_seconds")
         body = self._body(target.uid, None if grace is None else int(grace))
 
-        async def delete(current: Obj) -> Any:
+        async def delete() -> Any:
             return await kube.call_json(
                 f"delete {_noun(target)}",
                 kube.core.delete_namespaced_pod,
@@ -1066,7 +1056,7 @@ class _NodeSchedulability(_WriteOperation):
             f"{self._verb} node {name}",
             kube.core.patch_node,
             name,
-            self._body(_preview_metadata(target)),
+            self._body(_bound_metadata(target)),
             _content_type=MERGE_PATCH,
         )
         before_value = bool(dig(node, "spec", "unschedulable"))
@@ -1097,12 +1087,12 @@ class _NodeSchedulability(_WriteOperation):
         target = plan.target
         kube = self._plan_kube(plan)
 
-        async def patch(current: Obj) -> Any:
+        async def patch() -> Any:
             return await kube.call_json(
                 f"{self._verb} node {target.name}",
                 kube.core.patch_node,
                 target.name,
-                self._body(_fresh_metadata(current)),
+                self._body(_bound_metadata(target)),
                 _content_type=MERGE_PATCH,
             )
 
