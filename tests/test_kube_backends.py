@@ -180,6 +180,14 @@ async def test_read_tools_render_pending_pods_and_nodes_without_addresses(
     assert logs.text == "(no log lines)"
     nodes = await all_tools["list_nodes"].handler({}, ctx)
     assert node in nodes.text
+    # A pod on a node the API server cannot reach (no addresses): its logs cannot be read.
+    backend.pod("placed", node=node)
+    with pytest.raises(KubeFailure) as unreachable:
+        await all_tools["pod_logs"].handler({"name": "placed"}, ctx)
+    assert str(unreachable.value) == (
+        "The Kubernetes API failed (500 Internal Server Error) to read logs of pod "
+        f"{backend.namespace}/placed: no preferred addresses found; known addresses: []."
+    )
 
 
 async def test_describe_deployment_lists_the_rollout_replicasets(backend: Backend) -> None:

@@ -1331,6 +1331,12 @@ class KubeServer:
 
     def _log(self, request: web.Request, target: _Target) -> web.Response:
         pod = self._require(target)
+        node = self._objects["nodes"].get(("", pod["spec"].get("nodeName") or ""))
+        if node is not None and not (node.get("status") or {}).get("addresses"):
+            # The API server proxies logs from the node's kubelet, and cannot reach this one.
+            body = _status_body(500, "no preferred addresses found; known addresses: []")
+            del body["reason"]
+            return web.json_response(body, status=500)
         names = [c["name"] for c in pod["spec"]["containers"]]
         container = request.query.get("container")
         if container is None:

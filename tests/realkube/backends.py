@@ -60,8 +60,8 @@ class Backend(ABC):
         """Change the deployment's image and wait for its next ReplicaSet."""
 
     @abstractmethod
-    def pod(self, name: str) -> None:
-        """A pod no controller owns, not scheduled (Pending)."""
+    def pod(self, name: str, node: str | None = None) -> None:
+        """A pod no controller owns; unscheduled (Pending) unless bound to `node`."""
 
     @abstractmethod
     def node(self, name: str) -> None:
@@ -161,8 +161,9 @@ class FakeBackend(Backend):
         )
         self._scaled_event(name, replicas)
 
-    def pod(self, name: str) -> None:
-        self.kube.add_pod(self.namespace, name, node=None, phase="Pending", ready=False)
+    def pod(self, name: str, node: str | None = None) -> None:
+        phase = "Pending" if node is None else "Running"
+        self.kube.add_pod(self.namespace, name, node=node, phase=phase, ready=False)
 
     def node(self, name: str) -> None:
         node = self.kube.add_node(name)
@@ -250,9 +251,10 @@ class RealBackend(Backend):
         self.admin.apps.patch_namespaced_deployment(name, self.namespace, patch)
         self._wait_revision(name, revision + 1)
 
-    def pod(self, name: str) -> None:
+    def pod(self, name: str, node: str | None = None) -> None:
         container = {"name": "app", "image": IMAGE}
-        body = {"metadata": {"name": name}, "spec": {"containers": [container]}}
+        spec: Obj = {"containers": [container]} | ({"nodeName": node} if node else {})
+        body = {"metadata": {"name": name}, "spec": spec}
         self.admin.core.create_namespaced_pod(self.namespace, body)
 
     def node(self, name: str) -> None:
