@@ -94,6 +94,9 @@ class SlackConfig(_Strict):
     thread_followups: bool = True
     on_new_message: OnNewMessage = OnNewMessage.INTERRUPT
     status_reactions: bool = True
+    # People from another organisation in a Slack Connect channel get this role in every
+    # channel, not the channel's ("none": kelpie does not answer them).
+    external_users_role: str = "none"
 
 
 class DatabaseConfig(_Strict):
@@ -355,6 +358,11 @@ class Config(_Strict):
         if self.default_role != NO_ROLE and self.default_role not in self.roles:
             problems.append(
                 f'default_role: unknown role "{self.default_role}" ({role_names}, none)'
+            )
+        external = self.slack.external_users_role
+        if external != NO_ROLE and external not in self.roles:
+            problems.append(
+                f'slack.external_users_role: unknown role "{external}" ({role_names}, none)'
             )
         for i, channel in enumerate(self.channels):
             if channel.role != NO_ROLE and channel.role not in self.roles:

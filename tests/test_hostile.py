@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.peers.slack_server import SIGNING_SECRET
-from tests.world import ALICE, SHOP_CHANNEL, World
+from tests.world import ALICE, OPS_CHANNEL, SHOP_CHANNEL, World
 
 HTTP = {"slack": {"mode": "http"}}
 FUZZ = settings(
@@ -167,3 +167,27 @@ async def test_every_valid_message_is_answered_over_socket_mode(world: World, te
     replies = await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 1)
     assert replies
     await world.drain()
+
+
+async def test_people_from_another_organisation_get_the_external_users_role(world: World):
+    await world.start_bot()
+    partner = world.slack.mention(SHOP_CHANNEL, ALICE, "list the pods")
+    partner["user_team"] = "T0PARTNER"
+    await world.slack.deliver_event(partner)
+    replies = await world.wait_bot_replies(SHOP_CHANNEL, partner["ts"], 1)
+    assert "only people from this workspace" in replies[-1].text
+    await world.drain()
+    assert world.model.requests == []
+
+    await world.stop_bot(world.bots[-1])
+    world.model.reply_text("Read-only answer.")
+    await world.start_bot({"slack": {"external_users_role": "viewer"}})
+    partner = world.slack.mention(OPS_CHANNEL, ALICE, "scale checkout-api to 5")
+    partner["user_team"] = "T0PARTNER"
+    await world.slack.deliver_event(partner)
+    await world.wait_bot_replies(OPS_CHANNEL, partner["ts"], 1)
+    await world.drain()
+    system = world.model.requests[0]["messages"][0]["content"]
+    assert "role: viewer" in system  # not the channel's operator role
+    offered = {tool["function"]["name"] for tool in world.model.requests[0]["tools"]}
+    assert "scale_deployment" not in offered

@@ -33,8 +33,9 @@ _NAME_ARGS = ("name", "pod", "deployment", "node", "service", "involved_object_n
 _SELECTOR_ARGS = ("field_selector", "label_selector")
 _GLOB_CHARS = re.compile(r"[*?\[\]]")
 # One selector requirement: `key=value`, `key==value`, `key!=value`, `key in (a, b)`.
-_EQUALITY = re.compile(r"^\s*([\w./-]+)\s*(==|=|!=)\s*([^\s]*)\s*$")
-_SET = re.compile(r"^\s*([\w./-]+)\s+(in|notin)\s*\(([^)]*)\)\s*$", re.IGNORECASE)
+# Matched whole (fullmatch), like every name pattern here.
+_EQUALITY = re.compile(r"\s*([\w./-]+)\s*(==|=|!=)\s*([^\s]*)\s*")
+_SET = re.compile(r"\s*([\w./-]+)\s+(in|notin)\s*\(([^)]*)\)\s*", re.IGNORECASE)
 
 
 class FirewallStage:
@@ -178,13 +179,13 @@ def _requirements(selector: str) -> Iterator[tuple[str, list[str]]]:
     """Positive requirements only (`=`, `==`, `in`): `!=`/`notin` narrow, never widen,
     a call that already names its namespace."""
     for term in re.split(r",(?![^(]*\))", selector):
-        equality = _EQUALITY.match(term)
+        equality = _EQUALITY.fullmatch(term)
         if equality is not None:
             key, operator, value = equality.groups()
             if operator != "!=":
                 yield key, [value]
             continue
-        in_set = _SET.match(term)
+        in_set = _SET.fullmatch(term)
         if in_set is not None:
             key, operator, values = in_set.groups()
             if operator.lower() == "in":

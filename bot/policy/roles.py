@@ -44,6 +44,13 @@ class ChannelRoles:
                 return self._binding(entry.role, entry.cluster, entry.namespace)
         return self._binding(self._config.default_role, None, None)
 
+    def for_external_user(self, binding: ChannelBinding) -> ChannelBinding | None:
+        """The binding for someone from another organisation (Slack Connect): the channel's
+        cluster and namespace, `slack.external_users_role`'s tools. None: not for them."""
+        return self._binding(
+            self._config.slack.external_users_role, binding.cluster, binding.namespace
+        )
+
     def _binding(
         self, role_name: str, cluster: str | None, namespace: str | None
     ) -> ChannelBinding | None:

@@ -142,6 +142,16 @@ class SlackAdapter:
         channel_id, thread_ts = message.channel, message.reply_ts
         channel_name = None if is_dm else await self._channels.name(channel_id)
         binding = self._roles.bind(channel_id, channel_name, is_dm)
+        if binding is not None and message.is_external:
+            binding = self._roles.for_external_user(binding)
+            if binding is None:
+                log.info(
+                    "%s is from another organisation (%s); replied once",
+                    message.user,
+                    message.user_team,
+                )
+                await self._reply(channel_id, thread_ts, copy.NOT_FOR_EXTERNAL_USERS)
+                return
         if binding is None:
             log.info("channel %s (%s) is not enabled; replied once", channel_id, channel_name)
             await self._reply(channel_id, thread_ts, copy.NOT_ENABLED)

@@ -7,6 +7,10 @@ from bot.slack.safe_text import escape_mrkdwn
 NOT_ENABLED = (
     "kelpie is not enabled in this channel. Ask an admin to map it to a role in kelpie's config."
 )
+NOT_FOR_EXTERNAL_USERS = (
+    "kelpie answers only people from this workspace here. Ask an admin to set "
+    "slack.external_users_role if people from other organisations should use it."
+)
 WORKING = "_Looking into it…_"
 INTERRUPTED = "Interrupted by a newer message in this thread."
 INTERNAL_ERROR = "Something went wrong on kelpie's side; the details are in its log."

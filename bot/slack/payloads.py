@@ -35,6 +35,11 @@ class PersonMessage(BaseModel):
         return valid_unicode(text)
 
     @property
+    def is_external(self) -> bool:
+        """Written by someone from another organisation (a Slack Connect channel)."""
+        return self.user_team is not None and self.user_team != self.team_id
+
+    @property
     def reply_ts(self) -> str:
         return self.thread_ts or self.ts
 

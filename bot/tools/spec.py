@@ -203,8 +203,9 @@ class Tool:
 
 
 # Kubernetes object names: RFC 1123 labels/subdomains.
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# Matched whole (fullmatch): `$` would also accept a trailing newline.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 def namespace_arg(args: dict[str, Any], context: ToolContext, *, allow_all: bool) -> str | None:
@@ -216,7 +217,7 @@ def namespace_arg(args: dict[str, Any], context: ToolContext, *, allow_all: bool
         if allow_all:
             return None
         raise ToolArgumentError("namespace is required (no default namespace is set here).")
-    if not isinstance(value, str) or not _DNS_LABEL.match(value):
+    if not isinstance(value, str) or not _DNS_LABEL.fullmatch(value):
         raise ToolArgumentError(f"namespace {value!r} is not a valid Kubernetes namespace name.")
     return value
 
@@ -227,7 +228,7 @@ def name_arg(args: dict[str, Any], key: str = "name", *, required: bool = True) 
         if required:
             raise ToolArgumentError(f"{key} is required.")
         return None
-    if not isinstance(value, str) or not _DNS_SUBDOMAIN.match(value):
+    if not isinstance(value, str) or not _DNS_SUBDOMAIN.fullmatch(value):
         raise ToolArgumentError(f"{key} {value!r} is not a valid Kubernetes object name.")
     return value
 

@@ -42,7 +42,7 @@ EVENTS_IN_DESCRIBE = 10
 DEFAULT_TAIL_LINES = 200
 DEFAULT_LIMIT_BYTES = 65536
 
-_KIND = re.compile(r"^[A-Z][A-Za-z0-9]{0,62}$")
+_KIND = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")  # fullmatch: no trailing newline
 
 # --- JSON schema pieces ---------------------------------------------------------------
 
@@ -618,7 +618,7 @@ class _ReadTools:
         args = only_args(args, ["namespace", "kind", "name", "warnings_only"])
         namespace = namespace_arg(args, context, allow_all=True)
         kind = str_arg(args, "kind", max_len=63)
-        if kind is not None and not _KIND.match(kind):
+        if kind is not None and not _KIND.fullmatch(kind):
             raise ToolArgumentError(f"kind {kind!r} must be a Kubernetes kind such as Pod.")
         name = name_arg(args, required=False)
         warnings_only = bool_arg(args, "warnings_only", default=False)
