@@ -87,11 +87,19 @@ class Backend(ABC):
     def node_name(self, base: str) -> str:
         """A cluster-scoped name that no other test uses."""
 
+    # The real server is reached through a blocking client: churn from a thread. The fake
+    # lives on this event loop: a write from another thread would race its handlers (a
+    # read-modify-write that loses the change under test).
+    churns_in_thread = True
+
     async def churning(self, kind: str, name: str, stop: asyncio.Event) -> int:
         """Churn status until `stop` is set; answers how many writes were made."""
         count = 0
         while not stop.is_set():
-            await asyncio.to_thread(self.churn, kind, name)
+            if self.churns_in_thread:
+                await asyncio.to_thread(self.churn, kind, name)
+            else:
+                self.churn(kind, name)
             count += 1
             await asyncio.sleep(0.02)
         return count
@@ -110,6 +118,7 @@ _FAKE_IDENTITIES = {
 
 class FakeBackend(Backend):
     name = "fake"
+    churns_in_thread = False
 
     def __init__(self, kube: KubeServer, tmp: Path) -> None:
         self.kube = kube
