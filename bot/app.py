@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
+import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
@@ -34,7 +35,6 @@ from bot.metrics import (
     MeteredReporters,
     MeteredWebClient,
     Metrics,
-    rate_limit_handler,
 )
 from bot.model.gateway import LiteLLMGateway, probe_capabilities, warm_up
 from bot.model.outbound import MaskingGateway
@@ -56,6 +56,7 @@ from bot.slack.cards import ApprovalClicks, SlackApprovalCards
 from bot.slack.channels import ChannelBindings, ChannelDirectory
 from bot.slack.commands import SlashCommands
 from bot.slack.guard import SlackHttpRoute, installed_workspace_only
+from bot.slack.pacing import PacingLimits, SlackPacer
 from bot.slack.people import ApproverDirectory
 from bot.slack.progress import SlackReporters
 from bot.slack.safe_client import SafeWebClient
@@ -94,6 +95,8 @@ from bot.tools.present import present_tools
 
 log = logging.getLogger(__name__)
 
+# Connections to Slack at most: calls beyond wait for a free one, so the count stays flat.
+SLACK_CONNECTIONS = 8
 # How long processed Slack event ids are remembered (Slack retries within minutes).
 EVENT_MEMORY = timedelta(days=1)
 
@@ -102,16 +105,26 @@ class SlackClient(SafeWebClient, MeteredWebClient):
     """Every call masked and no post unfurled (`SafeWebClient`), then failures counted."""
 
 
-def slack_client(config: Config, secrets: Secrets, metrics: Metrics) -> AsyncWebClient:
-    """Every Slack client: the configured base URL, 429s retried after Retry-After, every
-    call masked, no post unfurled, and failures and 429s counted."""
+def slack_client(
+    config: Config, secrets: Secrets, metrics: Metrics, pacing: PacingLimits | None = None
+) -> AsyncWebClient:
+    """The Slack client every part of the bot shares: every call masked, no post unfurled,
+    failures and 429s counted, over one HTTP session (connections kept alive) whose pacer
+    holds every call to its workspace's limits and honours Retry-After
+    (bot/slack/pacing.py). Needs a running event loop; `Kelpie.stop` closes the session."""
+
+    def rate_limited(method: str) -> None:
+        metrics.slack_rate_limited.labels(method).inc()
+
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=SLACK_CONNECTIONS),
+        middlewares=(SlackPacer(pacing, on_rate_limited=rate_limited),),
+    )
     return SlackClient(
         token=secrets.bot_token,
         base_url=config.slack.api_url,
-        retry_handlers=[
-            AsyncConnectionErrorRetryHandler(),
-            rate_limit_handler(metrics, max_retry_count=3),
-        ],
+        session=session,
+        retry_handlers=[AsyncConnectionErrorRetryHandler()],
         metrics=metrics,
     )
 
@@ -271,6 +284,9 @@ class Kelpie:
                 await runner.cleanup()
         await self.scheduler.close()
         await self.core.close()
+        session = self.slack_app.client.session
+        if session is not None:
+            await session.close()
 
 
 @dataclass
@@ -400,12 +416,17 @@ def build_core(
 
 
 def build_kelpie(
-    config: Config, secrets: Secrets, *, write_audit: WriteAuditLog | None = None
+    config: Config,
+    secrets: Secrets,
+    *,
+    write_audit: WriteAuditLog | None = None,
+    pacing: PacingLimits | None = None,
 ) -> Kelpie:
     """Everything, wired. `write_audit` replaces the write-audit store (tests inject one that
-    fails, to prove a write never runs without its intent audit)."""
+    fails, to prove a write never runs without its intent audit); `pacing` replaces Slack's
+    rate limits (tests count them over shorter windows, as their fake Slack does)."""
     metrics = Metrics()
-    client = slack_client(config, secrets, metrics)
+    client = slack_client(config, secrets, metrics, pacing)
     signing_secret = secrets.signing_secret if config.slack.mode is SlackMode.HTTP else ""
     slack_app = AsyncApp(client=client, signing_secret=signing_secret)
     slack_app.middleware(installed_workspace_only)

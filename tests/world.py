@@ -12,9 +12,10 @@ from typing import Any
 
 from bot.app import Kelpie, build_kelpie
 from bot.config import Config, Secrets, parse_config
+from bot.slack.pacing import PacingLimits
 from tests.peers.kube_server import KubeServer
 from tests.peers.model_server import ModelServer
-from tests.peers.slack_server import SlackServer
+from tests.peers.slack_server import RateLimits, SlackServer
 
 SHOP_CHANNEL = "C0SHOP"  # #shop-oncall → viewer, default namespace shop
 DEV_CHANNEL = "C0DEV1"  # #dev-payments → viewer by name glob
@@ -27,6 +28,9 @@ SRE_GROUP = "S0SRE"
 ALICE = "U0ALICE"
 BOB = "U0BOB"
 MODEL_KEY = "sk-test-model-key-0123456789"
+# Slack's rate limits keep their counts but run 30 times faster, in the fake Slack and in
+# kelpie's pacer alike (a minute's budget every 2 s), so bursts stay quick to test.
+SLACK_TIME_SCALE = 1 / 30
 
 
 def base_config(
@@ -126,7 +130,8 @@ class World:
         if override:
             self.config_data = merge(self.config_data, override)
         secrets = Secrets(self.config, environ(self.slack))
-        bot = build_kelpie(self.config, secrets, write_audit=write_audit)
+        pacing = PacingLimits().scaled(SLACK_TIME_SCALE)
+        bot = build_kelpie(self.config, secrets, write_audit=write_audit, pacing=pacing)
         await bot.start()
         self.bots.append(bot)
         if self.config.slack.mode.value == "socket":
@@ -160,6 +165,7 @@ class World:
 @asynccontextmanager
 async def running_world(tmp_path: Path) -> AsyncIterator[World]:
     slack, model, kube = SlackServer(), ModelServer(), KubeServer()
+    slack.limits = RateLimits().scaled(SLACK_TIME_SCALE)
     await slack.start()
     await model.start()
     await kube.start()

@@ -15,7 +15,11 @@ It records every call so a test can assert what a person would see in a thread
 (`thread()`, `ephemerals()`, `reactions()`), and it injects faults on request
 (429 with Retry-After, `ok:false` errors, expired streams, dropped sockets).
 
-It deliberately does not emulate Slack's automatic rate-limit tiers, message events for
+It enforces Slack's per-method tier limits and the per-channel posting rate with 429 and
+Retry-After (`limits`; tests count them over shorter windows), Slack's size limits with its
+error codes, and counts the TCP connections the Web API is called over (`api_connections`).
+
+It deliberately does not emulate message events for
 the bot's own posts, modals (views.*), history methods or Enterprise Grid; unknown methods
 answer `unknown_method` so a test notices when the bot calls something it does not serve.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import re
 import time
 import uuid
@@ -82,6 +87,7 @@ class RecordedCall:
     token: str | None
     status: int = 200
     response: Json = field(default_factory=dict)
+    retry_after: int | None = None  # seconds, when answered 429
 
     @property
     def ok(self) -> bool:
@@ -262,6 +268,50 @@ class _ResponseTarget:
     uses: int = 0
 
 
+# Slack's tiers: calls per method, per app, per workspace, per minute [docs.slack.dev].
+_TIER_CALLS = {1: 1, 2: 20, 3: 50, 4: 100}
+_METHOD_TIERS = {
+    "apps.connections.open": 3,
+    "chat.postEphemeral": 4,
+    "chat.update": 3,
+    "chat.delete": 3,
+    "chat.startStream": 2,
+    "chat.appendStream": 4,
+    "chat.stopStream": 2,
+    "reactions.add": 3,
+    "reactions.remove": 2,
+    "users.info": 4,
+    "usergroups.users.list": 2,
+    "conversations.info": 3,
+    "files.getUploadURLExternal": 4,
+    "files.completeUploadExternal": 4,
+    "agents.sessions.setStatus": 3,
+    "agents.sessions.rename": 3,
+}
+# Calls that put a new message in a channel: about one a second per channel, short bursts.
+_POSTING = frozenset({"chat.postMessage", "chat.startStream"})
+
+
+@dataclass
+class RateLimits:
+    """What the fake enforces with 429 + Retry-After: `per_tier` calls per method in any
+    `window_s` (Slack's minute), and `channel_posts` posts per channel in any
+    `channel_window_s`. Tests shrink the windows (`scaled`) to keep Slack's counts fast."""
+
+    per_tier: dict[int, int] = field(default_factory=lambda: dict(_TIER_CALLS))
+    window_s: float = 60.0
+    channel_posts: int = 10
+    channel_window_s: float = 10.0
+
+    def scaled(self, factor: float) -> RateLimits:
+        return RateLimits(
+            dict(self.per_tier),
+            self.window_s * factor,
+            self.channel_posts,
+            self.channel_window_s * factor,
+        )
+
+
 @dataclass
 class _Fault:
     kind: Literal["rate_limit", "error"]
@@ -407,6 +457,10 @@ class SlackServer:
         self._session: aiohttp.ClientSession | None = None
         self._port: int | None = None
         self.connections_opened = 0
+        self.limits = RateLimits()
+        self._admitted: dict[str, list[float]] = {}
+        # Client ends (host, port) of the TCP connections the Web API was called over.
+        self._api_peers: set[Any] = set()
         self._handlers: dict[str, Handler] = {
             "auth.test": SlackServer._auth_test,
             "apps.connections.open": SlackServer._apps_connections_open,
@@ -736,6 +790,8 @@ class SlackServer:
 
     async def _handle_api(self, request: web.Request) -> web.StreamResponse:
         method = request.match_info["method"]
+        if request.transport is not None:
+            self._api_peers.add(request.transport.get_extra_info("peername"))
         params = await _read_params(request)
         token = _bearer_token(request) or params.pop("token", None)
         params.pop("token", None)
@@ -746,7 +802,8 @@ class SlackServer:
         self._notify()
         headers = {"x-oauth-scopes": ",".join(self.granted_scopes)}
         if call.status == 429:
-            headers["Retry-After"] = str(response.pop("_retry_after"))
+            call.retry_after = int(response.pop("_retry_after"))
+            headers["Retry-After"] = str(call.retry_after)
         return web.json_response(response, status=call.status, headers=headers)
 
     def _dispatch(self, call: RecordedCall) -> Json:
@@ -756,6 +813,10 @@ class SlackServer:
         auth_error = self._check_token(call)
         if auth_error:
             return _error(auth_error)
+        wait = self._rate_limited(call)
+        if wait is not None:
+            call.status = 429
+            return {"ok": False, "error": "ratelimited", "_retry_after": wait}
         fault = self._take_fault(call.method)
         if fault is not None and fault.kind == "rate_limit":
             call.status = 429
@@ -763,6 +824,34 @@ class SlackServer:
         if fault is not None:
             return _error(fault.error)
         return handler(self, call)
+
+    def _rate_limited(self, call: RecordedCall) -> int | None:
+        """Retry-After seconds when the call is over its method's or its channel's limit;
+        otherwise None, and the call counts against both."""
+        windows: list[tuple[str, int, float]] = []
+        tier = _METHOD_TIERS.get(call.method)
+        if tier is not None:
+            windows.append((call.method, self.limits.per_tier[tier], self.limits.window_s))
+        channel = call.params.get("channel")
+        if call.method in _POSTING and channel:
+            posts, span = self.limits.channel_posts, self.limits.channel_window_s
+            windows.append((f"post:{channel}", posts, span))
+        wait = 0.0
+        for key, count, span in windows:
+            starts = [t for t in self._admitted.get(key, []) if t > call.time - span]
+            self._admitted[key] = starts
+            if len(starts) >= count:
+                wait = max(wait, starts[-count] + span - call.time)
+        if wait > 0:
+            return max(1, math.ceil(wait))
+        for key, _count, _span in windows:
+            self._admitted[key].append(call.time)
+        return None
+
+    @property
+    def api_connections(self) -> int:
+        """TCP connections the Web API has been called over so far."""
+        return len(self._api_peers)
 
     def _check_token(self, call: RecordedCall) -> str | None:
         if not call.token:
