@@ -14,7 +14,7 @@ from bot.app import Kelpie, build_kelpie
 from bot.config import Config, Secrets, parse_config
 from bot.slack.pacing import PacingLimits
 from tests.peers.kube_server import KubeServer
-from tests.peers.model_server import ModelServer
+from tests.peers.model_server import ModelServer, ScriptedPeer
 from tests.peers.slack_server import RateLimits, SlackServer
 
 SHOP_CHANNEL = "C0SHOP"  # #shop-oncall → viewer, default namespace shop
@@ -34,7 +34,7 @@ SLACK_TIME_SCALE = 1 / 30
 
 
 def base_config(
-    slack: SlackServer, model: ModelServer, kubeconfig: Path, db: Path
+    slack: SlackServer, model: ScriptedPeer, kubeconfig: Path, db: Path
 ) -> dict[str, Any]:
     return {
         "slack": {
@@ -114,7 +114,7 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 @dataclass
 class World:
     slack: SlackServer
-    model: ModelServer
+    model: ScriptedPeer
     kube: KubeServer
     tmp: Path
     config_data: dict[str, Any]
@@ -163,8 +163,10 @@ class World:
 
 
 @asynccontextmanager
-async def running_world(tmp_path: Path) -> AsyncIterator[World]:
-    slack, model, kube = SlackServer(), ModelServer(), KubeServer()
+async def running_world(tmp_path: Path, model: ScriptedPeer | None = None) -> AsyncIterator[World]:
+    """The world; `model` is another provider's peer in place of the OpenAI-compatible one."""
+    slack, kube = SlackServer(), KubeServer()
+    model = model or ModelServer()
     slack.limits = RateLimits().scaled(SLACK_TIME_SCALE)
     await slack.start()
     await model.start()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from bot.model.types import ToolCallRequest, Usage
+from bot.model.types import ThinkingBlock, ToolCallRequest, Usage
 
 
 class Role(StrEnum):
@@ -34,9 +34,16 @@ class Message:
     slack_ts: str | None = None
     # False for a partial answer of a turn that did not finish: kept for the record only.
     complete: bool = True
+    # The provider's signed reasoning behind an assistant turn, sent back with it (in
+    # memory for the turn's rounds; not stored).
+    thinking: tuple[ThinkingBlock, ...] = ()
 
     def to_openai(self) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": str(self.role), "content": self.content or ""}
+        # Beside tool calls an absent text is None, not "": Gemini refuses an empty text part.
+        content = self.content or (None if self.tool_calls else "")
+        message: dict[str, Any] = {"role": str(self.role), "content": content}
+        if self.thinking:
+            message["thinking_blocks"] = [block.to_openai() for block in self.thinking]
         if self.tool_calls:
             message["tool_calls"] = [
                 {
@@ -110,8 +117,10 @@ SYNTHETIC_RESULT = (
 
 
 def _message_chars(message: Message) -> int:
-    return len(message.content or "") + sum(
-        len(call.name) + len(call.arguments) for call in message.tool_calls
+    return (
+        len(message.content or "")
+        + sum(len(call.name) + len(call.arguments) for call in message.tool_calls)
+        + sum(len(block.thinking) for block in message.thinking)
     )
 
 

@@ -335,7 +335,10 @@ class Engine:
         request = turn.request
         planned = turn.rounds.plan(list(reply.tool_calls))
         assistant = Message(
-            Role.ASSISTANT, reply.text or None, tool_calls=tuple(p.call for p in planned)
+            Role.ASSISTANT,
+            reply.text or None,
+            tool_calls=tuple(p.call for p in planned),
+            thinking=reply.thinking,
         )
         # The calls are durable before any of them runs.
         await self._store.append(request.session.id, request.turn_id, [assistant])

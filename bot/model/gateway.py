@@ -24,6 +24,7 @@ from bot.model.types import (
     ModelReply,
     ModelRequest,
     TextSink,
+    ThinkingBlock,
     ToolCallRequest,
     Usage,
     estimate_usage,
@@ -31,6 +32,8 @@ from bot.model.types import (
 
 log = logging.getLogger(__name__)
 
+# Providers whose models run on the operator's own machines (LiteLLM prefixes).
+_LOCAL_PROVIDERS = frozenset({"ollama", "ollama_chat"})
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 
@@ -98,6 +101,8 @@ class LiteLLMGateway:
             kwargs["max_tokens"] = self._max_tokens
         if request.reasoning_effort is not None:
             kwargs["reasoning_effort"] = request.reasoning_effort
+            # Reasoning models refuse a temperature (Anthropic with thinking: only 1).
+            kwargs.pop("temperature", None)
 
         try:
             stream = await litellm.acompletion(**kwargs)
@@ -143,6 +148,7 @@ class LiteLLMGateway:
             finish_reason=assembly.finish(),
             usage=self._usage(request, assembly, _provider_usage(stream, assembly)),
             model=self._model,
+            thinking=assembly.thinking_blocks(),
         )
 
     async def ping(self) -> None:
@@ -174,6 +180,11 @@ class LiteLLMGateway:
             options["api_key"] = self._api_key
         if self._temperature is not None:
             options["temperature"] = self._temperature
+        if self._model.split("/", 1)[0] in _LOCAL_PROVIDERS:
+            # A local model costs nothing; saying so also keeps LiteLLM from asking the
+            # server for the model's price with a blocking request on the event loop.
+            options.setdefault("input_cost_per_token", 0.0)
+            options.setdefault("output_cost_per_token", 0.0)
         return options
 
     def _usage(
@@ -251,11 +262,25 @@ class _ToolCallParts:
 
 
 @dataclass
+class _ThinkingParts:
+    thinking: list[str] = field(default_factory=list)
+    signature: str | None = None
+    redacted_data: str | None = None
+
+
+def _field(item: Any, name: str) -> Any:
+    """A field of a delta part, whether LiteLLM gives it as a dict or an object."""
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+
+
+@dataclass
 class _Assembly:
-    """Accumulates streamed deltas: content, tool-call fragments by index, finish_reason."""
+    """Accumulates streamed deltas: content, tool-call fragments by index, thinking blocks
+    by index, finish_reason."""
 
     raw_text: str = ""
     calls: dict[int, _ToolCallParts] = field(default_factory=dict)
+    thinking: dict[int, _ThinkingParts] = field(default_factory=dict)
     finish_reason: str | None = None
     usage: Any | None = None
 
@@ -274,6 +299,8 @@ class _Assembly:
             return ""
         for fragment in getattr(delta, "tool_calls", None) or []:
             self._take_tool_fragment(fragment)
+        for block in getattr(delta, "thinking_blocks", None) or []:
+            self._take_thinking(block)
         content = getattr(delta, "content", None) or ""
         self.raw_text += content
         return content
@@ -294,6 +321,25 @@ class _Assembly:
                 parts.name = function.name
             if getattr(function, "arguments", None):
                 parts.arguments.append(function.arguments)
+
+    def _take_thinking(self, block: Any) -> None:
+        index = _field(block, "index")
+        if not isinstance(index, int):
+            index = max(self.thinking, default=0)
+        parts = self.thinking.setdefault(index, _ThinkingParts())
+        if _field(block, "type") == "redacted_thinking":
+            parts.redacted_data = (parts.redacted_data or "") + str(_field(block, "data") or "")
+            return
+        if _field(block, "thinking"):
+            parts.thinking.append(str(_field(block, "thinking")))
+        if _field(block, "signature"):
+            parts.signature = str(_field(block, "signature"))
+
+    def thinking_blocks(self) -> tuple[ThinkingBlock, ...]:
+        return tuple(
+            ThinkingBlock("".join(p.thinking), p.signature, p.redacted_data)
+            for _, p in sorted(self.thinking.items())
+        )
 
     def tool_calls(self) -> list[ToolCallRequest]:
         return [

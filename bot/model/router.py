@@ -55,11 +55,9 @@ TIER_BUDGETS: dict[Tier, TierBudget] = {
 # Exact model references only: a prefix or family match would guess wrong too often.
 MODEL_CATALOG: dict[str, Tier] = {
     "ollama_chat/qwen3:8b": Tier.LOW,
-    "ollama/qwen3:8b": Tier.LOW,
     "ollama_chat/qwen3:4b": Tier.LOW,
     "ollama_chat/qwen2.5:7b": Tier.LOW,
     "ollama_chat/llama3.1:8b": Tier.LOW,
-    "ollama/llama3.1:8b": Tier.LOW,
     "ollama_chat/llama3.2:3b": Tier.LOW,
     "ollama_chat/mistral:7b": Tier.LOW,
     "ollama_chat/gemma3:12b": Tier.LOW,

@@ -29,6 +29,35 @@ class ToolCallRequest:
 
 
 @dataclass(frozen=True)
+class ThinkingBlock:
+    """One block of a provider's native reasoning (Anthropic extended thinking).
+
+    Sent back unchanged with the assistant turn it belongs to: the provider checks the
+    signature, and refuses a tool-use turn whose thinking is missing from the next request.
+    A redacted block carries only encrypted `data`.
+    """
+
+    thinking: str = ""
+    signature: str | None = None
+    redacted_data: str | None = None
+
+    def to_openai(self) -> dict[str, Any]:
+        """The shape LiteLLM takes in an assistant message's `thinking_blocks`."""
+        if self.redacted_data is not None:
+            return {"type": "redacted_thinking", "data": self.redacted_data}
+        block: dict[str, Any] = {"type": "thinking", "thinking": self.thinking}
+        if self.signature is not None:
+            block["signature"] = self.signature
+        return block
+
+    @classmethod
+    def from_openai(cls, block: dict[str, Any]) -> ThinkingBlock:
+        if block.get("type") == "redacted_thinking":
+            return cls(redacted_data=str(block.get("data") or ""))
+        return cls(str(block.get("thinking") or ""), block.get("signature"))
+
+
+@dataclass(frozen=True)
 class Usage:
     input_tokens: int
     output_tokens: int
@@ -72,6 +101,8 @@ class ModelReply:
     finish_reason: FinishReason
     usage: Usage
     model: str
+    # The provider's signed reasoning, to be sent back with this turn (empty for most).
+    thinking: tuple[ThinkingBlock, ...] = ()
 
 
 class ModelError(Exception):

@@ -19,7 +19,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -43,6 +43,8 @@ class TextStep:
     usage: UsageSpec = True
     think: str | None = None
     finish_reason: str = "stop"
+    # Native reasoning (a signed thinking block on Anthropic); the OpenAI peer ignores it.
+    reasoning: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class ToolCallsStep:
     text: str = ""
     usage: UsageSpec = True
     chunk_size: int = 6
+    reasoning: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,12 @@ Step = TextStep | ToolCallsStep | ErrorStep | CutStep | HangStep | DynamicStep
 
 
 def tool_calls_step(
-    calls: Sequence[ToolCallSpec], *, text: str = "", usage: UsageSpec = True, chunk_size: int = 6
+    calls: Sequence[ToolCallSpec],
+    *,
+    text: str = "",
+    usage: UsageSpec = True,
+    chunk_size: int = 6,
+    reasoning: str | None = None,
 ) -> ToolCallsStep:
     """Build a ToolCallsStep from `(name, args)` or `(name, args, call_id)` tuples."""
     normalized: list[tuple[str, str, str]] = []
@@ -104,7 +112,9 @@ def tool_calls_step(
         call_id = spec[2] if len(spec) > 2 else None
         arguments = args if isinstance(args, str) else json.dumps(args)
         normalized.append((call_id or f"call_{i}_{uuid.uuid4().hex[:8]}", name, arguments))
-    return ToolCallsStep(tuple(normalized), text=text, usage=usage, chunk_size=chunk_size)
+    return ToolCallsStep(
+        tuple(normalized), text=text, usage=usage, chunk_size=chunk_size, reasoning=reasoning
+    )
 
 
 _ERROR_TYPES = {
@@ -122,6 +132,7 @@ class RecordedRequest:
     headers: dict[str, str]
     body: dict[str, Any]
     step: str = ""
+    query: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -133,14 +144,22 @@ class _Script:
 # --- server -----------------------------------------------------------------------
 
 
-class ModelServer:
-    """Scripted OpenAI-compatible server; `api_base` is `http://127.0.0.1:PORT/v1`."""
+class ScriptedPeer:
+    """What every scripted provider peer shares: the script, the request log, the lifecycle.
+
+    A subclass adds its routes, its `api_base`, its error shape and how it plays a step on
+    its own wire format; `_accept` records a request and picks the step it gets.
+    """
+
+    base_path = ""
 
     def __init__(self, *, model: str = "test-model") -> None:
         self.model = model
         self.requests: list[dict[str, Any]] = []
         self.recorded: list[RecordedRequest] = []
         self.exhausted: list[dict[str, Any]] = []
+        # Requests the peer refused the way the real provider would (status, message).
+        self.rejected: list[tuple[int, str]] = []
         self._script = _Script()
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
@@ -149,10 +168,12 @@ class ModelServer:
 
     # lifecycle
 
+    def _routes(self, app: web.Application) -> None:
+        raise NotImplementedError
+
     async def start(self) -> None:
         app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._chat_completions)
-        app.router.add_post("/chat/completions", self._chat_completions)
+        self._routes(app)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -165,7 +186,7 @@ class ModelServer:
             await self._runner.cleanup()
             self._runner = None
 
-    async def __aenter__(self) -> ModelServer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -173,10 +194,14 @@ class ModelServer:
         await self.stop()
 
     @property
-    def api_base(self) -> str:
+    def root(self) -> str:
         if self._port is None:
-            raise RuntimeError("ModelServer is not started")
-        return f"http://127.0.0.1:{self._port}/v1"
+            raise RuntimeError(f"{type(self).__name__} is not started")
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def api_base(self) -> str:
+        return self.root + self.base_path
 
     @property
     def headers(self) -> list[dict[str, str]]:
@@ -195,8 +220,9 @@ class ModelServer:
         usage: UsageSpec = True,
         think: str | None = None,
         finish_reason: str = "stop",
+        reasoning: str | None = None,
     ) -> None:
-        self.enqueue(TextStep(text, chunk_size, usage, think, finish_reason))
+        self.enqueue(TextStep(text, chunk_size, usage, think, finish_reason, reasoning))
 
     def reply_tool_calls(
         self,
@@ -205,8 +231,13 @@ class ModelServer:
         text: str = "",
         usage: UsageSpec = True,
         chunk_size: int = 6,
+        reasoning: str | None = None,
     ) -> None:
-        self.enqueue(tool_calls_step(calls, text=text, usage=usage, chunk_size=chunk_size))
+        self.enqueue(
+            tool_calls_step(
+                calls, text=text, usage=usage, chunk_size=chunk_size, reasoning=reasoning
+            )
+        )
 
     def reply_error(
         self,
@@ -240,9 +271,10 @@ class ModelServer:
         return len(self._script.steps)
 
     def assert_script_consumed(self) -> None:
+        assert not self.rejected, f"the peer refused request(s): {self.rejected}"
         assert not self.exhausted, (
             f"{len(self.exhausted)} request(s) arrived after the script ran out; "
-            f"last messages: {self.exhausted[-1].get('messages')!r}"
+            f"last request: {self.exhausted[-1]!r}"
         )
         assert not self._script.steps, f"{len(self._script.steps)} scripted step(s) never played"
 
@@ -253,13 +285,10 @@ class ModelServer:
                 await self._arrived.wait_for(lambda: len(self.requests) >= n)
         return self.requests
 
-    # handler
+    # handling
 
-    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
-        try:
-            body = await request.json()
-        except json.JSONDecodeError:
-            return _error_response(ErrorStep(400, "request body is not JSON"))
+    async def _accept(self, request: web.Request, body: dict[str, Any]) -> Step | None:
+        """Record the request and take its step (None: the script ran out)."""
         step: Step | None
         if self._script.steps:
             step = self._script.steps.popleft()
@@ -268,22 +297,31 @@ class ModelServer:
         while isinstance(step, DynamicStep):
             step = step.decide(body)
         self.recorded.append(
-            RecordedRequest(request.path, dict(request.headers), body, type(step).__name__)
+            RecordedRequest(
+                request.path, dict(request.headers), body, type(step).__name__, dict(request.query)
+            )
         )
         self.requests.append(body)
         if step is None:
             self.exhausted.append(body)
         async with self._arrived:
             self._arrived.notify_all()
+        return step
 
-        if step is None:
-            return _error_response(ErrorStep(500, "script exhausted", "server_error"))
-        return await self._play(request, body, step)
+    async def _record_only(self, request: web.Request, body: dict[str, Any]) -> None:
+        """Record a request refused before any step plays (the script is not consumed)."""
+        self.recorded.append(
+            RecordedRequest(
+                request.path, dict(request.headers), body, "rejected", dict(request.query)
+            )
+        )
+        self.requests.append(body)
+        async with self._arrived:
+            self._arrived.notify_all()
 
-    async def _play(
-        self, request: web.Request, body: dict[str, Any], step: Step
-    ) -> web.StreamResponse:
-        if isinstance(step, HangStep):
+    async def _play_common(self, request: web.Request, step: Step) -> Step | web.StreamResponse:
+        """Hang and error steps look the same on every peer but for the error body."""
+        while isinstance(step, HangStep):
             try:
                 await asyncio.wait_for(self._closing.wait(), step.seconds)
             except TimeoutError:
@@ -291,12 +329,41 @@ class ModelServer:
             if step.then is None or self._closing.is_set():
                 _drop(request)
                 return web.Response(status=204)
-            return await self._play(request, body, step.then)
+            step = step.then
         if isinstance(step, ErrorStep):
-            return _error_response(step)
+            return self._error(step)
+        return step
+
+    def _error(self, step: ErrorStep) -> web.Response:
+        raise NotImplementedError
+
+
+class ModelServer(ScriptedPeer):
+    """Scripted OpenAI-compatible server; `api_base` is `http://127.0.0.1:PORT/v1`."""
+
+    base_path = "/v1"
+
+    def _routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self._chat_completions)
+        app.router.add_post("/chat/completions", self._chat_completions)
+
+    def _error(self, step: ErrorStep) -> web.Response:
+        return _error_response(step)
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return _error_response(ErrorStep(400, "request body is not JSON"))
+        step = await self._accept(request, body)
+        if step is None:
+            return _error_response(ErrorStep(500, "script exhausted", "server_error"))
+        played = await self._play_common(request, step)
+        if isinstance(played, web.StreamResponse):
+            return played
         if body.get("stream"):
-            return await self._stream(request, body, step)
-        return web.json_response(self._completion(body, step))
+            return await self._stream(request, body, played)
+        return web.json_response(self._completion(body, played))
 
     # non-streamed
 

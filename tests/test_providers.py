@@ -1,0 +1,186 @@
+"""The same three-round investigation on each wire format LiteLLM speaks for kelpie:
+OpenAI-compatible, Anthropic (extended thinking on), Gemini and Ollama (`ollama_chat/`).
+
+Each peer refuses what its provider refuses (a tool-use turn sent back without its signed
+thinking, an empty text part beside function calls, tool-call arguments as a string…), so a
+request kelpie shapes wrongly fails the turn here as it would in production. The
+investigation runs in Slack (the whole bot on the Slack, model and Kubernetes peers) and in
+`kelpie chat` (the CLI on a pseudo-terminal)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.peers.kube_server import KubeServer
+from tests.peers.model_server import ModelServer, ScriptedPeer
+from tests.peers.provider_servers import (
+    AnthropicServer,
+    GeminiServer,
+    OllamaServer,
+    sign_thinking,
+)
+from tests.test_chat import REPO, Terminal
+from tests.world import ALICE, MODEL_KEY, SHOP_CHANNEL, base_config, running_world
+
+ANSWER = "checkout-api runs out of memory: its pods are OOMKilled, raise the limit."
+QUESTION = "why is checkout-api crashlooping?"
+ROUNDS = [
+    ("list_pods", {"namespace": "shop"}, "I should look at the pods first."),
+    ("list_deployments", {"namespace": "shop"}, "Now the deployment's replicas."),
+    ("list_events", {"namespace": "shop"}, "The events will say why they restart."),
+]
+THOUGHT = "The events show OOMKilled."
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    peer: Callable[[], ScriptedPeer]
+    model: str
+    auth: dict[str, Any]
+    agent: dict[str, Any] = field(default_factory=dict)
+
+    def profile(self, peer: ScriptedPeer) -> dict[str, Any]:
+        return {"model": self.model, "api_base": peer.api_base, "auth": self.auth}
+
+
+KEYED = {"method": "environment", "env": "KELPIE_TEST_MODEL_KEY"}
+PROVIDERS = [
+    Provider("openai", ModelServer, "openai/test-model", KEYED),
+    Provider(
+        "anthropic",
+        lambda: AnthropicServer(model="claude-sonnet-4-20250514", api_key=MODEL_KEY),
+        "anthropic/claude-sonnet-4-20250514",
+        KEYED,
+        # Extended thinking on: every round after the first must send back signed thinking.
+        {"thinking": "low"},
+    ),
+    Provider(
+        "gemini",
+        lambda: GeminiServer(model="gemini-test", api_key=MODEL_KEY),
+        "gemini/gemini-test",
+        KEYED,
+    ),
+    Provider(
+        "ollama",
+        lambda: OllamaServer(model="qwen3:8b"),
+        "ollama_chat/qwen3:8b",
+        {"method": "none", "env": None},
+    ),
+]
+
+
+def script_investigation(peer: ScriptedPeer) -> None:
+    for name, args, thought in ROUNDS:
+        peer.reply_tool_calls([(name, args)], reasoning=thought)
+    peer.reply_text(ANSWER, reasoning=THOUGHT)
+
+
+def check_wire(provider: Provider, peer: ScriptedPeer) -> None:
+    """What went over the wire, in the provider's own shape."""
+    peer.assert_script_consumed()  # also: no request was refused
+    assert len(peer.requests) == 4
+    last = peer.requests[-1]
+    if provider.name == "anthropic":
+        assert last["thinking"]["type"] == "enabled" and "temperature" not in last
+        turns = [m for m in last["messages"] if m["role"] == "assistant"]
+        assert [t["content"][0] for t in turns] == [
+            {"type": "thinking", "thinking": thought, "signature": sign_thinking(thought)}
+            for _, _, thought in ROUNDS
+        ]
+    elif provider.name == "gemini":
+        calls = [c for c in last["contents"] if c["role"] == "model"]
+        assert len(calls) == 3 and all("text" not in p for c in calls for p in c["parts"])
+    elif provider.name == "ollama":
+        calls = [m["tool_calls"] for m in last["messages"] if m.get("tool_calls")]
+        assert [c[0]["function"]["arguments"] for c in calls] == [a for _, a, _ in ROUNDS]
+        # `auth: none`: no credential of any kind.
+        assert all("Authorization" not in h for h in peer.headers)
+    else:
+        assert [m.get("content") for m in last["messages"] if m.get("tool_calls")] == [None] * 3
+
+
+def check_cluster(kube: KubeServer) -> None:
+    reads = [r.path for r in kube.requests if r.method == "GET"]
+    for suffix in (
+        "/namespaces/shop/pods",
+        "/namespaces/shop/deployments",
+        "/namespaces/shop/events",
+    ):
+        assert any(path.endswith(suffix) for path in reads), reads
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=[p.name for p in PROVIDERS])
+async def test_three_round_investigation_in_slack(provider: Provider, tmp_path: Path) -> None:
+    peer = provider.peer()
+    async with running_world(tmp_path, peer) as world:
+        script_investigation(peer)
+        await world.start_bot(
+            {
+                "models": {"profiles": {"default": provider.profile(peer)}},
+                "agent": provider.agent,
+            }
+        )
+        mention = await world.mention(SHOP_CHANNEL, ALICE, QUESTION)
+        await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 2)
+        await world.drain()
+
+        shown = "\n".join(
+            m.text for m in world.slack.thread(SHOP_CHANNEL, mention["ts"]) if m.is_bot
+        )
+        assert ANSWER in shown
+        assert "3 tool calls" in shown and "4 rounds" in shown
+        # Native reasoning is sent back to the provider, never shown in the thread.
+        assert THOUGHT not in shown and ROUNDS[0][2] not in shown
+        check_wire(provider, peer)
+        check_cluster(world.kube)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=[p.name for p in PROVIDERS])
+async def test_three_round_investigation_in_kelpie_chat(provider: Provider, tmp_path: Path) -> None:
+    peer, kube = provider.peer(), KubeServer()
+    await peer.start()
+    await kube.start()
+    kube.seed_demo()
+    kubeconfig = tmp_path / "kubeconfig"
+    kube.write_kubeconfig(kubeconfig)
+    no_slack = SimpleNamespace(api_url="http://127.0.0.1:9/api/")
+    config = base_config(no_slack, peer, kubeconfig, tmp_path / "chat.db")  # type: ignore[arg-type]
+    config["models"]["profiles"]["default"] = provider.profile(peer)
+    config["agent"] = {**config["agent"], **provider.agent}
+    config["channels"] = [{"match": {"name": "shop-*"}, "role": "viewer", "namespace": "shop"}]
+    config_path = tmp_path / "kelpie.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "PYTHONPATH": str(REPO),
+        "KELPIE_TEST_MODEL_KEY": MODEL_KEY,
+    }
+    script_investigation(peer)
+    chat = Terminal(["--config", str(config_path), "--channel", "shop-oncall"], env, tmp_path)
+    try:
+        banner = await chat.expect("you> ")
+        chat.type(QUESTION)
+        end = await chat.expect(ANSWER, after=banner)
+        footer_end = await chat.expect("]", after=end)
+        turn = chat.text[banner:footer_end]
+        assert all(f"✓ {name}" in turn for name, _, _ in ROUNDS), turn
+        assert "4 rounds" in turn and "3 tool calls" in turn
+        assert THOUGHT not in turn
+        await chat.expect("you> ", after=footer_end)
+        chat.type("/quit")
+        assert await chat.wait_exit() == 0
+        check_wire(provider, peer)
+        check_cluster(kube)
+    finally:
+        await chat.close()
+        await kube.stop()
+        await peer.stop()
