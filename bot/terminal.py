@@ -241,7 +241,9 @@ class TerminalReporter:
         else:
             if not self._any_text:
                 console.line(finished.answer.strip() or "(The model returned an empty answer.)")
-            if finished.finish is TurnFinish.MAX_ITERATIONS:
+            if finished.stats.cut:
+                console.line("(The answer was cut at the output limit; ask me to go on.)")
+            elif finished.finish is TurnFinish.MAX_ITERATIONS:
                 console.line("(I used all my tool rounds for this question; this is what I found.)")
         stats = finished.stats
         if not stats.model:  # an interrupted turn reports no stats: show what was seen

@@ -296,6 +296,22 @@ def test_tier_from_the_catalog_and_the_default():
     assert hosted.tier is Tier.HIGH and hosted.provenance[0] == "tier high: catalog openai/gpt-4o"
 
 
+def test_tier_order_setting_then_provider_then_catalog_then_low():
+    recommends_high = ModelCapabilities(recommended_tier="high")
+
+    def tier(profile_tier: Tier | None, model: str, caps: ModelCapabilities) -> tuple[str, str]:
+        policy = resolve_policy(
+            model=model, profile_tier=profile_tier, max_iterations=None, capabilities=caps
+        )
+        return str(policy.tier), str(policy.tier_source)
+
+    catalog_low = "ollama_chat/qwen3:8b"
+    assert tier(Tier.LOW, catalog_low, recommends_high) == ("low", "profile setting")
+    assert tier(None, catalog_low, recommends_high) == ("high", "provider recommendation")
+    assert tier(None, catalog_low, ModelCapabilities()) == ("low", "catalog")
+    assert tier(None, "openai/unknown", ModelCapabilities()) == ("low", "default")
+
+
 def test_max_iterations_and_thinking():
     policy = resolve_policy(
         model="m",

@@ -48,6 +48,7 @@ from bot.agent.evidence import CitationFilter, EvidenceLedger
 from bot.agent.toolround import INTERRUPTED_RESULT, ToolRounds
 from bot.model.router import ResolvedAgentPolicy, default_policy
 from bot.model.types import (
+    FinishReason,
     ModelError,
     ModelGateway,
     ModelReply,
@@ -69,6 +70,12 @@ FINAL_ANSWER_NUDGE = (
     "You have used all tool rounds for this turn. Without calling tools, give the best "
     "answer you can from what you found, and say what is still unknown."
 )
+CONTINUE_NUDGE = (
+    "Your answer was cut at the output limit. Continue exactly where it stopped, without "
+    "repeating what you already wrote."
+)
+# Kept with a cut answer in the stored conversation, so later turns know it is not whole.
+ANSWER_CUT_MARK = "[This answer was cut at the output limit.]"
 PRESENTED_ANSWER = "Done: posted as a file in this thread."
 AWAITING_APPROVAL_ANSWER = (
     "Waiting for approval: nothing changes unless someone allowed to approve clicks Approve "
@@ -150,6 +157,8 @@ class _Turn:
     started: float
     tool_calls: int = 0
     partial_text: str = ""
+    # The text of an answer cut at the output limit, while the model is asked to go on.
+    cut_text: str = ""
 
 
 class Engine:
@@ -190,6 +199,8 @@ class Engine:
                     if ended is not None:
                         return await self._answer(turn, TurnFinish.STOP, ended)
                     await self._drain(turn)
+                elif self._continues(turn, reply, round_index + 1 < rounds):
+                    continue
                 elif turn.background and turn.background.pending and drains < self._drain_rounds:
                     # An answer while investigations run: wait for their results instead.
                     drains += 1
@@ -197,16 +208,17 @@ class Engine:
                     await turn.background.wait()
                     await self._drain(turn)
                 else:
-                    return await self._answer(turn, TurnFinish.STOP, reply.text)
+                    return await self._answer(turn, TurnFinish.STOP, reply.text, reply)
             # Out of rounds: one last call without tools, for the best answer from what we have.
             turn.state.checkpoint()
             turn.state.messages.append({"role": "user", "content": FINAL_ANSWER_NUDGE})
             reply = await self._complete(turn, rounds, [])
-            return await self._answer(turn, TurnFinish.MAX_ITERATIONS, reply.text)
+            return await self._answer(turn, TurnFinish.MAX_ITERATIONS, reply.text, reply)
         except ModelError as error:
             turn.state.rollback()
             await self._store_partial(turn)
-            return self._finished(turn, TurnFinish.ERROR, turn.partial_text, error.user_message)
+            partial = turn.cut_text + turn.partial_text
+            return self._finished(turn, TurnFinish.ERROR, partial, error.user_message)
         except asyncio.CancelledError:
             turn.state.rollback()
             # A person interrupted (abort is set): close the turn's books now. A shutdown
@@ -419,12 +431,27 @@ class Engine:
 
     # --- ending ---------------------------------------------------------------------------------
 
-    async def _answer(self, turn: _Turn, finish: TurnFinish, text: str) -> TurnFinished:
-        answer, used = turn.ledger.check(text)
+    def _continues(self, turn: _Turn, reply: ModelReply, rounds_left: bool) -> bool:
+        """An answer cut at the output limit: ask once to go on, when a round is left."""
+        if reply.finish_reason is not FinishReason.LENGTH or turn.cut_text or not rounds_left:
+            return False
+        turn.cut_text = reply.text
+        turn.partial_text = ""
+        # In memory only: the stored turn gets the whole answer once it is complete.
+        turn.state.messages.append({"role": "assistant", "content": reply.text})
+        turn.state.messages.append({"role": "user", "content": CONTINUE_NUDGE})
+        return True
+
+    async def _answer(
+        self, turn: _Turn, finish: TurnFinish, text: str, reply: ModelReply | None = None
+    ) -> TurnFinished:
+        answer, used = turn.ledger.check(turn.cut_text + text)
+        cut = reply is not None and reply.finish_reason is FinishReason.LENGTH
+        stored = f"{answer}\n\n{ANSWER_CUT_MARK}" if cut else answer
         await self._store.append(
-            turn.request.session.id, turn.request.turn_id, [Message(Role.ASSISTANT, answer)]
+            turn.request.session.id, turn.request.turn_id, [Message(Role.ASSISTANT, stored)]
         )
-        return self._finished(turn, finish, answer, evidence=used)
+        return self._finished(turn, finish, answer, evidence=used, cut=cut)
 
     def _finished(
         self,
@@ -433,8 +460,10 @@ class Engine:
         answer: str,
         error: str | None = None,
         evidence: list[str] | None = None,
+        cut: bool = False,
     ) -> TurnFinished:
         usage = turn.state.usage
+        policy = turn.request.policy
         stats = TurnStats(
             model=self._gateway.model_name,
             rounds=usage.rounds,
@@ -443,12 +472,16 @@ class Engine:
             output_tokens=usage.output_tokens,
             tokens_estimated=usage.estimated,
             duration_s=time.monotonic() - turn.started,
+            tier=str(policy.tier),
+            tier_source=str(policy.tier_source),
+            cut=cut,
         )
         return TurnFinished(finish, answer, stats, error, evidence=evidence or [])
 
     async def _store_partial(self, turn: _Turn) -> None:
-        if turn.partial_text:
-            partial = Message(Role.ASSISTANT, turn.partial_text, complete=False)
+        if turn.cut_text or turn.partial_text:
+            text = turn.cut_text + turn.partial_text
+            partial = Message(Role.ASSISTANT, text, complete=False)
             await self._store.append(turn.request.session.id, turn.request.turn_id, [partial])
 
     async def _repair(self, turn: _Turn) -> None:

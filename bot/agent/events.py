@@ -57,6 +57,11 @@ class TurnStats:
     output_tokens: int = 0
     tokens_estimated: bool = False
     duration_s: float = 0.0
+    # The tier the turn ran under and where it came from (the router's tier source).
+    tier: str = ""
+    tier_source: str = ""
+    # The answer stopped at the model's output limit (not a whole answer).
+    cut: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,9 @@ TurnEvent = TextDelta | ToolStarted | ToolFinished | RoundStarted | TurnFinished
 EventSink = Callable[[TurnEvent], Awaitable[None]]
 
 
+ANSWER_CUT_FOOTER = "answer cut at the output limit"
+
+
 def plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
@@ -80,10 +88,14 @@ def plural(count: int, noun: str) -> str:
 def footer_line(
     stats: TurnStats, tier: str | None = None, evidence: list[str] | None = None
 ) -> str:
-    """One line under an answer: model, tier, rounds, tool calls, tokens (estimates marked),
-    the evidence the answer cites, duration. Slack and the terminal show the same line."""
+    """One line under an answer: model, tier and its source, rounds, tool calls, tokens
+    (estimates marked), a cut answer, the evidence the answer cites, duration. Slack and
+    the terminal show the same line."""
     parts = [stats.model] if stats.model else []
-    if tier:
+    if stats.tier:
+        source = f" ({stats.tier_source})" if stats.tier_source else ""
+        parts.append(f"tier {stats.tier}{source}")
+    elif tier:
         parts.append(f"tier {tier}")
     parts += [plural(stats.rounds, "round"), plural(stats.tool_calls, "tool call")]
     if stats.input_tokens or stats.output_tokens:
@@ -91,6 +103,8 @@ def footer_line(
         if stats.tokens_estimated:
             tokens = f"~{stats.input_tokens:,} in / ~{stats.output_tokens:,} out tokens (estimated)"
         parts.append(tokens)
+    if stats.cut:
+        parts.append(ANSWER_CUT_FOOTER)
     if evidence:
         parts.append(f"evidence {', '.join(evidence)}")
     parts.append(f"{stats.duration_s:.1f} s")

@@ -6,9 +6,10 @@ offered after role filtering, and one provenance line per decision ("tier high: 
 setting"). The engine and the prompt harness read only this object.
 
 Tier priority: the profile's `tier` → a provider recommendation → a small built-in catalog
-of exact model references → `low`. LiteLLM (1.110) exposes nothing that recommends a tier
-(its model map has prices, context sizes and `supports_*` flags, no size class), so the
-provider step is skipped; the catalog covers the common local and hosted models.
+of exact model references → `low`; the policy says which one decided (`tier_source`).
+LiteLLM (1.110) exposes nothing that recommends a tier (its model map has prices, context
+sizes and `supports_*` flags, no size class), so the probe reports none today and the
+catalog covers the common local and hosted models.
 
 It knows no SDK: model capabilities come from a probe the composition root fills in
 (`bot.model.gateway.probe_capabilities`, the only place that asks LiteLLM).
@@ -20,6 +21,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from bot.config import MAX_ITERATIONS_CEILING, Config, Thinking, Tier
 from bot.model.types import ModelCapabilities
@@ -91,9 +93,32 @@ _OVERLAYS = {
 CapabilityProbe = Callable[[str], ModelCapabilities]
 
 
+class TierSource(StrEnum):
+    """Where a turn's tier came from, in the order the router asks."""
+
+    SETTING = "profile setting"
+    PROVIDER = "provider recommendation"
+    CATALOG = "catalog"
+    DEFAULT = "default"
+
+
+def resolve_tier(
+    model: str, profile_tier: Tier | None, capabilities: ModelCapabilities
+) -> tuple[Tier, TierSource]:
+    """Explicit setting → provider recommendation → built-in catalog → low."""
+    if profile_tier is not None:
+        return profile_tier, TierSource.SETTING
+    if capabilities.recommended_tier in (Tier.LOW, Tier.HIGH):
+        return Tier(capabilities.recommended_tier), TierSource.PROVIDER
+    if model in MODEL_CATALOG:
+        return MODEL_CATALOG[model], TierSource.CATALOG
+    return Tier.LOW, TierSource.DEFAULT
+
+
 @dataclass(frozen=True)
 class ResolvedAgentPolicy:
     tier: Tier
+    tier_source: TierSource
     model: str
     rounds: int
     history_chars: int
@@ -133,15 +158,9 @@ def resolve_policy(
     capabilities = capabilities or ModelCapabilities()
     provenance: list[str] = []
 
-    if profile_tier is not None:
-        tier = profile_tier
-        provenance.append(f"tier {tier}: profile setting")
-    elif model in MODEL_CATALOG:
-        tier = MODEL_CATALOG[model]
-        provenance.append(f"tier {tier}: catalog {model}")
-    else:
-        tier = Tier.LOW
-        provenance.append(f"tier {tier}: default")
+    tier, tier_source = resolve_tier(model, profile_tier, capabilities)
+    which = f" {model}" if tier_source is TierSource.CATALOG else ""
+    provenance.append(f"tier {tier}: {tier_source}{which}")
     budget = TIER_BUDGETS[tier]
 
     if max_iterations is not None:
@@ -180,6 +199,7 @@ def resolve_policy(
     provenance.append(f"prompt pack {tier}, overlay {overlay or 'none'}")
     return ResolvedAgentPolicy(
         tier=tier,
+        tier_source=tier_source,
         model=model,
         rounds=rounds,
         history_chars=budget.history_chars,

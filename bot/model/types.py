@@ -70,6 +70,8 @@ class ModelCapabilities:
 
     parallel_tool_calls: bool = False
     reasoning: bool = False
+    # The tier ("low" / "high") the provider recommends for the model, when it says one.
+    recommended_tier: str | None = None
 
 
 @dataclass(frozen=True)

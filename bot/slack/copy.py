@@ -16,6 +16,7 @@ INTERRUPTED = "Interrupted by a newer message in this thread."
 INTERNAL_ERROR = "Something went wrong on kelpie's side; the details are in its log."
 EMPTY_ANSWER = "_(The model returned an empty answer.)_"
 MAX_ITERATIONS_NOTE = "_I used all my tool rounds for this question; this is what I found._"
+ANSWER_CUT_NOTE = "_The answer was cut at the output limit; ask me to go on for the rest._"
 
 
 def queued(running: int, ahead: int) -> str:

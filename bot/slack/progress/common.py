@@ -461,6 +461,8 @@ class ThreadReporter:
 
     def _ending(self, finished: TurnFinished) -> str | None:
         """The sentence that ends the turn's text, if any."""
+        if finished.stats.cut and finished.finish is not TurnFinish.ERROR:
+            return copy.ANSWER_CUT_NOTE
         if finished.finish is TurnFinish.MAX_ITERATIONS:
             return copy.MAX_ITERATIONS_NOTE
         if finished.finish is TurnFinish.ERROR:

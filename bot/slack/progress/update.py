@@ -135,4 +135,6 @@ class UpdateReporter(ThreadReporter):
         answer = to_mrkdwn(markdown) or copy.EMPTY_ANSWER
         if finished.finish is TurnFinish.MAX_ITERATIONS:
             answer = f"{copy.MAX_ITERATIONS_NOTE}\n\n{answer}"
+        if finished.stats.cut:
+            answer = f"{answer}\n\n{copy.ANSWER_CUT_NOTE}"
         await self._post_answer(answer, markdown)
