@@ -139,6 +139,8 @@ def model_gateway(config: Config, secrets: Secrets, profile_name: str) -> LiteLL
         max_tokens=profile.max_tokens,
         timeout_s=profile.timeout_s,
         extra=dict(profile.options),
+        profile=profile_name,
+        auth=profile.auth.method,
     )
 
 
@@ -307,6 +309,7 @@ class AgentCore:
     background: list[Drainable]
     # The security pipeline every call (and every approval's re-check at the click) passes.
     pipeline: Pipeline
+    router: ModelRouter
 
     async def start(self) -> None:
         await self.db.create_schema()
@@ -360,6 +363,7 @@ def build_core(
         timeout_s=config.agent.tool_timeout_s,
     )
     payloads = PayloadLog(db)
+    router = ModelRouter(config, probe_capabilities)
     engine = Engine(
         # Every request is masked, size-limited and kept (the last one per session).
         MaskingGateway(
@@ -378,7 +382,7 @@ def build_core(
         registry,
         MeteredReporters(front.reporters, metrics),
         session_hooks,
-        router=ModelRouter(config, probe_capabilities),
+        router=router,
         openings=SessionOpenings(db),
     )
     approvals = ApprovalService(
@@ -412,6 +416,7 @@ def build_core(
         # The payload log stores its last payloads at shutdown.
         [post_hooks, session_hooks, payloads],
         pipeline,
+        router,
     )
 
 
@@ -466,7 +471,14 @@ def build_kelpie(
     ).register()
     ledger = EventLedger(core.db)
     SlashCommands(
-        slack_app, channels, roles, core.registry, core.sessions, core.payloads, approvers
+        slack_app,
+        channels,
+        roles,
+        core.registry,
+        core.sessions,
+        core.payloads,
+        approvers,
+        core.router,
     ).register()
     SlackAdapter(
         slack_app,

@@ -10,22 +10,29 @@ from bot.agent.engine import ANSWER_CUT_MARK, CONTINUE_NUDGE
 from bot.agent.events import ANSWER_CUT_FOOTER
 from bot.slack import copy
 from bot.store.tables import MessageRow
+from tests.peers.slack_server import SlackServer
+from tests.test_roles_e2e import slash
 from tests.world import ALICE, SHOP_CHANNEL, World
 
 
 async def ask(world: World, text: str = "what is wrong in shop?") -> tuple[str, str]:
     """Mention the bot; returns everything the thread shows and the footer line."""
     mention = await world.mention(SHOP_CHANNEL, ALICE, text)
-    await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 1)
+
+    def footers(server: SlackServer) -> list[str]:
+        return [
+            block["elements"][0]["text"]
+            for m in server.thread(SHOP_CHANNEL, mention["ts"])
+            if m.is_bot
+            for block in m.blocks
+            if block.get("type") == "context"
+        ]
+
+    # The footer comes with the end of the turn.
+    found = await world.slack.wait_for(footers, timeout=60)
     await world.drain()
     replies = [m for m in world.slack.thread(SHOP_CHANNEL, mention["ts"]) if m.is_bot]
-    footers = [
-        block["elements"][0]["text"]
-        for m in replies
-        for block in m.blocks
-        if block.get("type") == "context"
-    ]
-    return "\n".join(m.text for m in replies), footers[-1] if footers else ""
+    return "\n".join(m.text for m in replies), found[-1]
 
 
 async def stored_answers(world: World) -> list[str | None]:
@@ -107,3 +114,15 @@ async def test_the_footer_names_the_tier_and_where_it_came_from(world: World) ->
     _, footer = await ask(world, "and now?")
     assert "tier high (profile setting)" in footer
     world.model.assert_script_consumed()
+
+
+async def test_kelpie_model_shows_the_tier_and_its_source(world: World) -> None:
+    await world.start_bot()
+    text = await slash(world, SHOP_CHANNEL, "model")
+    assert "*Model:* `openai/test-model`" in text
+    assert "*tier:* `low` (default)" in text and "• tier low: default" in text
+
+    await world.stop_bot(world.bots[-1])
+    await world.start_bot({"models": {"profiles": {"default": {"model": "openai/gpt-4o"}}}})
+    text = await slash(world, SHOP_CHANNEL, "model")
+    assert "*tier:* `high` (catalog)" in text and "15 rounds" in text

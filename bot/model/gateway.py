@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from bot.config import AuthMethod
 from bot.model.types import (
     FinishReason,
     ModelCapabilities,
@@ -32,6 +33,11 @@ from bot.model.types import (
 
 log = logging.getLogger(__name__)
 
+# `auth: none`: LiteLLM looks a provider's key up in the environment whenever it is given
+# none, so kelpie gives it this placeholder (not a secret) and blanks the credential headers
+# LiteLLM lets a caller override. A provider key in kelpie's environment never leaves.
+NO_CREDENTIAL = "kelpie-auth-none"
+_BLANK_CREDENTIAL_HEADERS = {"Authorization": "", "x-goog-api-key": "", "api-key": ""}
 # Providers whose models run on the operator's own machines (LiteLLM prefixes).
 _LOCAL_PROVIDERS = frozenset({"ollama", "ollama_chat"})
 THINK_OPEN = "<think>"
@@ -73,7 +79,12 @@ class LiteLLMGateway:
         timeout_s: float = 120.0,
         extra: dict[str, Any] | None = None,
         profile: str = "default",
+        auth: AuthMethod = AuthMethod.PROVIDER_DEFAULT,
     ) -> None:
+        if auth is AuthMethod.ENVIRONMENT and not api_key:
+            # Never fall back to LiteLLM's own lookup when the named variable is missing.
+            raise ValueError(f"profile {profile}: auth environment needs its key")
+        self._auth = auth
         self._model = model
         self._api_base = api_base
         self._api_key = api_key
@@ -176,7 +187,14 @@ class LiteLLMGateway:
         )
         if self._api_base:
             options["api_base"] = self._api_base
-        if self._api_key:
+        if self._auth is AuthMethod.NONE:
+            options["api_key"] = NO_CREDENTIAL
+            options["extra_headers"] = {
+                **(options.get("extra_headers") or {}),
+                **_BLANK_CREDENTIAL_HEADERS,
+            }
+        elif self._api_key:
+            # environment: exactly the named variable; provider-default may still name one.
             options["api_key"] = self._api_key
         if self._temperature is not None:
             options["temperature"] = self._temperature

@@ -1,15 +1,17 @@
-"""`/kelpie` slash command: `role`, `help`, `payload`. Every answer is ephemeral; the
-payload is shown only to people allowed to approve in that channel."""
+"""`/kelpie` slash command: `role`, `help`, `model`, `payload`. Every answer is
+ephemeral; the payload is shown only to people allowed to approve in that channel."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from slack_bolt.async_app import AsyncApp
 
 from bot.agent.conversation import SessionInfo
 from bot.model.outbound import mask_text
+from bot.model.router import ResolvedAgentPolicy
 from bot.policy.roles import ChannelBinding, ChannelRoles, offered_tools
 from bot.slack import copy
 from bot.slack.channels import ChannelDirectory
@@ -17,7 +19,7 @@ from bot.slack.markdown import split_text
 from bot.slack.people import ApproverDirectory, describe_approvers
 from bot.slack.safe_text import escape_mrkdwn
 from bot.tools.harness import ToolRegistry
-from bot.tools.spec import ToolKind
+from bot.tools.spec import Tool, ToolKind
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,12 @@ PAYLOAD_PIECES = 3
 
 class PayloadSource(Protocol):
     async def last_for_session(self, session_id: int) -> str | None: ...
+
+
+class ModelPolicies(Protocol):
+    async def resolve(
+        self, tools: Sequence[Tool], profile_name: str | None = None
+    ) -> ResolvedAgentPolicy: ...
 
 
 class RecentSessions(Protocol):
@@ -56,6 +64,18 @@ def describe_role(binding: ChannelBinding, registry: ToolRegistry) -> str:
     return "\n".join(lines)
 
 
+def describe_model(policy: ResolvedAgentPolicy) -> str:
+    """The model a turn in this channel runs with, its tier and why, and its budgets."""
+    lines = [
+        f"*Model:* `{policy.model}` · *tier:* `{policy.tier}` ({policy.tier_source})",
+        f"*Budgets:* {policy.rounds} rounds · {policy.result_chars:,} chars per tool result · "
+        f"{policy.history_chars:,} chars of history",
+        "*Why:*",
+        *(f"• {line}" for line in policy.provenance),
+    ]
+    return "\n".join(lines)
+
+
 def describe_help(binding: ChannelBinding, registry: ToolRegistry) -> str:
     tools = offered_tools(binding.role, registry.all())
     can_write = any(tool.kind is ToolKind.WRITE for tool in tools)
@@ -73,8 +93,9 @@ def describe_help(binding: ChannelBinding, registry: ToolRegistry) -> str:
     else:
         lines.append("• This channel is read-only: I cannot change anything here.")
     lines.append(
-        "• `/kelpie role` shows what this channel may do; `/kelpie payload` shows "
-        "the last request I sent to the model for this channel's latest thread."
+        "• `/kelpie role` shows what this channel may do; `/kelpie model` which model "
+        "answers and under which tier; `/kelpie payload` the last request I sent to the "
+        "model for this channel's latest thread."
     )
     return "\n".join(lines)
 
@@ -89,7 +110,9 @@ class SlashCommands:
         sessions: RecentSessions,
         payloads: PayloadSource,
         approvers: ApproverDirectory,
+        models: ModelPolicies,
     ) -> None:
+        self._models = models
         self._app = app
         self._channels = channels
         self._roles = roles
@@ -117,6 +140,9 @@ class SlashCommands:
             text = describe_role(binding, self._registry)
         elif sub == "help":
             text = describe_help(binding, self._registry)
+        elif sub == "model":
+            tools = offered_tools(binding.role, self._registry.all())
+            text = describe_model(await self._models.resolve(tools))
         elif sub == "payload":
             for text in await self._payload(channel_id, user, binding):
                 await respond(response_type="ephemeral", text=text)

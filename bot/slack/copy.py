@@ -95,4 +95,6 @@ def payload_cut(characters: int) -> str:
 
 
 def unknown_subcommand(escaped_word: str) -> str:
-    return f"Unknown subcommand `{escaped_word}`. Try `/kelpie help`, `/kelpie role`."
+    return (
+        f"Unknown subcommand `{escaped_word}`. Try `/kelpie help`, `/kelpie role`, `/kelpie model`."
+    )

@@ -1,0 +1,165 @@
+"""A model profile's auth method decides exactly which credential a provider receives.
+
+The gateway is built by the composition root from a parsed config, and the evidence is the
+headers each provider peer recorded. LiteLLM reads provider keys from the process
+environment, so the tests put keys there (the environment, not kelpie's code)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bot.app import model_gateway
+from bot.config import Secrets, parse_config
+from bot.model.types import ModelError, ModelRequest
+from tests.peers.model_server import ModelServer, ScriptedPeer
+from tests.peers.provider_servers import AnthropicServer, GeminiServer, OllamaServer
+
+ENV_KEYS = {
+    "OPENAI_API_KEY": "sk-env-openai-0123456789abcdef",
+    "ANTHROPIC_API_KEY": "sk-ant-env-0123456789abcdef",
+    "GEMINI_API_KEY": "env-gemini-0123456789abcdef",
+    "OLLAMA_API_KEY": "env-ollama-0123456789abcdef",
+}
+NAMED_KEY = "sk-named-profile-key-0123456789"
+MESSAGES = [{"role": "user", "content": "how is shop?"}]
+CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
+
+
+async def _noop(_: str) -> None:
+    return None
+
+
+def config(model: str, api_base: str, auth: dict[str, Any]) -> Any:
+    return parse_config(
+        {
+            "kubernetes": {"clusters": [{"name": "prod", "kubeconfig": "/nonexistent"}]},
+            "models": {
+                "profiles": {"default": {"model": model, "api_base": api_base, "auth": auth}}
+            },
+        }
+    )
+
+
+def credentials(peer: ScriptedPeer) -> list[dict[str, str]]:
+    return [
+        {k.lower(): v for k, v in headers.items() if k.lower() in CREDENTIAL_HEADERS}
+        for headers in peer.headers
+    ]
+
+
+@pytest.fixture
+def provider_keys_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in ENV_KEYS.items():
+        monkeypatch.setenv(name, value)
+
+
+PEERS = [
+    (ModelServer, "openai/test-model"),
+    (OllamaServer, "ollama_chat/test-model"),
+    (lambda: GeminiServer(model="gemini-test"), "gemini/gemini-test"),
+    (lambda: AnthropicServer(model="claude-test"), "anthropic/claude-test"),
+]
+
+
+@pytest.mark.parametrize(("make_peer", "model"), PEERS, ids=[m for _, m in PEERS])
+async def test_auth_none_sends_no_credential_even_with_provider_keys_in_env(
+    make_peer: Any, model: str, provider_keys_in_env: None
+) -> None:
+    async with make_peer() as peer:
+        peer.reply_text("ok")
+        cfg = config(model, peer.api_base, {"method": "none"})
+        gateway = model_gateway(cfg, Secrets(cfg, dict(os.environ)), "default")
+        await gateway.complete(ModelRequest(MESSAGES), _noop)
+
+        [sent] = credentials(peer)
+        assert not any(key in value for value in sent.values() for key in ENV_KEYS.values())
+        # Where LiteLLM lets a caller set the header, it goes out blank; Anthropic's client
+        # insists on a key, so it gets the fixed placeholder, never a secret.
+        assert all(v in ("", "kelpie-auth-none") for v in sent.values()), sent
+        peer.assert_script_consumed()
+
+
+async def test_auth_environment_sends_only_the_named_variable(provider_keys_in_env: None) -> None:
+    async with ModelServer() as peer:
+        peer.reply_text("ok")
+        cfg = config(
+            "openai/test-model", peer.api_base, {"method": "environment", "env": "KELPIE_KEY"}
+        )
+        secrets = Secrets(cfg, {**os.environ, "KELPIE_KEY": NAMED_KEY})
+        await model_gateway(cfg, secrets, "default").complete(ModelRequest(MESSAGES), _noop)
+        assert credentials(peer) == [{"authorization": f"Bearer {NAMED_KEY}"}]
+
+
+async def test_auth_provider_default_uses_litellms_chain(provider_keys_in_env: None) -> None:
+    async with ModelServer() as peer:
+        peer.reply_text("ok")
+        cfg = config("openai/test-model", peer.api_base, {"method": "provider-default"})
+        await model_gateway(cfg, Secrets(cfg, {}), "default").complete(
+            ModelRequest(MESSAGES), _noop
+        )
+        assert credentials(peer) == [{"authorization": f"Bearer {ENV_KEYS['OPENAI_API_KEY']}"}]
+
+
+async def test_provider_default_without_any_key_fails_instead_of_falling_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    async with AnthropicServer(model="claude-test") as peer:
+        cfg = config("anthropic/claude-test", peer.api_base, {"method": "provider-default"})
+        with pytest.raises(ModelError) as failure:
+            await model_gateway(cfg, Secrets(cfg, {}), "default").complete(
+                ModelRequest(MESSAGES), _noop
+            )
+        assert "models.profiles.default.auth" in failure.value.user_message
+        assert peer.requests == []  # nothing was sent without a key
+
+
+def test_a_missing_named_variable_is_one_sentence_at_start(tmp_path: Path) -> None:
+    path = tmp_path / "kelpie.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "kubernetes": {"clusters": [{"name": "prod", "kubeconfig": "/nonexistent"}]},
+                "models": {
+                    "profiles": {
+                        "default": {
+                            "model": "openai/x",
+                            "auth": {"method": "environment", "env": "KELPIE_MISSING_KEY"},
+                        }
+                    }
+                },
+            }
+        )
+    )
+    repo = Path(__file__).resolve().parents[1]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(repo),
+        "SLACK_BOT_TOKEN": "xoxb-1",
+        "SLACK_APP_TOKEN": "xapp-1",
+        # A provider key is there, but the profile named another variable: no fallback.
+        "OPENAI_API_KEY": ENV_KEYS["OPENAI_API_KEY"],
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "run", "--config", str(path)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if "KELPIE_MISSING_KEY" in line]
+    assert len(lines) == 1
+    assert (
+        "models.profiles.default.auth.env: environment variable KELPIE_MISSING_KEY is not set"
+        in (lines[0])
+    )
