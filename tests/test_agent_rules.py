@@ -591,9 +591,8 @@ async def test_denials_and_writes_get_no_reference(db):
     )
     rig = Rig(db, gateway, [write_tool("scale_a", journal), read_tool("list_pods")])
     request = rig.request(session, low())
-    request.scope = dataclasses.replace(
-        request.scope, role=RoleConfig(tools=["*"], namespaces=["shop"])
-    )
+    scope = dataclasses.replace(request.scope, role=RoleConfig(tools=["*"], namespaces=["shop"]))
+    request = dataclasses.replace(request, scope=scope)
     finished = await rig.engine.run_turn(request, Recorder())
     contents = [r["content"] for r in tool_results(gateway.requests[2])]
     assert contents[0] == "scale_a done" and contents[1].startswith("Denied by channel role")
@@ -695,7 +694,7 @@ async def test_the_opening_message_of_a_new_session_is_not_sent_twice(db):
     gateway = script.ScriptedGateway(script.text("ok"))
     rig = Rig(db, gateway, [])
     request = rig.request(session, low())
-    request.opening = request.user_message
+    request = dataclasses.replace(request, opening=request.user_message)
     await rig.engine.run_turn(request, Recorder())
     assert [m["role"] for m in gateway.requests[0].messages] == ["system", "user"]
 

@@ -96,7 +96,7 @@ class RetryPolicy:
     delay_s: float = 1.0  # the n-th retry waits delay_s × n
 
 
-@dataclass
+@dataclass(frozen=True)
 class TurnRequest:
     session: SessionInfo
     turn_id: str

@@ -133,6 +133,8 @@ class RecordedRequest:
     body: dict[str, Any]
     step: str = ""
     query: dict[str, str] = field(default_factory=dict)
+    # When it arrived (time.monotonic), to order it against other peers' records.
+    time: float = field(default_factory=time.monotonic)
 
 
 @dataclass
