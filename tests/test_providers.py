@@ -26,6 +26,7 @@ from tests.peers.provider_servers import (
     OllamaServer,
     sign_thinking,
 )
+from tests.peers.slack_server import SlackServer
 from tests.test_chat import REPO, Terminal
 from tests.world import ALICE, MODEL_KEY, SHOP_CHANNEL, base_config, running_world
 
@@ -102,7 +103,7 @@ def check_wire(provider: Provider, peer: ScriptedPeer) -> None:
         calls = [m["tool_calls"] for m in last["messages"] if m.get("tool_calls")]
         assert [c[0]["function"]["arguments"] for c in calls] == [a for _, a, _ in ROUNDS]
         # `auth: none`: no credential of any kind.
-        assert all("Authorization" not in h for h in peer.headers)
+        assert all(not h.get("Authorization") for h in peer.headers)
     else:
         assert [m.get("content") for m in last["messages"] if m.get("tool_calls")] == [None] * 3
 
@@ -129,7 +130,12 @@ async def test_three_round_investigation_in_slack(provider: Provider, tmp_path: 
             }
         )
         mention = await world.mention(SHOP_CHANNEL, ALICE, QUESTION)
-        await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 2)
+
+        def answered(server: SlackServer) -> bool:
+            thread = server.thread(SHOP_CHANNEL, mention["ts"])
+            return any(m.is_bot and ANSWER in m.text for m in thread)
+
+        await world.slack.wait_for(answered, timeout=90)
         await world.drain()
 
         shown = "\n".join(
