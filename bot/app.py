@@ -56,6 +56,7 @@ from bot.slack.cards import ApprovalClicks, SlackApprovalCards
 from bot.slack.channels import ChannelBindings, ChannelDirectory
 from bot.slack.commands import SlashCommands
 from bot.slack.guard import SlackHttpRoute, installed_workspace_only
+from bot.slack.inbox import InboxMiddleware
 from bot.slack.pacing import PacingLimits, SlackPacer
 from bot.slack.people import ApproverDirectory
 from bot.slack.progress import SlackReporters
@@ -68,9 +69,9 @@ from bot.store.approvals import (
 )
 from bot.store.db import Database
 from bot.store.history import SessionOpenings
+from bot.store.inbox import Inbox
 from bot.store.payloads import PayloadLog
 from bot.store.repositories import (
-    EventLedger,
     MessageRepository,
     SessionRepository,
     ToolAuditRepository,
@@ -97,7 +98,7 @@ log = logging.getLogger(__name__)
 
 # Connections to Slack at most: calls beyond wait for a free one, so the count stays flat.
 SLACK_CONNECTIONS = 8
-# How long processed Slack event ids are remembered (Slack retries within minutes).
+# How long Slack deliveries are remembered (Slack retries within minutes).
 EVENT_MEMORY = timedelta(days=1)
 
 
@@ -203,7 +204,7 @@ class Kelpie:
     core: AgentCore
     slack_app: AsyncApp
     scheduler: TurnScheduler
-    ledger: EventLedger
+    inbox: Inbox
     app_token: str | None
     metrics: Metrics
     signing_secret: str
@@ -245,7 +246,7 @@ class Kelpie:
             )
         await self.core.start()
         await warm_up(self.config.models.active_profile.model)
-        await self.ledger.forget_before(datetime.now(UTC) - EVENT_MEMORY)
+        await self.inbox.forget_before(datetime.now(UTC) - EVENT_MEMORY)
         await self.core.approvals.start()
         if self.config.slack.mode is SlackMode.SOCKET:
             self._socket = AsyncSocketModeHandler(self.slack_app, app_token=self.app_token)
@@ -271,7 +272,7 @@ class Kelpie:
         web_app = web.Application()
 
         # Hostile requests are answered at the door (never a 500), replays processed once.
-        route = SlackHttpRoute(self.slack_app, self.signing_secret, self.ledger)
+        route = SlackHttpRoute(self.slack_app, self.signing_secret, self.inbox)
         web_app.router.add_post(settings.path, route.handle)
         self._runner, self.http_port = await serve(web_app, settings.host, settings.port)
         log.info(
@@ -312,7 +313,7 @@ class AgentCore:
     router: ModelRouter
 
     async def start(self) -> None:
-        await self.db.create_schema()
+        await self.db.upgrade()
 
     async def close(self) -> None:
         await self.approvals.close()
@@ -469,7 +470,9 @@ def build_kelpie(
         core.approvals.withdraw_for,
         core.sessions,
     ).register()
-    ledger = EventLedger(core.db)
+    inbox = Inbox(core.db)
+    # Registered first: every request is stored before Bolt acknowledges it.
+    slack_app.middleware(InboxMiddleware(inbox).process)
     SlashCommands(
         slack_app,
         channels,
@@ -485,14 +488,13 @@ def build_kelpie(
         config.slack,
         channels,
         roles,
-        ledger,
         core.sessions,
         agent,
         scheduler,
         core.approvals.withdraw_for,
     ).register()
     app_token = secrets.app_token if config.slack.mode is SlackMode.SOCKET else None
-    return Kelpie(config, core, slack_app, scheduler, ledger, app_token, metrics, signing_secret)
+    return Kelpie(config, core, slack_app, scheduler, inbox, app_token, metrics, signing_secret)
 
 
 def build_terminal(

@@ -167,21 +167,17 @@ async def model_check(config: Config, secrets: Secrets) -> CheckResult:
 
 
 async def database_check(config: Config) -> CheckResult:
+    """The database answers and its schema is this kelpie's (upgraded if older)."""
+    from bot.errors import StoreError
     from bot.store.db import Database
 
-    where = config.database.url.split("@")[-1]  # never the password
     db: Database | None = None
     try:
         db = Database(config.database.url)
-        await db.ping()
-        return CheckResult("database", True, where)
-    except Exception as error:
-        return CheckResult(
-            "database",
-            False,
-            f"database.url: cannot open {where} ({type(error).__name__}); check the path or "
-            "server and that kelpie may write there",
-        )
+        await db.upgrade()
+        return CheckResult("database", True, db.where)
+    except StoreError as error:
+        return CheckResult("database", False, str(error))
     finally:
         if db is not None:
             await db.close()

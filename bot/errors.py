@@ -13,3 +13,7 @@ class ConfigError(KelpieError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems))
         self.problems = problems
+
+
+class StoreError(KelpieError):
+    """The database cannot be used: unreachable, a wrong URL, or a schema from a newer kelpie."""

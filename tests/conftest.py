@@ -6,11 +6,12 @@ import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from tests.peers.kube_server import Demo, KubeServer
+from tests.postgres import PostgresServer
 from tests.world import World, running_world
 
 pytest_plugins = ["tests.realkube.fixtures"]
@@ -20,6 +21,31 @@ pytest_plugins = ["tests.realkube.fixtures"]
 async def world(tmp_path) -> AsyncIterator[World]:
     """The Slack, model and Kubernetes peers; each test starts kelpie as it needs."""
     async with running_world(tmp_path) as world:
+        yield world
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the test session (started on first use)."""
+    server = PostgresServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def database_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """The same test on SQLite and on a fresh database in the real PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/k.db"
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return await server.new_database()
+
+
+@pytest.fixture
+async def any_db_world(tmp_path, database_url: str) -> AsyncIterator[World]:
+    """The test world on SQLite and on PostgreSQL (for the tests that matter on both)."""
+    async with running_world(tmp_path, database_url=database_url) as world:
         yield world
 
 

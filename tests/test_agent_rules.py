@@ -191,7 +191,7 @@ class ApproveAll:
 @pytest.fixture
 async def db(tmp_path):
     database = Database(f"sqlite:///{tmp_path}/k.db")
-    await database.create_schema()
+    await database.upgrade()
     yield database
     await database.close()
 

@@ -343,10 +343,10 @@ async def test_event_ids_are_forgotten_after_a_day_not_before(world: World):
     from datetime import UTC, datetime, timedelta
 
     bot = await world.start_bot()
-    assert await bot.ledger.claim("Ev0OLD")
-    assert not await bot.ledger.claim("Ev0OLD")
+    assert await bot.inbox.record("Ev0OLD", "app_mention", "{}")
+    assert not await bot.inbox.record("Ev0OLD", "app_mention", "{}")
     # A day later the id may be forgotten (Slack never retries that late); nothing newer is.
-    assert await bot.ledger.forget_before(datetime.now(UTC) - timedelta(days=1)) == 0
-    assert not await bot.ledger.claim("Ev0OLD")
-    assert await bot.ledger.forget_before(datetime.now(UTC) + timedelta(seconds=1)) == 1
-    assert await bot.ledger.claim("Ev0OLD")
+    assert await bot.inbox.forget_before(datetime.now(UTC) - timedelta(days=1)) == 0
+    assert not await bot.inbox.record("Ev0OLD", "app_mention", "{}")
+    assert await bot.inbox.forget_before(datetime.now(UTC) + timedelta(seconds=1)) == 1
+    assert await bot.inbox.record("Ev0OLD", "app_mention", "{}")

@@ -62,7 +62,7 @@ def make_tool(
 @pytest.fixture
 async def store(tmp_path):
     db = Database(f"sqlite:///{tmp_path}/k.db")
-    await db.create_schema()
+    await db.upgrade()
     yield db
     await db.close()
 

@@ -29,7 +29,8 @@ def _one_tool_round_then_answer(body: dict[str, Any]) -> Step:
     return TextStep(f"Answer to question {number.group(1)}.")
 
 
-async def test_fifty_concurrent_threads_are_all_answered_and_stored(world: World):
+async def test_fifty_concurrent_threads_are_all_answered_and_stored(any_db_world: World):
+    world = any_db_world
     world.model.reply_default(DynamicStep(_one_tool_round_then_answer))
     bot = await world.start_bot()
     mentions = [world.slack.mention(SHOP_CHANNEL, ALICE, f"question {i}") for i in range(THREADS)]

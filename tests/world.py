@@ -34,7 +34,7 @@ SLACK_TIME_SCALE = 1 / 30
 
 
 def base_config(
-    slack: SlackServer, model: ScriptedPeer, kubeconfig: Path, db: Path
+    slack: SlackServer, model: ScriptedPeer, kubeconfig: Path, db: Path | str
 ) -> dict[str, Any]:
     return {
         "slack": {
@@ -45,7 +45,7 @@ def base_config(
             # tests/test_streaming.py covers native streaming and auto's fallback.
             "streaming": "update",
         },
-        "database": {"url": f"sqlite:///{db}"},
+        "database": {"url": db if isinstance(db, str) else f"sqlite:///{db}"},
         "server": {"health": {"host": "127.0.0.1", "port": 0}},
         "kubernetes": {
             "clusters": [
@@ -163,8 +163,11 @@ class World:
 
 
 @asynccontextmanager
-async def running_world(tmp_path: Path, model: ScriptedPeer | None = None) -> AsyncIterator[World]:
-    """The world; `model` is another provider's peer in place of the OpenAI-compatible one."""
+async def running_world(
+    tmp_path: Path, model: ScriptedPeer | None = None, *, database_url: str | None = None
+) -> AsyncIterator[World]:
+    """The world; `model` is another provider's peer in place of the OpenAI-compatible one.
+    SQLite in `tmp_path` unless a database URL (a fresh PostgreSQL database) is given."""
     slack, kube = SlackServer(), KubeServer()
     model = model or ModelServer()
     slack.limits = RateLimits().scaled(SLACK_TIME_SCALE)
@@ -181,7 +184,11 @@ async def running_world(tmp_path: Path, model: ScriptedPeer | None = None) -> As
     kubeconfig = tmp_path / "kubeconfig"
     kube.write_kubeconfig(kubeconfig)
     world = World(
-        slack, model, kube, tmp_path, base_config(slack, model, kubeconfig, tmp_path / "k.db")
+        slack,
+        model,
+        kube,
+        tmp_path,
+        base_config(slack, model, kubeconfig, database_url or tmp_path / "k.db"),
     )
     try:
         yield world

@@ -1,9 +1,10 @@
 """Bolt listeners: Slack events in, accepted messages out to the agent.
 
 Owns what Slack-specific rules decide whether a message starts a turn: mentions, DMs,
-thread follow-ups, ignoring the bot's own messages and message subtypes, and deduplication
-of retried deliveries by event id (persisted, so a retry after a restart is ignored too).
-Listeners return at once; turns run as tasks in the `TurnScheduler`.
+thread follow-ups, ignoring the bot's own messages and message subtypes. Retried deliveries
+never get here: the inbox middleware (`bot.slack.inbox`) stores each request before it is
+acknowledged and stops repeats by key. Listeners return at once; turns run as tasks in the
+`TurnScheduler`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from bot.policy.roles import ChannelRoles
 from bot.slack import copy
 from bot.slack.channels import ChannelDirectory
 from bot.slack.payloads import PersonMessage, is_from_a_person, person_message
-from bot.store.repositories import EventLedger, SessionRepository
+from bot.store.repositories import SessionRepository
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,6 @@ class SlackAdapter:
         config: SlackConfig,
         channels: ChannelDirectory,
         roles: ChannelRoles,
-        ledger: EventLedger,
         sessions: SessionRepository,
         agent: AgentSessions,
         scheduler: TurnScheduler,
@@ -52,7 +52,6 @@ class SlackAdapter:
         self._config = config
         self._channels = channels
         self._roles = roles
-        self._ledger = ledger
         self._sessions = sessions
         self._agent = agent
         self._scheduler = scheduler
@@ -136,9 +135,6 @@ class SlackAdapter:
             await self._accept(message, is_dm=is_dm)
 
     async def _accept(self, message: PersonMessage, *, is_dm: bool) -> None:
-        if not await self._ledger.claim(message.event_id):
-            log.info("ignoring duplicate delivery of event %s", message.event_id)
-            return
         channel_id, thread_ts = message.channel, message.reply_ts
         channel_name = None if is_dm else await self._channels.name(channel_id)
         binding = self._roles.bind(channel_id, channel_name, is_dm)

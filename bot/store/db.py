@@ -10,14 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import event, insert, text
+from sqlalchemy import event, insert, make_url, text
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlmodel import SQLModel
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.config import sqlalchemy_async_url
+from bot.errors import StoreError
 from bot.store import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
+from bot.store.schema import bring_up_to_date
 from bot.store.writer import Op, Writer
 
 T = TypeVar("T")
@@ -27,11 +30,12 @@ class Database:
     def __init__(self, url: str, *, linger_s: float = 0.5) -> None:
         async_url = sqlalchemy_async_url(url)
         self.is_sqlite = async_url.startswith("sqlite")
+        self.where = _where(async_url)
         if self.is_sqlite:
             _ensure_parent_dir(async_url)
-        self.engine: AsyncEngine = create_async_engine(async_url)
+        self.engine: AsyncEngine = _engine(async_url, pool_pre_ping=True)
         # The writer's own engine: one connection, never shared with readers.
-        self._write_engine = create_async_engine(async_url, pool_size=1, max_overflow=0)
+        self._write_engine = _engine(async_url, pool_size=1, max_overflow=0, pool_pre_ping=True)
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_reader)
             event.listen(self._write_engine.sync_engine, "connect", _sqlite_writer)
@@ -49,9 +53,18 @@ class Database:
         """Queue `op`; it is committed with the next durable write."""
         self.writer.defer(op)
 
-    async def create_schema(self) -> None:
-        async with self._write_engine.begin() as connection:
-            await connection.run_sync(SQLModel.metadata.create_all)
+    async def upgrade(self) -> None:
+        """Bring the schema up to date (Alembic); a store that cannot be used raises
+        `StoreError` with one sentence."""
+        try:
+            async with self._write_engine.begin() as connection:
+                await connection.run_sync(bring_up_to_date)
+        except StoreError:
+            raise
+        except Exception as error:
+            raise StoreError(
+                f"cannot use the database at {self.where} ({_reason(error)}); check database.url"
+            ) from error
 
     async def ping(self) -> None:
         async with self.engine.connect() as connection:
@@ -69,6 +82,40 @@ def insert_ignoring_duplicates(session: AsyncSession, model: type[SQLModel]) -> 
     dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
     module = postgresql if dialect == "postgresql" else sqlite
     return module.insert(model).on_conflict_do_nothing()
+
+
+def _engine(url: str, **options: Any) -> AsyncEngine:
+    if url.startswith("sqlite"):
+        # SQLite's own pool: the size options are for server databases.
+        options = {k: v for k, v in options.items() if k == "pool_pre_ping"}
+    try:
+        return create_async_engine(url, **options)
+    except ImportError as error:
+        raise StoreError(
+            f"database.url needs a driver that is not installed ({error.name}); "
+            "for PostgreSQL install kelpie[postgres]"
+        ) from error
+    except ArgumentError as error:
+        raise StoreError(
+            "database.url is not a database URL kelpie can use; "
+            "use sqlite:///path/kelpie.db or postgresql+asyncpg://user:password@host/db"
+        ) from error
+
+
+def _where(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "database.url"
+
+
+def _reason(error: BaseException) -> str:
+    """A short reason without a traceback (and without the URL's password)."""
+    root: BaseException = error
+    while root.__cause__ is not None or root.__context__ is not None:
+        root = root.__cause__ or root.__context__  # type: ignore[assignment]
+    text = str(root).strip().splitlines()[0] if str(root).strip() else type(root).__name__
+    return text[:200]
 
 
 def inserting(*rows: SQLModel) -> Op[None]:
@@ -100,7 +147,8 @@ def _sqlite_common(dbapi_connection: Any) -> Any:
     # WAL: readers never block the writer, nor the writer them.
     cursor.execute("PRAGMA journal_mode=WAL")
     # Only another process (`kelpie chat` on the same file) can hold the write lock.
-    cursor.execute("PRAGMA busy_timeout=5000")
+    # Short enough that a delivery the store cannot take is refused inside Slack's 3 s.
+    cursor.execute("PRAGMA busy_timeout=2000")
     cursor.execute("PRAGMA foreign_keys=ON")
     return cursor
 

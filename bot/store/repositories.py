@@ -4,9 +4,7 @@ handed to the one writer (`Database.write` awaits the commit, `Database.defer` d
 from __future__ import annotations
 
 import json
-from datetime import datetime
 
-from sqlalchemy import delete
 from sqlmodel import SQLModel, col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -22,7 +20,6 @@ from bot.model.types import Usage
 from bot.store.db import Database, insert_ignoring_duplicates, inserting
 from bot.store.tables import (
     MessageRow,
-    ProcessedEventRow,
     SessionRow,
     ToolAuditRow,
     UsageRow,
@@ -47,38 +44,6 @@ def _session_info(row: SessionRow, *, created: bool = False) -> SessionInfo:
         started_by=row.started_by,
         created=created,
     )
-
-
-class EventLedger:
-    """Remembers processed Slack event ids so a retried delivery runs nothing twice."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
-    async def claim(self, event_id: str) -> bool:
-        """True the first time an event id is seen (ever, across restarts), else False."""
-
-        async def op(session: AsyncSession) -> bool:
-            result = await session.exec(
-                insert_ignoring_duplicates(session, ProcessedEventRow).values(
-                    event_id=event_id, created_at=utcnow()
-                )
-            )
-            return bool(result.rowcount)
-
-        return await self._db.write(op)
-
-    async def forget_before(self, cutoff: datetime) -> int:
-        """Drop event ids older than `cutoff`: Slack retries within minutes, so a day of
-        memory is plenty, and the table does not grow forever."""
-
-        async def op(session: AsyncSession) -> int:
-            result = await session.exec(
-                delete(ProcessedEventRow).where(col(ProcessedEventRow.created_at) < cutoff)
-            )
-            return int(result.rowcount or 0)
-
-        return await self._db.write(op)
 
 
 class SessionRepository:

@@ -48,11 +48,17 @@ class MessageRow(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
-class ProcessedEventRow(SQLModel, table=True):
-    __tablename__ = "processed_events"
+class InboundEventRow(SQLModel, table=True):
+    """A request from Slack, recorded before it is acknowledged. The key (Slack's event id,
+    or the trigger id of a click or command) makes a repeated delivery a no-op, on any
+    replica. The content is kept without the verification token."""
 
-    event_id: str = Field(primary_key=True)
-    created_at: datetime = Field(default_factory=utcnow)
+    __tablename__ = "inbound_events"
+
+    key: str = Field(primary_key=True)
+    kind: str
+    body_json: str
+    received_at: datetime = Field(default_factory=utcnow, index=True)
 
 
 class UsageRow(SQLModel, table=True):

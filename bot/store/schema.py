@@ -1,0 +1,54 @@
+"""The schema belongs to Alembic: `kelpie run` upgrades the database at start.
+
+A database made by a release before migrations existed (tables, no `alembic_version`) is
+stamped with the first revision, which is exactly that schema, and upgraded from there. A
+database whose revision this code does not know was written by a newer kelpie: refuse.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic.command import stamp, upgrade
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, inspect
+
+from bot.errors import StoreError
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+# The schema as released before migrations existed.
+BASELINE = "0001"
+
+
+def alembic_config(connection: Connection | None = None) -> AlembicConfig:
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def bring_up_to_date(connection: Connection) -> None:
+    """Upgrade to the head revision (run with `AsyncConnection.run_sync`, in a transaction)."""
+    config = alembic_config(connection)
+    scripts = ScriptDirectory.from_config(config)
+    current = current_revision(connection)
+    if current is None and inspect(connection).has_table("sessions"):
+        stamp(config, BASELINE)
+    elif current is not None and current not in {s.revision for s in scripts.walk_revisions()}:
+        raise StoreError(
+            f"the database's schema (revision {current}) is newer than this kelpie; "
+            "run the newer kelpie or restore a backup"
+        )
+    upgrade(config, "head")

@@ -1,0 +1,103 @@
+"""Stored before acknowledged, through the fake Slack peer, on SQLite and PostgreSQL.
+
+When the store cannot take a delivery, kelpie does not acknowledge it (Socket Mode: no ack;
+HTTP: a 5xx), so Slack delivers it again; the redelivery is answered. A delivery that was
+stored is acknowledged, and a repeat of it runs nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy import text
+
+from tests.postgres import PostgresServer
+from tests.world import ALICE, SHOP_CHANNEL, World
+
+
+@contextmanager
+def store_outage(world: World, request: pytest.FixtureRequest) -> Iterator[None]:
+    """The database refuses writes: SQLite locked by another process's exclusive
+    transaction; PostgreSQL stopped."""
+    url = world.config.database.url
+    if url.startswith("sqlite"):
+        locker = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=0)
+        locker.execute("BEGIN EXCLUSIVE")
+        try:
+            yield
+        finally:
+            locker.rollback()
+            locker.close()
+        return
+    server: PostgresServer = request.getfixturevalue("postgres")
+    server.pause()
+    try:
+        yield
+    finally:
+        server.resume()
+
+
+async def test_socket_mode_leaves_an_event_it_cannot_store_unacknowledged(
+    any_db_world: World, request: pytest.FixtureRequest
+):
+    world = any_db_world
+    world.model.reply_text("All good in shop.")
+    bot = await world.start_bot()
+    mention = world.slack.mention(SHOP_CHANNEL, ALICE, "is shop healthy?")
+
+    with store_outage(world, request):
+        first = await world.slack.deliver_event(mention, event_id="Ev0STORE0001")
+        with pytest.raises(TimeoutError):
+            await world.slack.wait_ack(first, timeout=4)
+    assert world.model.requests == []
+
+    # Slack delivers it again; now it is stored, acknowledged and answered, once.
+    again = await world.slack.deliver_event(mention, event_id="Ev0STORE0001", retry_attempt=1)
+    await world.slack.wait_ack(again)
+    replies = await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 2)
+    assert replies[-1].text == "All good in shop."
+    repeat = await world.slack.deliver_event(mention, event_id="Ev0STORE0001", retry_attempt=2)
+    await world.slack.wait_ack(repeat)
+    await world.drain()
+    assert len(world.model.requests) == 1
+    # What was stored is the delivery itself, without the verification token.
+    async with bot.db.sessions() as session:
+        row = (
+            await session.exec(  # type: ignore[call-overload]
+                text("SELECT kind, body_json FROM inbound_events WHERE key = 'Ev0STORE0001'")
+            )
+        ).one()
+    assert row[0] == "app_mention"
+    body = json.loads(row[1])
+    assert body["event"]["text"].endswith("is shop healthy?") and "token" not in body
+
+
+async def test_http_mode_answers_5xx_for_an_event_it_cannot_store(
+    any_db_world: World, request: pytest.FixtureRequest
+):
+    world = any_db_world
+    world.model.reply_text("All good in shop.")
+    bot = await world.start_bot({"slack": {"mode": "http"}})
+    url = f"http://127.0.0.1:{bot.http_port}/slack/events"
+    mention = world.slack.mention(SHOP_CHANNEL, ALICE, "is shop healthy?")
+    body = world.slack.event_envelope_payload(mention, event_id="Ev0STORE0002")
+
+    with store_outage(world, request):
+        status, _ = await world.slack.post_signed(url, body)
+    assert status >= 500
+    await asyncio.sleep(0.2)
+    assert world.model.requests == []
+
+    status, _ = await world.slack.post_signed(url, body, retry_num=1, retry_reason="http_error")
+    assert status == 200
+    replies = await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 2)
+    assert replies[-1].text == "All good in shop."
+    status, _ = await world.slack.post_signed(url, body, retry_num=2, retry_reason="timeout")
+    assert status == 200
+    await world.drain()
+    assert len(world.model.requests) == 1

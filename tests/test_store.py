@@ -1,0 +1,151 @@
+"""The store on its own: schema migrations, the one writer, and clear sentences when the
+database cannot be used. Run on SQLite and on the real PostgreSQL where both matter."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import text
+from sqlmodel import SQLModel
+
+from bot.agent.conversation import Role, SessionInfo
+from bot.errors import StoreError
+from bot.store.db import Database, executing
+from bot.store.inbox import Inbox
+from bot.store.repositories import MessageRepository, SessionRepository
+from bot.store.schema import head_revision
+from tests.postgres import PostgresServer, free_port
+from tests.world import World, environ, merge
+
+RELEASE_0_1_0 = Path(__file__).parent / "data" / "release-0.1.0.sql"
+
+
+async def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path: Path):
+    path = tmp_path / "k.db"
+    with sqlite3.connect(path) as old:
+        old.executescript(RELEASE_0_1_0.read_text())
+    db = Database(f"sqlite:///{path}")
+    try:
+        await db.upgrade()
+        session = await SessionRepository(db).find("T0TEST:C0SHOP:1700000000.000100")
+        assert session is not None and session.role == "viewer"
+        messages = await MessageRepository(db).all_for_session(session.id)
+        assert [(m.role, m.content) for m in messages] == [
+            (Role.USER, "why is checkout-api crashlooping?"),
+            (Role.ASSISTANT, "It runs out of memory (OOMKilled)."),
+        ]
+        # An event handled just before the upgrade is still recognised as a repeat.
+        assert await Inbox(db).record("Ev0OLD00001", "app_mention", "{}") is False
+        async with db.sessions() as read:
+            usage = (await read.exec(text("SELECT input_tokens FROM usage"))).all()  # type: ignore[call-overload]
+        assert [row[0] for row in usage] == [120]
+    finally:
+        await db.close()
+
+
+async def test_migrations_build_exactly_the_tables_the_code_uses(database_url: str):
+    db = Database(database_url)
+    try:
+        await db.upgrade()
+        async with db.engine.connect() as connection:
+            differences = await connection.run_sync(
+                lambda sync: compare_metadata(MigrationContext.configure(sync), SQLModel.metadata)
+            )
+        assert differences == []
+        await db.upgrade()  # a second start changes nothing
+    finally:
+        await db.close()
+
+
+async def test_a_database_from_a_newer_kelpie_is_refused_with_a_sentence(database_url: str):
+    db = Database(database_url)
+    try:
+        await db.upgrade()
+        await db.write(executing(text("UPDATE alembic_version SET version_num = '9999'")))
+        with pytest.raises(StoreError) as refused:
+            await db.upgrade()
+        assert "newer than this kelpie" in str(refused.value)
+        assert head_revision() != "9999"
+    finally:
+        await db.close()
+
+
+async def test_a_failing_write_does_not_take_the_rest_of_its_batch_down(database_url: str):
+    db = Database(database_url)
+    try:
+        await db.upgrade()
+        sessions = SessionRepository(db)
+        template = SessionInfo(0, "T:C:1", "T", "C", "1", False, "viewer", "prod", None, "U")
+        created = await sessions.get_or_create(template)
+        messages = MessageRepository(db)
+        # Queued together: a good append, a statement that fails, another good append.
+        good = messages.append(created.id, "t", [_user("first")])
+        bad = db.write(executing(text("INSERT INTO no_such_table VALUES (1)")))
+        later = messages.append(created.id, "t", [_user("second")])
+        results = await asyncio.gather(good, bad, later, return_exceptions=True)
+        assert results[0] is None and results[2] is None
+        assert isinstance(results[1], Exception)
+        stored = await messages.all_for_session(created.id)
+        assert [m.content for m in stored] == ["first", "second"]
+        # Two racing creations of one thread's session give the same row, created once.
+        again = await asyncio.gather(*(sessions.get_or_create(template) for _ in range(5)))
+        assert {s.id for s in again} == {created.id} and not any(s.created for s in again)
+    finally:
+        await db.close()
+
+
+def _user(text_: str):
+    from bot.agent.conversation import Message
+
+    return Message(Role.USER, text_, slack_user="U", slack_ts="1")
+
+
+@pytest.mark.parametrize(
+    ("url", "sentence"),
+    [
+        (
+            "postgresql+asyncpg://kelpie:hunter2@127.0.0.1:{port}/kelpie",
+            "cannot use the database at postgresql+asyncpg://kelpie:***@127.0.0.1:{port}/kelpie",
+        ),
+        ("not a url at all", "database.url is not a database URL kelpie can use"),
+    ],
+)
+async def test_kelpie_run_on_an_unusable_database_says_one_sentence(
+    world: World, url: str, sentence: str
+):
+    port = free_port()  # nothing listens there
+    config = merge(world.config_data, {"database": {"url": url.format(port=port)}})
+    path = world.tmp / "kelpie.yaml"
+    path.write_text(yaml.safe_dump(config))
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bot.cli", "run", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **environ(world.slack)},
+    )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    assert sentence.format(port=port) in done.stderr
+    assert "hunter2" not in done.stderr
+
+
+async def test_postgres_fixture_is_a_real_server(postgres: PostgresServer):
+    db = Database(await postgres.new_database())
+    try:
+        await db.upgrade()
+        async with db.engine.connect() as connection:
+            version = (await connection.execute(text("SHOW server_version"))).scalar()
+        assert version and version.split(".")[0].isdigit()
+    finally:
+        await db.close()
