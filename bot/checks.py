@@ -167,14 +167,15 @@ async def model_check(config: Config, secrets: Secrets) -> CheckResult:
 
 
 async def database_check(config: Config) -> CheckResult:
-    """The database answers and its schema is this kelpie's (upgraded if older)."""
+    """The database answers and its schema is not newer than this kelpie (`kelpie run`
+    upgrades an older one once the checks pass)."""
     from bot.errors import StoreError
     from bot.store.db import Database
 
     db: Database | None = None
     try:
         db = Database(config.database.url)
-        await db.upgrade()
+        await db.check()
         return CheckResult("database", True, db.where)
     except StoreError as error:
         return CheckResult("database", False, str(error))

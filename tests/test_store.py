@@ -114,7 +114,7 @@ def _user(text_: str):
     [
         (
             "postgresql+asyncpg://kelpie:hunter2@127.0.0.1:{port}/kelpie",
-            "cannot use the database at postgresql+asyncpg://kelpie:***@127.0.0.1:{port}/kelpie",
+            "database.url: cannot open postgresql+asyncpg://kelpie:***@127.0.0.1:{port}/kelpie",
         ),
         ("not a url at all", "database.url is not a database URL kelpie can use"),
     ],

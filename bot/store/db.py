@@ -7,10 +7,11 @@ that bypasses the writer fails at once instead of racing it for the lock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import event, insert, make_url, text
+from sqlalchemy import Connection, event, insert, make_url, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
@@ -20,7 +21,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from bot.config import sqlalchemy_async_url
 from bot.errors import StoreError
 from bot.store import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
-from bot.store.schema import bring_up_to_date
+from bot.store.schema import bring_up_to_date, refuse_newer
 from bot.store.writer import Op, Writer
 
 T = TypeVar("T")
@@ -31,8 +32,7 @@ class Database:
         async_url = sqlalchemy_async_url(url)
         self.is_sqlite = async_url.startswith("sqlite")
         self.where = _where(async_url)
-        if self.is_sqlite:
-            _ensure_parent_dir(async_url)
+        self._url = async_url
         self.engine: AsyncEngine = _engine(async_url, pool_pre_ping=True)
         # The writer's own engine: one connection, never shared with readers.
         self._write_engine = _engine(async_url, pool_size=1, max_overflow=0, pool_pre_ping=True)
@@ -56,14 +56,24 @@ class Database:
     async def upgrade(self) -> None:
         """Bring the schema up to date (Alembic); a store that cannot be used raises
         `StoreError` with one sentence."""
+        await self._on_writer(bring_up_to_date)
+
+    async def check(self) -> None:
+        """The database answers and holds no schema newer than this code; changes nothing."""
+        await self._on_writer(refuse_newer)
+
+    async def _on_writer(self, work: Callable[[Connection], object]) -> None:
         try:
+            if self.is_sqlite:
+                _ensure_parent_dir(self._url)
             async with self._write_engine.begin() as connection:
-                await connection.run_sync(bring_up_to_date)
+                await connection.run_sync(work)
         except StoreError:
             raise
         except Exception as error:
             raise StoreError(
-                f"cannot use the database at {self.where} ({_reason(error)}); check database.url"
+                f"database.url: cannot open {self.where} ({_reason(error)}); check the path or "
+                "server and that kelpie may write there"
             ) from error
 
     async def ping(self) -> None:

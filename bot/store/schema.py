@@ -7,6 +7,7 @@ database whose revision this code does not know was written by a newer kelpie: r
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from alembic.command import stamp, upgrade
@@ -16,6 +17,10 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect
 
 from bot.errors import StoreError
+
+log = logging.getLogger(__name__)
+# Alembic narrates every step at INFO; one line of our own says what changed.
+logging.getLogger("alembic").setLevel(logging.WARNING)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The schema as released before migrations existed.
@@ -39,16 +44,27 @@ def current_revision(connection: Connection) -> str | None:
     return MigrationContext.configure(connection).get_current_revision()
 
 
-def bring_up_to_date(connection: Connection) -> None:
-    """Upgrade to the head revision (run with `AsyncConnection.run_sync`, in a transaction)."""
-    config = alembic_config(connection)
-    scripts = ScriptDirectory.from_config(config)
+def refuse_newer(connection: Connection) -> str | None:
+    """The database's revision; `StoreError` if a newer kelpie wrote it."""
     current = current_revision(connection)
-    if current is None and inspect(connection).has_table("sessions"):
-        stamp(config, BASELINE)
-    elif current is not None and current not in {s.revision for s in scripts.walk_revisions()}:
+    scripts = ScriptDirectory.from_config(alembic_config())
+    known = {script.revision for script in scripts.walk_revisions()}
+    if current is not None and current not in known:
         raise StoreError(
             f"the database's schema (revision {current}) is newer than this kelpie; "
             "run the newer kelpie or restore a backup"
         )
-    upgrade(config, "head")
+    return current
+
+
+def bring_up_to_date(connection: Connection) -> None:
+    """Upgrade to the head revision (run with `AsyncConnection.run_sync`, in a transaction)."""
+    config = alembic_config(connection)
+    current = refuse_newer(connection)
+    if current is None and inspect(connection).has_table("sessions"):
+        stamp(config, BASELINE)
+        current = BASELINE
+    head = head_revision()
+    if current != head:
+        upgrade(config, "head")
+        log.info("database schema upgraded from %s to %s", current or "empty", head)
