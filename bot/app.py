@@ -60,6 +60,7 @@ from bot.slack.inbox import InboxMiddleware
 from bot.slack.pacing import PacingLimits, SlackPacer
 from bot.slack.people import ApproverDirectory
 from bot.slack.progress import SlackReporters
+from bot.slack.progress.sessions import SessionStopEvents
 from bot.slack.safe_client import SafeWebClient
 from bot.slack.stop import StopHandler
 from bot.store.approvals import (
@@ -461,7 +462,7 @@ def build_kelpie(
     core = build_core(config, secrets, front, metrics, write_audit=write_audit)
     agent = core.agent
     ApprovalClicks(slack_app, core.approvals).register()
-    StopHandler(
+    stop = StopHandler(
         slack_app,
         reporters.turns,
         approvers,
@@ -469,7 +470,9 @@ def build_kelpie(
         scheduler.interrupt,
         core.approvals.withdraw_for,
         core.sessions,
-    ).register()
+    )
+    stop.register()
+    SessionStopEvents(slack_app, reporters.turns, reporters.sessions, stop.stop).register()
     inbox = Inbox(core.db)
     # Registered first: every request is stored before Bolt acknowledges it.
     slack_app.middleware(InboxMiddleware(inbox).process)

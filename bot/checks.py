@@ -123,8 +123,9 @@ def slack_features(config: Config) -> CheckResult:
         "slack events",
         True,
         "not readable with a bot token: the app's event subscriptions must match "
-        f"`kelpie manifest --mode {config.slack.mode.value}` (message_stream_stopped for "
-        "the stop button)",
+        f"`kelpie manifest --mode {config.slack.mode.value}`; Slack's stop button needs the "
+        "app declared as an agent (features.agent_view) and the agent_session_stopped "
+        "event (without them kelpie works without it and logs what is missing)",
     )
 
 

@@ -28,8 +28,6 @@ from tests.peers.slack_server import Message, RecordedCall, SlackServer
 from tests.world import (
     ALICE,
     BOB,
-    DAVE,
-    OPS_CHANNEL,
     SHOP_CHANNEL,
     World,
 )
@@ -289,37 +287,6 @@ async def test_auto_falls_back_to_updates_and_remembers_the_workspace(world: Wor
 # --------------------------------------------------------------------------- stop
 
 
-async def test_stop_button_aborts_the_turn_and_says_who_stopped_it(world: World):
-    world.kube.delay(r"/namespaces/shop/pods$", 10)
-    world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
-    world.model.reply_text("never asked for")
-    bot = await world.start_bot(NATIVE)
-    mention = await world.mention(OPS_CHANNEL, ALICE, "pods in shop?")
-    await appended_in_progress(world, OPS_CHANNEL)
-
-    # BOB neither asked nor approves in #shop-ops: he is told who may stop.
-    await click_stop(world, BOB, OPS_CHANNEL, mention["ts"])
-    whisper = await world.slack.wait_for(lambda s: s.ephemerals(OPS_CHANNEL, BOB))
-    assert "<@U0ALICE>" in whisper[0].text and "<@U0CAROL>" in whisper[0].text
-    assert world.slack.calls_to("chat.stopStream") == []
-
-    # DAVE approves writes there (through the SRE group): his Stop ends the turn.
-    await click_stop(world, DAVE, OPS_CHANNEL, mention["ts"])
-    await world.slack.wait_for_call("chat.stopStream", timeout=TURN_S)
-    await world.drain()
-    assert len(world.model.requests) == 1
-    assert world.model.pending_steps == 1
-    replies = bot_messages(world, OPS_CHANNEL, mention["ts"])
-    assert len(replies) == 1 and not replies[0].streaming
-    assert replies[0].text.endswith(f"Stopped by <@{DAVE}>._")
-    assert replies[0].tasks and next(iter(replies[0].tasks.values()))["status"] == "error"
-    assert world.slack.reactions(OPS_CHANNEL, mention["ts"]) == ["x"]
-    session = await bot.sessions.find(key(OPS_CHANNEL, mention["ts"]))
-    assert session is not None
-    stored = await bot.messages.all_for_session(session.id)
-    assert [m.role for m in stored] == [Role.USER, Role.ASSISTANT, Role.TOOL]
-
-
 async def test_stop_in_update_mode_by_the_asker(world: World):
     world.model.reply_hang(20)
     await world.start_bot()
@@ -348,45 +315,6 @@ async def test_slack_stop_control_on_the_stream_stops_the_turn(world: World):
     assert stream.text.endswith(f"Stopped by <@{ALICE}>._")
     assert "too late" not in stream.text
     assert world.slack.calls_to("chat.stopStream") == []
-
-
-async def test_slack_stop_event_stops_the_turn_even_between_appends(world: World):
-    world.model.enqueue(HangStep(20, then=TextStep("too late")))
-    await world.start_bot(NATIVE)
-    mention = await world.mention(SHOP_CHANNEL, ALICE, "slow?")
-    start = await world.slack.wait_for_call("chat.startStream", timeout=TURN_S)
-    assert start.params.get("is_stoppable") in (True, "true")  # Slack shows its stop control
-    await world.model.wait_for_requests(1)
-    await world.slack.press_stream_stop(SHOP_CHANNEL, start.response["ts"], ALICE)
-    await world.slack.wait_for_call("chat.update", timeout=TURN_S)
-    await world.drain()
-    stream = bot_messages(world, SHOP_CHANNEL, mention["ts"])[0]
-    assert stream.text.endswith(f"Stopped by <@{ALICE}>._")
-    assert "too late" not in stream.text and len(world.model.requests) == 1
-
-
-async def test_streams_go_without_stop_control_where_the_app_is_not_subscribed(world: World):
-    world.slack.stream_stop_subscribed = False
-    world.model.reply_text("First.")
-    world.model.reply_text("Second.")
-    await world.start_bot(NATIVE)
-    for text in ("one?", "two?"):
-        mention = await world.mention(SHOP_CHANNEL, ALICE, text)
-        await world.slack.wait_for(
-            lambda s, ts=mention["ts"]: any(
-                not m.streaming for m in s.thread(SHOP_CHANNEL, ts) if m.kind == "stream"
-            ),
-            timeout=TURN_S,
-        )
-        await world.drain()
-    starts = world.slack.calls_to("chat.startStream")
-    # Refused once with is_stoppable, then remembered for the workspace: three calls in all.
-    assert [c.params.get("is_stoppable") in (True, "true") for c in starts] == [
-        True,
-        False,
-        False,
-    ]
-    assert len([c for c in starts if c.ok]) == 2
 
 
 # --------------------------------------------------------------------------- interrupt, expiry

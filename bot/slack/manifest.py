@@ -15,19 +15,23 @@ BOT_SCOPES = [
     "channels:read",  # conversations.info: channel names for role matching
     "groups:read",  # conversations.info for private channels
     "chat:write",  # replies, progress edits, streams, approval cards, ephemeral replies,
-    # and assistant.threads.setStatus (the working status in DMs)
+    # assistant.threads.setStatus (the working status in DMs), agents.sessions.setStatus
+    "assistant:write",  # what declaring the app an agent (features.agent_view) adds
     "reactions:write",  # eyes → white_check_mark / x on the asking message
     "files:write",  # files_upload_v2: output a person asked to see (show_* tools)
     "commands",  # the /kelpie slash command
     "usergroups:read",  # usergroups.users.list: approvers given as user groups
 ]
+AGENT_DESCRIPTION = (
+    "Ask about your Kubernetes clusters; kelpie reads them and proposes changes for approval."
+)
 BOT_EVENTS = [
     "app_mention",
     "message.channels",
     "message.groups",
     "message.im",
     "channel_rename",
-    "message_stream_stopped",  # Slack's own stop control on streams (is_stoppable)
+    "agent_session_stopped",  # the stop button of a thread's agent session
 ]
 
 
@@ -57,6 +61,9 @@ def manifest(
             "bot_user": {"display_name": "kelpie", "always_online": True},
             "slash_commands": [slash],
             "app_home": {"messages_tab_enabled": True, "messages_tab_read_only_enabled": False},
+            # An agent app: only agents may create agent sessions (the thread's status and
+            # Slack's stop button while kelpie works).
+            "agent_view": {"agent_description": AGENT_DESCRIPTION},
         },
         "oauth_config": {"scopes": {"bot": list(BOT_SCOPES)}},
         "settings": {

@@ -1,4 +1,5 @@
-"""The Stop button (`kelpie_stop`) on a running turn's progress or stream message.
+"""The Stop button (`kelpie_stop`) on a running turn's progress message; Slack's own stop
+button on the thread's agent session (`progress.sessions`) goes through `stop` too.
 
 Who may stop: the person who asked, or anyone allowed to approve writes in the channel's
 role. A permitted click records who stopped the turn (the reporter says so in the thread),
@@ -60,24 +61,6 @@ class StopHandler:
 
     def register(self) -> None:
         self._app.action(STOP_ACTION_ID)(self._on_stop)
-        self._app.event("message_stream_stopped")(self._on_stream_stopped)
-
-    async def _on_stream_stopped(self, event: dict[str, Any]) -> None:
-        """Slack's own stop control on a stoppable stream: the same as pressing Stop."""
-        channel = str(event.get("channel") or "")
-        ts = str(event.get("ts") or event.get("message_ts") or "")
-        turn = self._turns.by_stream(channel, ts)
-        if turn is None:
-            log.info("stream %s in %s stopped, but no running turn owns it", ts, channel)
-            return
-        user = str(event.get("user") or turn.asker)
-        if not await self.may_stop(user, turn):
-            log.warning("ignoring a stream stop by %s, who may not stop this turn", user)
-            return
-        turn.stopped_by = user
-        if self._interrupt(turn.session_key):
-            log.info("turn in %s stopped by %s with Slack's stop control", turn.session_key, user)
-        await self._withdraw_cards(turn.session_key, user)
 
     async def _on_stop(
         self, ack: Callable[[], Awaitable[None]], body: dict[str, Any], client: AsyncWebClient
@@ -92,18 +75,26 @@ class StopHandler:
         if turn is None:
             await whisper(client, channel, user, copy.TURN_ALREADY_FINISHED, thread_ts)
             return
+        await self.stop(user, turn)
+
+    async def stop(self, user: str, turn: ActiveTurn) -> bool:
+        """Stop `turn` for `user` (the Stop button, or the agent session's stop button in
+        `progress.sessions`): anyone but who may stop it is told who may. True when the
+        turn was interrupted."""
         if not await self.may_stop(user, turn):
             approval = self._approval(turn)
             approvers = approver_mentions(approval) if approval is not None else []
             text = copy.who_may_stop(turn.asker, approvers)
-            await whisper(client, turn.channel_id, user, text, turn.thread_ts)
-            return
+            await whisper(self._app.client, turn.channel_id, user, text, turn.thread_ts)
+            return False
         turn.stopped_by = user
-        if self._interrupt(session_key):
-            log.info("turn in %s stopped by %s", session_key, user)
+        stopped = self._interrupt(turn.session_key)
+        if stopped:
+            log.info("turn in %s stopped by %s", turn.session_key, user)
         else:
-            log.info("stop by %s: the turn in %s had already ended", user, session_key)
-        await self._withdraw_cards(session_key, user)
+            log.info("stop by %s: the turn in %s had already ended", user, turn.session_key)
+        await self._withdraw_cards(turn.session_key, user)
+        return stopped
 
     async def _withdraw_cards(self, session_key: str, user: str) -> None:
         session = await self._sessions.find(session_key)

@@ -224,6 +224,22 @@ class Message:
         return msg
 
 
+_SESSION_STATUSES = frozenset({"processing", "active", "suspended", "closed"})
+
+
+@dataclass
+class AgentSession:
+    """A thread's agent session as Slack keeps it."""
+
+    title: str | None
+    initiator: str | None
+    statuses: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str | None:
+        return self.statuses[-1] if self.statuses else None
+
+
 @dataclass
 class Ephemeral:
     """An ephemeral message: only `user` sees it."""
@@ -432,11 +448,14 @@ class SlackServer:
         self.acks: dict[str, Ack] = {}
         self.sent_envelopes: list[Json] = []
         self.response_posts: list[ResponseUrlPost] = []
-        # Whether the app subscribed to `message_stream_stopped` (needed for is_stoppable).
-        self.stream_stop_subscribed = True
         # The bot token's scopes, sent in `x-oauth-scopes` as Slack does: the app was
         # installed from kelpie's own manifest unless a test removes some.
         self.granted_scopes: list[str] = list(BOT_SCOPES)
+        # Whether the app subscribed to `agent_session_stopped` (Slack shows a stop button on
+        # a processing agent session only then).
+        self.session_stop_subscribed = True
+        # Agent sessions by (channel, thread_ts): the status history, title and initiator.
+        self.agent_sessions: dict[tuple[str, str], AgentSession] = {}
         self.statuses: dict[tuple[str, str], list[str]] = {}
         # Text in all of a message's blocks before Slack answers msg_blocks_too_long (not
         # documented; a test lowers it to see refused messages retried smaller).
@@ -479,6 +498,8 @@ class SlackServer:
             "files.getUploadURLExternal": SlackServer._files_get_upload_url_external,
             "files.completeUploadExternal": SlackServer._files_complete_upload_external,
             "assistant.threads.setStatus": SlackServer._assistant_threads_set_status,
+            "agents.sessions.setStatus": SlackServer._agents_sessions_set_status,
+            "agents.sessions.rename": SlackServer._agents_sessions_rename,
         }
         self.set_user(BOT_USER_ID, BOT_NAME, real_name="Kelpie", is_bot=True)
 
@@ -633,22 +654,34 @@ class SlackServer:
         """Simulate the user pressing stop: further appends answer `stopped_by_user`."""
         self._set_stream_state(ts, "stopped_by_user")
 
-    async def press_stream_stop(self, channel: str, ts: str, user: str) -> None:
-        """The recipient presses Slack's own stop control on a stoppable stream: the stream
-        stops and, as the app subscribed to it, a `message_stream_stopped` event arrives."""
-        message = self.get_message(channel, ts)
-        thread_ts = message.thread_ts if message else None
-        self._set_stream_state(ts, "stopped_by_user")
+    async def press_session_stop(self, channel: str, thread_ts: str, user: str) -> None:
+        """`user` presses the stop button Slack shows on a processing agent session: Slack
+        stops the session's live streams itself and sends `agent_session_stopped`."""
+        session = self.agent_sessions.get((channel, thread_ts))
+        if session is None or session.status != "processing" or not self.session_stop_subscribed:
+            raise AssertionError("Slack shows no stop button on this thread now")
+        stopped = [
+            m.ts
+            for m in self.thread(channel, thread_ts)
+            if m.kind == "stream" and m.streaming and m.is_bot
+        ]
+        for ts in stopped:
+            self._set_stream_state(ts, "stopped")
         await self.deliver_event(
             {
-                "type": "message_stream_stopped",
+                "type": "agent_session_stopped",
                 "channel": channel,
-                "ts": ts,
                 "thread_ts": thread_ts,
                 "user": user,
+                "streaming_message_ts": stopped,
                 "event_ts": self._next_ts(),
             }
         )
+
+    def session_status(self, channel: str, thread_ts: str) -> str | None:
+        """The agent session's current status in the thread (None: no session)."""
+        session = self.agent_sessions.get((channel, thread_ts))
+        return session.status if session else None
 
     def _set_stream_state(self, ts: str, state: str) -> None:
         for channel_messages in self.messages.values():
@@ -1060,8 +1093,8 @@ class SlackServer:
                 return _error("missing_recipient_user_id")
             if not p.get("recipient_team_id"):
                 return _error("missing_recipient_team_id")
-        if _truthy(p.get("is_stoppable")) and not self.stream_stop_subscribed:
-            return _error("not_subscribed_to_message_stream_stopped")
+        if "is_stoppable" in p:
+            return _error("invalid_arguments")  # gone: the stop button is the agent session's
         msg = Message(
             channel=channel,
             ts=self._next_ts(),
@@ -1226,6 +1259,40 @@ class SlackServer:
         history = self.statuses.setdefault((str(p["channel_id"]), str(p["thread_ts"])), [])
         history.append(str(p["status"]))
         self._notify()
+        return {"ok": True}
+
+    def _agents_sessions_set_status(self, call: RecordedCall) -> Json:
+        p = call.params
+        channel, thread_ts, status = p.get("channel_id"), p.get("thread_ts"), p.get("status")
+        if not channel or not thread_ts or status not in _SESSION_STATUSES:
+            return _error("invalid_arguments")
+        if self._resolve_channel(channel) is None:
+            return _error("channel_not_found")
+        title = p.get("title")
+        if title is not None and (not isinstance(title, str) or len(title) > 200):
+            return _error("invalid_arguments")
+        key = (str(channel), str(thread_ts))
+        session = self.agent_sessions.get(key)
+        if session is None:
+            # Title and initiator count only when the session is created.
+            session = AgentSession(title=title, initiator=p.get("initiator_user_id"))
+            self.agent_sessions[key] = session
+        session.statuses.append(str(status))
+        self._notify()
+        if not self.session_stop_subscribed:
+            warning = "missing_agent_session_stopped_event_subscription"
+            return {"ok": True, "warning": warning, "response_metadata": {"warnings": [warning]}}
+        return {"ok": True}
+
+    def _agents_sessions_rename(self, call: RecordedCall) -> Json:
+        p = call.params
+        session = self.agent_sessions.get((str(p.get("channel_id")), str(p.get("thread_ts"))))
+        title = p.get("title")
+        if session is None:
+            return _error("session_not_found")
+        if not isinstance(title, str) or not title or len(title) > 200:
+            return _error("invalid_arguments")
+        session.title = title
         return {"ok": True}
 
     # ------------------------------------------------------------------ uploads and response URLs

@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -38,6 +38,9 @@ from bot.slack.markdown import (
     escape,
     split_text,
 )
+
+if TYPE_CHECKING:
+    from bot.slack.progress.sessions import AgentSessions
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +89,6 @@ STREAM_GONE = frozenset({"message_not_in_streaming_state"})
 # What Slack answers when a message is over one of its size limits.
 SIZE_REFUSALS = frozenset({"msg_too_long", "msg_blocks_too_long", "invalid_blocks"})
 USER_STOPPED = "stopped_by_user"
-STOP_NOT_SUBSCRIBED = "not_subscribed_to_message_stream_stopped"
 
 Interrupt = Callable[[str], bool]
 T = TypeVar("T")
@@ -159,9 +161,6 @@ class ActiveTurn:
     channel_id: str
     thread_ts: str
     stopped_by: str | None = None
-    # The turn's stream messages, so Slack's own stop control (an event naming the stopped
-    # message) finds its turn.
-    stream_ts: set[str] = field(default_factory=set)
 
 
 class ActiveTurns:
@@ -180,9 +179,9 @@ class ActiveTurns:
         if self._turns.get(turn.session_key) is turn:
             del self._turns[turn.session_key]
 
-    def by_stream(self, channel_id: str, ts: str) -> ActiveTurn | None:
+    def by_thread(self, channel_id: str, thread_ts: str) -> ActiveTurn | None:
         for turn in self._turns.values():
-            if turn.channel_id == channel_id and ts in turn.stream_ts:
+            if (turn.channel_id, turn.thread_ts) == (channel_id, thread_ts):
                 return turn
         return None
 
@@ -194,9 +193,10 @@ class WorkspaceMemory:
     update_only_teams: set[str] = field(default_factory=set)
     update_only_channels: set[tuple[str, str]] = field(default_factory=set)
     no_assistant_status_teams: set[str] = field(default_factory=set)
-    # Workspaces where the app is not subscribed to message_stream_stopped, so streams
-    # cannot offer Slack's own stop control (is_stoppable).
-    no_stop_control_teams: set[str] = field(default_factory=set)
+    # Workspaces that refused agent sessions (the app is not declared as an agent), and
+    # those where Slack shows no stop button (no agent_session_stopped subscription).
+    no_agent_session_teams: set[str] = field(default_factory=set)
+    no_session_stop_teams: set[str] = field(default_factory=set)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -373,6 +373,7 @@ class TurnContext:
     turn: ActiveTurn
     message: IncomingMessage
     status: StatusIndicator
+    sessions: AgentSessions
     interrupt: Interrupt | None
     model_name: str
     tier: str | None
@@ -432,6 +433,7 @@ class ThreadReporter:
             await self._finish(finished)
         finally:
             await self._ctx.status.finish(finished.finish)
+            await self._ctx.sessions.end_turn(self._ctx.turn)
 
     # hooks for the renderings
     def _on_round(self) -> None: ...

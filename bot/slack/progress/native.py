@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
-
-from slack_sdk.errors import SlackApiError
 
 from bot.agent.events import (
     TurnFinish,
@@ -17,7 +14,6 @@ from bot.slack import copy
 from bot.slack.markdown import cut, stream_cut, to_mrkdwn
 from bot.slack.progress.common import (
     SLACK_FAILURES,
-    STOP_NOT_SUBSCRIBED,
     STREAM_GONE,
     STREAM_SEGMENT_LIMIT,
     STREAM_TEXT_LIMIT,
@@ -30,7 +26,6 @@ from bot.slack.progress.common import (
     TurnContext,
     error_code,
     footer_blocks,
-    stop_button_block,
 )
 from bot.slack.safe_text import escape_mrkdwn
 
@@ -43,7 +38,6 @@ class NativeReporter(ThreadReporter):
     def __init__(self, ctx: TurnContext) -> None:
         super().__init__(ctx)
         self._ts: str | None = None
-        self._control_ts: str | None = None
         self._pending: list[Json] = []
         self._wake = asyncio.Event()
         self._closing = False
@@ -64,55 +58,26 @@ class NativeReporter(ThreadReporter):
                 self._ts = await self._start_stream(slot, [_plan(copy.PLAN_WORKING)])
         except SLACK_FAILURES as error:
             return error_code(error)
-        await self._post_control()
         self._flusher = asyncio.create_task(self._flush_loop())
         return None
 
     async def _start_stream(self, slot: ThreadSlot, chunks: list[Json]) -> str:
-        turn, memory = self._ctx.turn, self._ctx.memory
-        # Offer Slack's own stop control where the app is subscribed to its event.
-        stoppable = turn.team_id not in memory.no_stop_control_teams
-        extra: dict[str, Any] = {"is_stoppable": True} if stoppable else {}
-        try:
-            response = await self._ctx.pacer.call(
-                slot,
-                lambda: self._client.chat_startStream(
-                    channel=self._channel,
-                    thread_ts=self._thread_ts,
-                    recipient_team_id=turn.team_id or None,
-                    recipient_user_id=turn.asker,
-                    task_display_mode="plan",
-                    chunks=chunks,
-                    **extra,
-                ),
-                paced=False,
-            )
-        except SlackApiError as error:
-            if not stoppable or error_code(error) != STOP_NOT_SUBSCRIBED:
-                raise
-            log.info("no message_stream_stopped subscription: streams without stop control")
-            memory.no_stop_control_teams.add(turn.team_id)
-            return await self._start_stream(slot, chunks)
-        self._segment_text, self._segment_tasks = [], []
-        self._record(chunks)
-        ts = str(response["ts"])
-        turn.stream_ts.add(ts)
-        return ts
-
-    async def _post_control(self) -> None:
-        try:
-            response = await self._client.chat_postMessage(
+        turn = self._ctx.turn
+        response = await self._ctx.pacer.call(
+            slot,
+            lambda: self._client.chat_startStream(
                 channel=self._channel,
                 thread_ts=self._thread_ts,
-                text=copy.STOP_HINT,
-                blocks=[
-                    {"type": "context", "elements": [{"type": "mrkdwn", "text": copy.STOP_HINT}]},
-                    stop_button_block(self._ctx.turn.session_key),
-                ],
-            )
-            self._control_ts = str(response["ts"])
-        except SLACK_FAILURES as error:
-            log.warning("could not post the Stop button: %s", error_code(error))
+                recipient_team_id=turn.team_id or None,
+                recipient_user_id=turn.asker,
+                task_display_mode="plan",
+                chunks=chunks,
+            ),
+            paced=False,
+        )
+        self._segment_text, self._segment_tasks = [], []
+        self._record(chunks)
+        return str(response["ts"])
 
     # events → pending chunks
     def _queue(self, chunk: Json) -> None:
@@ -305,7 +270,6 @@ class NativeReporter(ThreadReporter):
         blocks = footer_blocks(self._footer(finished))
         async with self._ctx.pacer.hold(self._channel, self._thread_ts) as slot:
             await self._stop(slot, _plan(_plan_title(finished.finish)), chunks, blocks)
-            await self._delete_control(slot)
         if not self._lost:
             return
         # Some of the stream may not have reached Slack: post the outcome as a message too.
@@ -352,19 +316,6 @@ class NativeReporter(ThreadReporter):
             else:
                 log.warning("chat.stopStream failed: %s", code)
                 self._lost = True
-
-    async def _delete_control(self, slot: ThreadSlot) -> None:
-        control = self._control_ts
-        if control is None:
-            return
-        try:
-            await self._ctx.pacer.call(
-                slot,
-                lambda: self._client.chat_delete(channel=self._channel, ts=control),
-                paced=False,
-            )
-        except SLACK_FAILURES as error:
-            log.info("could not remove the Stop button: %s", error_code(error))
 
 
 def _plan(title: str) -> Json:

@@ -22,6 +22,7 @@ from bot.slack.progress.common import (
     WorkspaceMemory,
 )
 from bot.slack.progress.native import NativeReporter
+from bot.slack.progress.sessions import AgentSessions
 from bot.slack.progress.update import UpdateReporter
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class SlackReporters:
         self._pacer = ThreadPacer()
         self._memory = WorkspaceMemory()
         self.turns = ActiveTurns()
+        self.sessions = AgentSessions(client, self._memory)
 
     def mode_for(self, team_id: str, channel_id: str) -> StreamingMode:
         """The rendering the next turn in this channel gets."""
@@ -78,6 +80,7 @@ class SlackReporters:
             self._client, self._memory, message, reactions=self._config.status_reactions
         )
         await status.start()
+        await self.sessions.start_turn(message)
         ctx = TurnContext(
             client=self._client,
             memory=self._memory,
@@ -86,6 +89,7 @@ class SlackReporters:
             turn=turn,
             message=message,
             status=status,
+            sessions=self.sessions,
             interrupt=self._interrupt,
             model_name=self._model_name,
             tier=self._tier,

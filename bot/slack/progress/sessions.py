@@ -1,0 +1,139 @@
+"""Each thread kelpie works in is a Slack agent session; its stop button stops the turn.
+
+The session is `processing` (titled with the question's first line) while a turn runs and
+`active` once the turn has answered, failed, been stopped or handed its write to an
+approval card (the turn ends there; the decision resumes it as a new turn). While it is
+`processing` Slack shows its own stop button; a press stops the session's streams on
+Slack's side and sends `agent_session_stopped`, which stops the turn exactly like kelpie's
+Stop button (same permission check, same sentence in the thread). Slack does not change
+the status by itself, so the turn's end moves it off `processing`.
+
+A workspace whose app is not declared as an agent refuses `agents.sessions.setStatus`: the
+turn goes on without a session (and without a stop button), remembered for the workspace.
+One not subscribed to `agent_session_stopped` answers with a warning: the session works,
+Slack shows no stop button, and the log (and `kelpie check`) says what to enable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.agent.session import IncomingMessage
+from bot.slack.progress.common import (
+    SLACK_FAILURES,
+    ActiveTurn,
+    ActiveTurns,
+    WorkspaceMemory,
+    error_code,
+    truncate,
+)
+
+log = logging.getLogger(__name__)
+
+STOP_EVENT = "agent_session_stopped"
+MISSING_STOP_SUBSCRIPTION = "missing_agent_session_stopped_event_subscription"
+TITLE_CHARS = 200
+
+
+class SessionStatus(StrEnum):
+    PROCESSING = "processing"
+    ACTIVE = "active"
+    SUSPENDED = "suspended"
+    CLOSED = "closed"
+
+
+def session_title(question: str) -> str:
+    """The question's first non-empty line, at most 200 characters."""
+    line = next((line.strip() for line in question.splitlines() if line.strip()), "")
+    return truncate(line, TITLE_CHARS) or "kelpie"
+
+
+class AgentSessions:
+    """Sets a thread's agent session status; remembers what each workspace refused."""
+
+    def __init__(self, client: AsyncWebClient, memory: WorkspaceMemory) -> None:
+        self._client = client
+        self._memory = memory
+
+    async def set(
+        self, team_id: str, channel_id: str, thread_ts: str, status: SessionStatus, **created: str
+    ) -> None:
+        """`created`: `title` and `initiator_user_id`, which count only at creation."""
+        if team_id in self._memory.no_agent_session_teams:
+            return
+        try:
+            response = await self._client.agents_sessions_setStatus(
+                channel_id=channel_id, thread_ts=thread_ts, status=status.value, **created
+            )
+        except SLACK_FAILURES as error:
+            log.warning("agent session status refused (%s): no stop button", error_code(error))
+            if isinstance(error, SlackApiError):
+                self._memory.no_agent_session_teams.add(team_id)
+            return
+        warnings = str(response.get("warning") or "") + str(
+            (response.get("response_metadata") or {}).get("warnings") or ""
+        )
+        if (
+            MISSING_STOP_SUBSCRIPTION in warnings
+            and team_id not in self._memory.no_session_stop_teams
+        ):
+            self._memory.no_session_stop_teams.add(team_id)
+            log.warning(
+                "Slack shows no stop button: subscribe the app to the %s event "
+                "(`kelpie manifest` lists it)",
+                STOP_EVENT,
+            )
+
+    async def start_turn(self, message: IncomingMessage) -> None:
+        await self.set(
+            message.team_id,
+            message.channel_id,
+            message.thread_ts,
+            SessionStatus.PROCESSING,
+            title=session_title(message.text),
+            initiator_user_id=message.user,
+        )
+
+    async def end_turn(self, turn: ActiveTurn) -> None:
+        await self.set(turn.team_id, turn.channel_id, turn.thread_ts, SessionStatus.ACTIVE)
+
+
+# Asks the Stop button's owner to stop a turn for `user` (who-may-stop check, the refusal
+# whisper and the interrupt included); True when the turn was stopped.
+StopTurn = Callable[[str, ActiveTurn], Awaitable[bool]]
+
+
+class SessionStopEvents:
+    """`agent_session_stopped` → the same stop as kelpie's Stop button."""
+
+    def __init__(
+        self, app: AsyncApp, turns: ActiveTurns, sessions: AgentSessions, stop: StopTurn
+    ) -> None:
+        self._app = app
+        self._turns = turns
+        self._sessions = sessions
+        self._stop = stop
+
+    def register(self) -> None:
+        self._app.event("agent_session_stopped")(self._on_stopped)
+
+    async def _on_stopped(self, body: dict[str, Any], event: dict[str, Any]) -> None:
+        channel = str(event.get("channel") or "")
+        thread_ts = str(event.get("thread_ts") or "")
+        user = str(event.get("user") or "")
+        turn = self._turns.by_thread(channel, thread_ts)
+        if turn is None:
+            # Nothing runs there (any more): just take the session off processing.
+            log.info("agent session in %s/%s stopped with no turn running", channel, thread_ts)
+            team = str(body.get("team_id") or "")
+            await self._sessions.set(team, channel, thread_ts, SessionStatus.ACTIVE)
+            return
+        if await self._stop(user, turn):
+            log.info("turn in %s stopped by %s from the agent session", turn.session_key, user)
