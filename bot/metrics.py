@@ -17,11 +17,6 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from slack_sdk.errors import SlackApiError
-from slack_sdk.http_retry.async_handler import AsyncRetryHandler
-from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
-from slack_sdk.http_retry.request import HttpRequest
-from slack_sdk.http_retry.response import HttpResponse
-from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
@@ -163,32 +158,6 @@ class MeteredApprovalRepository(ApprovalRepository):
         if won:
             self._metrics.approvals.labels(state.value).inc()
         return won
-
-
-class _CountingRateLimitHandler(AsyncRateLimitErrorRetryHandler):
-    def __init__(self, metrics: Metrics, max_retry_count: int) -> None:
-        super().__init__(max_retry_count=max_retry_count)
-        self._metrics = metrics
-
-    async def _can_retry_async(
-        self,
-        *,
-        state: RetryState,
-        request: HttpRequest,
-        response: HttpResponse | None = None,
-        error: Exception | None = None,
-    ) -> bool:
-        if response is not None and response.status_code == 429:
-            method = request.url.rstrip("/").rsplit("/", 1)[-1]
-            self._metrics.slack_rate_limited.labels(method).inc()
-        return await super()._can_retry_async(
-            state=state, request=request, response=response, error=error
-        )
-
-
-def rate_limit_handler(metrics: Metrics, max_retry_count: int) -> AsyncRetryHandler:
-    """Retries 429s after Retry-After, counting each one."""
-    return _CountingRateLimitHandler(metrics, max_retry_count)
 
 
 class MeteredWebClient(AsyncWebClient):
