@@ -321,6 +321,14 @@ class ScriptedPeer:
         async with self._arrived:
             self._arrived.notify_all()
 
+    async def _refuse(
+        self, request: web.Request, body: dict[str, Any], status: int, message: str
+    ) -> web.Response:
+        """Refuse what the provider refuses, in the provider's own error shape."""
+        await self._record_only(request, body)
+        self.rejected.append((status, message))
+        return self._error(ErrorStep(status, message))
+
     async def _play_common(self, request: web.Request, step: Step) -> Step | web.StreamResponse:
         """Hang and error steps look the same on every peer but for the error body."""
         while isinstance(step, HangStep):

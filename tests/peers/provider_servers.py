@@ -97,13 +97,6 @@ class AnthropicServer(ScriptedPeer):
         payload = {"type": "error", "error": {"type": kind, "message": step.message}}
         return web.json_response(payload, status=step.status)
 
-    async def _refuse(
-        self, request: web.Request, body: dict[str, Any], status: int, message: str
-    ) -> web.Response:
-        await self._record_only(request, body)
-        self.rejected.append((status, message))
-        return self._error(ErrorStep(status, message))
-
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
         if body is None:
@@ -360,13 +353,6 @@ class GeminiServer(ScriptedPeer):
         payload = {"error": {"code": step.status, "message": step.message, "status": status}}
         return web.json_response(payload, status=step.status)
 
-    async def _refuse(
-        self, request: web.Request, body: dict[str, Any], status: int, message: str
-    ) -> web.Response:
-        await self._record_only(request, body)
-        self.rejected.append((status, message))
-        return self._error(ErrorStep(status, message))
-
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
         if body is None:
@@ -488,13 +474,6 @@ class OllamaServer(ScriptedPeer):
 
     def _error(self, step: ErrorStep) -> web.Response:
         return web.json_response({"error": step.message}, status=step.status)
-
-    async def _refuse(
-        self, request: web.Request, body: dict[str, Any], status: int, message: str
-    ) -> web.Response:
-        await self._record_only(request, body)
-        self.rejected.append((status, message))
-        return self._error(ErrorStep(status, message))
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
