@@ -2,9 +2,11 @@
 installed workspace, and seen once.
 
 `SlackHttpRoute` is the Events API endpoint (HTTP mode). Every request gets a 2xx or 4xx,
-never a 500: an oversized, non-UTF-8 or unparseable body is refused with one sentence; a
-body is parsed only after its signature checks out; a signed request replayed with the
-same signature is acknowledged and not processed again. `installed_workspace_only` is a
+never a bare 500: an oversized, non-UTF-8 or unparseable body is refused with one sentence;
+a body is parsed only after its signature checks out; a signed request replayed with the
+same signature is acknowledged and not processed again. When the store cannot record the
+signature (an outage), the answer is a 503 and one log line: Slack retries a 5xx, and the
+retry is handled once the store is back. `installed_workspace_only` is a
 Bolt middleware (both modes) that drops events from another workspace or organisation.
 """
 
@@ -21,6 +23,8 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
+
+from bot.store.db import error_reason
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +65,16 @@ class SlackHttpRoute:
         except UnicodeDecodeError:
             log.warning("refused a signed Slack request whose body is not UTF-8")
             return _refuse(400, "The request body is not UTF-8.")
-        if not await self._ledger.claim(f"sig:{signature}"):
+        try:
+            first = await self._ledger.claim(f"sig:{signature}")
+        except Exception as error:
+            log.error(
+                "could not store a Slack request (the store is unavailable: %s); "
+                "answered 503 so Slack delivers it again",
+                error_reason(error),
+            )
+            return _refuse(503, "The request could not be stored; deliver it again.")
+        if not first:
             log.warning("ignored a replayed Slack request (same signature)")
             return web.Response(status=200, text="")
         return await self._dispatch(request, body)

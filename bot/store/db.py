@@ -72,8 +72,8 @@ class Database:
             raise
         except Exception as error:
             raise StoreError(
-                f"database.url: cannot open {self.where} ({_reason(error)}); check the path or "
-                "server and that kelpie may write there"
+                f"database.url: cannot open {self.where} ({error_reason(error)}); "
+                "check the path or server and that kelpie may write there"
             ) from error
 
     async def ping(self) -> None:
@@ -119,7 +119,7 @@ def _where(url: str) -> str:
         return "database.url"
 
 
-def _reason(error: BaseException) -> str:
+def error_reason(error: BaseException) -> str:
     """A short reason without a traceback (and without the URL's password)."""
     root: BaseException = error
     while root.__cause__ is not None or root.__context__ is not None:
