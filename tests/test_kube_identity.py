@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from bot.config import RoleConfig
 from bot.store.approvals import WriteAuditRepository
+from bot.store.repositories import ToolAuditRepository
 from bot.tools.kube.client import KubeClients, KubeFailure
 from bot.tools.kube.read import read_tools
 from bot.tools.kube.write import write_tools
@@ -22,7 +23,7 @@ from tests.peers.kube_server import Demo, KubeServer
 from tests.realkube.backends import CLUSTER, Backend
 from tests.realkube.cluster import KELPIE_USER, Admin, RealKube, binding
 from tests.test_approvals import card_text, click, propose_scale, wait_said
-from tests.world import CAROL, World
+from tests.world import CAROL, OPS_CHANNEL, World
 
 ALICE = KubeIdentity("alice", ("oncall", "team-a"))
 BOB = KubeIdentity("bob", ("team-b",))
@@ -139,6 +140,7 @@ async def test_the_same_request_is_allowed_for_one_identity_and_refused_for_anot
         "The cluster's RBAC does not let Kubernetes user bob (groups team-b) list pods "
         f"in namespace {backend.namespace} (403 Forbidden)."
     )
+    assert forbidden.value.acting_as == "Kubernetes user bob (groups team-b)"
     # alice is allowed only through team-a, her second group: every group is sent.
     as_alice = ToolContext(CLUSTER, backend.namespace, ALICE)
     plan = await scale.prepare(args, as_alice)
@@ -146,10 +148,20 @@ async def test_the_same_request_is_allowed_for_one_identity_and_refused_for_anot
     assert result.summary.endswith("(as Kubernetes user alice (groups oncall, team-a))")
     deployment = backend.read("Deployment", "web")
     assert deployment is not None and deployment["spec"]["replicas"] == 2
-    # An identity kelpie may not impersonate: refused, in one sentence.
-    carol = ToolContext(CLUSTER, backend.namespace, KubeIdentity("carol"))
-    with pytest.raises(KubeFailure, match="does not let Kubernetes user carol list pods"):
+    # An identity kelpie may not impersonate: the API server's message says it is kelpie's
+    # own grant that is missing, not carol's, and the operator is told what to grant.
+    carol = ToolContext(CLUSTER, backend.namespace, KubeIdentity("carol", ("team-a",)))
+    with pytest.raises(KubeFailure) as no_grant:
         await tools["list_pods"].handler({}, carol)
+    assert str(no_grant.value) == (
+        f"kelpie's service account (Kubernetes user {KELPIE_USER}) may not impersonate user "
+        f"carol, so it could not list pods in namespace {backend.namespace}; grant impersonate "
+        'on users "carol" to it (as deploy/base/rbac-cluster.yaml does).'
+    )
+    # alice is granted, the group team-x is not.
+    stranger = ToolContext(CLUSTER, backend.namespace, KubeIdentity("alice", ("team-x",)))
+    with pytest.raises(KubeFailure, match=r'may not impersonate group team-x, .*"team-x"'):
+        await tools["list_pods"].handler({}, stranger)
 
 
 @pytest.mark.realkube
@@ -198,6 +210,44 @@ async def test_a_roles_identity_from_config_reaches_the_cluster_and_the_audit(
     assert outcome.ok and str(outcome.result).endswith(
         "(as Kubernetes user alice (groups oncall, sre))"
     )
+
+
+async def test_reads_are_audited_with_the_identity_the_cluster_saw(world: World) -> None:
+    world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
+    world.model.reply_tool_calls([("list_deployments", {"namespace": "shop"})])
+    world.model.reply_text("Listed.")
+    bot = await world.start_bot(
+        {"roles": {"operator": {"kubernetes": {"impersonate": {"user": "alice"}}}}}
+    )
+    mention = await world.mention(OPS_CHANNEL, CAROL, "what runs in shop?")
+    await wait_said(world, mention["ts"], "Listed.")
+    await world.drain()
+    reads = [r for r in world.kube.requests if r.method == "GET"]
+    assert reads and {r.acting_as for r in reads} == {("alice", ())}
+    session = await bot.sessions.find(f"T0TEST:{OPS_CHANNEL}:{mention['ts']}")
+    assert session is not None
+    audit = await ToolAuditRepository(bot.db).for_session(session.id)
+    executed = [(row.tool, row.reason) for row in audit if row.stage == "execute"]
+    assert executed == [
+        ("read/list_pods", "ok (as Kubernetes user alice)"),
+        ("read/list_deployments", "ok (as Kubernetes user alice)"),
+    ]
+
+
+async def test_reads_without_a_role_identity_are_audited_as_kelpies_own(world: World) -> None:
+    world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
+    world.model.reply_text("Listed.")
+    bot = await world.start_bot()
+    mention = await world.mention(OPS_CHANNEL, CAROL, "pods?")
+    await wait_said(world, mention["ts"], "Listed.")
+    await world.drain()
+    assert {r.acting_as for r in world.kube.requests} == {(None, ())}
+    session = await bot.sessions.find(f"T0TEST:{OPS_CHANNEL}:{mention['ts']}")
+    assert session is not None
+    audit = await ToolAuditRepository(bot.db).for_session(session.id)
+    assert [row.reason for row in audit if row.stage == "execute"] == [
+        "ok (as kelpie's own Kubernetes identity)"
+    ]
 
 
 def test_an_impersonation_without_a_user_is_a_config_error() -> None:

@@ -30,6 +30,7 @@ class ToolOutcome:
     attachment: str | None = None
     stage: str | None = None  # the pipeline stage that denied, when denied
     end_turn: bool = False  # the tool asked to end the turn (see ToolResult.end_turn)
+    acting_as: str | None = None  # who the cluster saw make the calls (audited)
 
 
 class Gate(Protocol):
@@ -230,14 +231,19 @@ class ToolHarness:
         except ToolArgumentError as error:
             return _failed(f"{name}: invalid arguments: {error}")
         except ToolFailure as error:
-            return _failed(f"{name} failed: {error}")
+            return replace(_failed(f"{name} failed: {error}"), acting_as=error.acting_as)
         except TimeoutError:
             return _failed(f"{name} timed out after {self._timeout_s:g} s.")
         except Exception:
             log.exception("tool %s crashed", name)
             return _failed(f"{name} failed with an internal error (logged).")
         return ToolOutcome(
-            ToolStatus.OK, result.text, result.summary, result.attachment, end_turn=result.end_turn
+            ToolStatus.OK,
+            result.text,
+            result.summary,
+            result.attachment,
+            end_turn=result.end_turn,
+            acting_as=result.acting_as,
         )
 
 
@@ -253,9 +259,11 @@ async def masked_outcome(outcome: ToolOutcome) -> ToolOutcome:
 
 
 def _decision_of(outcome: ToolOutcome) -> Decision:
+    # The audit names the identity the cluster saw (a role's impersonated one, or kelpie's).
+    seen = f" (as {outcome.acting_as})" if outcome.acting_as else ""
     if outcome.status is ToolStatus.OK:
-        return Decision.allow("ok")
-    return Decision.deny(outcome.summary)
+        return Decision.allow(f"ok{seen}")
+    return Decision.deny(f"{outcome.summary}{seen}")
 
 
 def _failed(message: str) -> ToolOutcome:

@@ -40,6 +40,9 @@ class ToolFailure(Exception):
     "Kubernetes answered 403 Forbidden to list pods in namespace shop."
     """
 
+    # Who the cluster saw make the call (set by the Kubernetes tools), for the audit.
+    acting_as: str | None = None
+
 
 class BackgroundPort(Protocol):
     """Starts a background investigation for the running turn (see `spawn_investigation`)."""
@@ -85,6 +88,8 @@ class ToolResult:
     # A yield signal: when this is the only call of its round, the turn ends right after it
     # with a fixed confirmation instead of another model round (direct presentation).
     end_turn: bool = False
+    # Who the cluster saw make the calls (set by the Kubernetes tools), for the audit.
+    acting_as: str | None = None
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]

@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any, TypeVar
@@ -32,6 +34,7 @@ from bot.errors import ConfigError
 from bot.tools.spec import KubeIdentity, ToolFailure
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 DEFAULT_REQUEST_TIMEOUT_S = 15.0
 
@@ -129,6 +132,29 @@ def _server_message(exc: ApiException) -> str:
     return str(exc.reason or "no details")
 
 
+# How the API server words a missing `impersonate` grant of the caller itself (as opposed to
+# a denial of the impersonated identity), e.g. `users "carol" is forbidden: User "kelpie"
+# cannot impersonate resource "users" in API group "" at the cluster scope`.
+_IMPERSONATION_DENIED = re.compile(
+    r'^(?P<resource>[\w/.:-]+) "(?P<name>[^"]*)" is forbidden: User "(?P<actor>[^"]*)" '
+    r'cannot impersonate resource "(?P=resource)"'
+)
+
+
+def _impersonation_denied(describe: str, message: str) -> str | None:
+    """One sentence for the operator when kelpie itself may not impersonate, else None."""
+    found = _IMPERSONATION_DENIED.match(message)
+    if found is None:
+        return None
+    resource, name, actor = found["resource"], found["name"], found["actor"]
+    kind = {"users": "user", "groups": "group", "serviceaccounts": "service account"}
+    return (
+        f"kelpie's service account (Kubernetes user {actor}) may not impersonate "
+        f"{kind.get(resource, resource)} {name}, so it could not {describe}; grant impersonate "
+        f'on {resource} "{name}" to it (as deploy/base/rbac-cluster.yaml does).'
+    )
+
+
 def _clipped(text: str, limit: int = 300) -> str:
     """At most `limit` characters on one line: some answers (a 422 for a bad patch) quote
     the whole object."""
@@ -209,6 +235,11 @@ class KubeClient:
     @property
     def host(self) -> str:
         return str(self._api.configuration.host)
+
+    @property
+    def seen_as(self) -> str:
+        """Who the cluster sees make this client's calls, in words (for the audit)."""
+        return str(self.identity or "kelpie's own Kubernetes identity")
 
     def acting_as(self, identity: KubeIdentity | None) -> KubeClient:
         """This client, every call impersonating `identity` (None: as configured)."""
@@ -292,6 +323,9 @@ class KubeClient:
                     f"Kubernetes did not accept the bot's credentials (401 Unauthorized) "
                     f"to {describe}: {message}."
                 )
+            case 403 if (denied := _impersonation_denied(describe, message)) is not None:
+                log.warning("kubernetes cluster %s: %s", self.name, denied)
+                text = denied
             case 403 if self.identity is not None:
                 text = (
                     f"The cluster's RBAC does not let {self.identity} {describe} (403 Forbidden)."

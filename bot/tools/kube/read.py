@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -269,6 +270,20 @@ class _ReadTools:
 
     def _kube(self, context: ToolContext) -> KubeClient:
         return self._clients.client_for(context.cluster).acting_as(context.identity)
+
+    def audited(self, handler: Handler) -> Handler:
+        """`handler`, its result or failure naming the identity the cluster saw (audited)."""
+
+        async def run(args: dict[str, Any], context: ToolContext) -> ToolResult:
+            who = self._kube(context).seen_as
+            try:
+                result = await handler(args, context)
+            except ToolFailure as failure:
+                failure.acting_as = who
+                raise
+            return replace(result, acting_as=who)
+
+        return run
 
     async def _events_for(
         self, kube: KubeClient, namespace: str, kind: str, name: str
@@ -849,7 +864,7 @@ def read_tools(clients: KubeClients) -> list[Tool]:
             kind=ToolKind.READ,
             description=description,
             parameters=_schema(properties, required),
-            handler=handler,
+            handler=t.audited(handler),
             scope=scope,
             resource_kinds=kinds,
         )
