@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bot.slack.markdown import to_mrkdwn
-from bot.slack.safe_text import escape_mrkdwn, plain_text
+from bot.slack.markdown import STREAM_LINK_HOLD, StreamLinks, show_link_targets, to_mrkdwn
+from bot.slack.safe_text import escape_markdown, escape_mrkdwn, plain_text
 from tests.world import ALICE, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World
 
 HOSTILE = "<!channel> ping <@U0BOB> and <!subteam^S0SRE> see <http://evil.example|looks-safe>"
@@ -88,6 +88,80 @@ async def test_a_streamed_answer_and_progress_lines_are_escaped(world: World):
     sent = posted(world)
     assert "&lt;!channel&gt;" in sent and "<!here>" not in sent
     assert live_markup(sent) == []
+
+
+LYING_LINKS = (
+    "Read [the runbook](https://evil.example/phish) or ![status](https://evil.example/i.png) "
+    "or [wiki](https://en.wikipedia.org/wiki/Pod_(k8s)). Cited [E1] stays as written."
+)
+SHOWN = (
+    "Read the runbook (https://evil.example/phish) or status (https://evil.example/i.png) "
+    "or wiki (https://en.wikipedia.org/wiki/Pod_(k8s)). Cited [E1] stays as written."
+)
+
+
+def streamed(pieces: list[str]) -> str:
+    links = StreamLinks()
+    return "".join(links.feed(piece) for piece in pieces) + links.flush()
+
+
+def test_a_streamed_link_shows_its_address_wherever_the_deltas_split_it():
+    assert show_link_targets(LYING_LINKS) == SHOWN
+    for size in (1, 2, 3, 5, 8, 13, len(LYING_LINKS)):
+        pieces = [LYING_LINKS[i : i + size] for i in range(0, len(LYING_LINKS), size)]
+        assert streamed(pieces) == SHOWN, size
+    # Nothing is held once a bracket can no longer open a link.
+    links = StreamLinks()
+    assert links.feed("see [E1] and") == "see [E1] and"
+    assert links.feed(" [x") == " " and links.feed("]") == "" and links.feed(" y") == "[x] y"
+
+
+def test_a_link_too_long_to_wait_for_goes_out_unable_to_become_a_link():
+    label = "a" * (STREAM_LINK_HOLD + 10)
+    out = streamed(["[", label, "](https://evil.example)"])
+    assert "](https://evil.example)" in out  # the address shows as text ...
+    assert out.startswith("\\[")  # ... because its `[` was escaped when it was let go
+
+
+def test_link_patterns_take_linear_time_on_hostile_runs():
+    # A backtracking engine took ~4 s for 20,000 `[`; RE2 takes milliseconds. No timing
+    # threshold here (bench/ measures): the size is one the old engine could not finish in
+    # a test's lifetime (quadratic: ~1,000 s), so finishing at all is the proof.
+    hostile = "[" * 300_000
+    assert show_link_targets(hostile) == hostile
+    assert streamed([hostile[:150_000], hostile[150_000:]]).count("[") == len(hostile)
+    assert to_mrkdwn("![a" * 100_000).count("!") == 100_000
+
+
+async def test_task_updates_in_the_native_stream_are_escaped(world: World):
+    hostile_name = "<!channel>[ok](https://e.x)<https://e.x|ok><@U0BOB>"
+    world.model.reply_tool_calls([("describe_pod", {"namespace": "shop", "name": hostile_name})])
+    answer = LYING_LINKS.split(" Cited")[0]  # no evidence reference: the ledger holds none
+    world.model.reply_text(f"Found it: {answer}")
+    await world.start_bot({"slack": {"streaming": "native"}})
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "look")
+    await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 1)
+    await world.drain()
+    stream = next(m for m in world.slack.thread(SHOP_CHANNEL, mention["ts"]) if m.tasks)
+    (task,) = stream.tasks.values()
+    fields = [str(task.get(key, "")) for key in ("title", "details", "output")]
+    shown = "\n".join(fields)
+    assert task["title"] == "describe_pod"
+    assert task["details"] == (
+        "ns=shop name=&lt;!channel&gt;ok (https://e.x)&lt;https://e.x|ok&gt;&lt;@U0BOB&gt;"
+    )
+    # The tool's answer repeats the name: escaped there too.
+    assert "name '&lt;!channel&gt;ok (https://e.x)&lt;https://e.x|ok&gt;" in task["output"]
+    assert all(token not in shown for token in ("<!channel>", "<@U0BOB>", "|ok>", "](http"))
+    # The answer's links show their real address in the stream too, split over deltas.
+    text = "".join(c["text"] for c in stream.chunks if c.get("type") == "markdown_text")
+    assert SHOWN.split(" Cited")[0] in text and "](http" not in text
+
+
+def test_escape_markdown_escapes_and_shows_link_targets():
+    assert escape_markdown("<!here> [ok](https://evil.example)") == (
+        "&lt;!here&gt; ok (https://evil.example)"
+    )
 
 
 async def test_card_fields_from_the_model_are_plain_text(world: World):

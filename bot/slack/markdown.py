@@ -8,15 +8,28 @@ it writes (`<@U…>`, `<!here>`, `<http://evil|safe>`) are escaped, never passed
 Markdown link shows its real address next to its label.
 
 Deliberately not a full CommonMark parser: no nested emphasis edge cases, reference links
-or HTML. The native stream takes Markdown as is and never goes through this module.
+or HTML. The native stream takes Markdown as is, except that its links too show their real
+address (`show_link_targets`, and `StreamLinks` for text that arrives in deltas).
 """
 
 from __future__ import annotations
 
 import re
 
+import re2
+
 SECTION_LIMIT = 3000  # Block Kit section text
 MAX_BLOCKS = 50  # blocks per message
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.max_mem = 8 << 20
+
+
+def _re2(pattern: str) -> re2._Regexp:
+    """Link patterns run on model text: RE2 matches in linear time, where a backtracking
+    engine takes seconds on a long run of `[` (quadratic) and stalls the event loop."""
+    return re2.compile(pattern, _RE2_OPTIONS)
+
 
 _FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -27,9 +40,9 @@ _TABLE_SEPARATOR = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.DOTALL)
 # A link target may hold balanced parentheses (`https://en.wikipedia.org/wiki/Pod_(k8s)`).
 _TARGET = r"((?:[^()\s]|\([^()\s]*\))+)"
-_IMAGE = re.compile(r"!\[([^\]]*)\]\(" + _TARGET + r"(?:\s+\"[^\"]*\")?\)")
-_LINK = re.compile(r"\[([^\]]+)\]\(" + _TARGET + r"(?:\s+\"[^\"]*\")?\)")
-_AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s|]+)>")
+_IMAGE = _re2(r"!\[([^\]]*)\]\(" + _TARGET + r"(?:\s+\"[^\"]*\")?\)")
+_LINK = _re2(r"\[([^\]]+)\]\(" + _TARGET + r"(?:\s+\"[^\"]*\")?\)")
+_AUTOLINK = _re2(r"<((?:https?|mailto):[^>\s|]+)>")
 _ENTITY = re.compile(r"&(amp|lt|gt);")
 _BOLD_ITALIC = re.compile(r"\*\*\*(?=\S)(.+?)(?<=\S)\*\*\*")
 _BOLD_STAR = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
@@ -206,6 +219,61 @@ def _link(url: str, label: str) -> str:
     if not url.startswith(("https://", "http://", "mailto:")):
         return f"{label} ({url})" if label and label != url else url
     return f"{label} (<{url}>)" if label and label != url else f"<{url}>"
+
+
+def show_link_targets(markdown: str) -> str:
+    """Markdown that stays Markdown, but each link and image shows its real address as text:
+    `[label](url)` becomes `label (url)`, so a label can never hide where it goes."""
+
+    def plain(match: re2._Match) -> str:
+        label, url = match.group(1), match.group(2)
+        return f"{label} ({url})" if label and label != url else url
+
+    return _LINK.sub(plain, _IMAGE.sub(plain, markdown))
+
+
+# What could still become a link once more text arrives, at the very end of the text:
+# `!` (an image to be), `[label`, `[label]`, `[label](url`, `[label](url "title`. RE2 finds
+# the leftmost such start in one linear pass.
+_PARTIAL_LINK = _re2(
+    r"!?(?:\[[^\]\n]*(?:\](?:\((?:[^()\s]|\([^()\s]*\))*(?:\([^()\s]*)?"
+    r"(?:\s+(?:\"[^\"\n]*\"?)?)?)?)?)?\z"
+)
+STREAM_LINK_HOLD = 3000  # characters held back at most while a link may still complete
+
+
+class StreamLinks:
+    """`show_link_targets` for text that arrives in pieces (the native stream): a possible
+    link is held back until it completes (and is rewritten) or can no longer be one. Text
+    held past `STREAM_LINK_HOLD` is let go with its `[` escaped, so that no later piece can
+    turn it into a link."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, text: str) -> str:
+        """What of the text so far may be sent now."""
+        text = show_link_targets(self._held + text)
+        at = _partial_start(text)
+        if len(text) - at <= STREAM_LINK_HOLD:
+            self._held = text[at:]
+            return text[:at]
+        # Too long to wait for: let it go with each `[` escaped; keep watching the rest.
+        cut = len(text) - STREAM_LINK_HOLD
+        rest = text[cut:]
+        keep = _partial_start(rest)
+        self._held = rest[keep:]
+        return text[:at] + text[at:cut].replace("[", "\\[") + rest[:keep]
+
+    def flush(self) -> str:
+        """The text held back, now that nothing more follows it (a round or a turn ended)."""
+        held, self._held = self._held, ""
+        return held
+
+
+def _partial_start(text: str) -> int:
+    partial = _PARTIAL_LINK.search(text)
+    return partial.start() if partial else len(text)
 
 
 def escape(text: str) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.slack.markdown import show_link_targets
+
 # Slack's limit on a plain_text object in most blocks (header: 150, button: 75).
 PLAIN_TEXT_LIMIT = 3000
 
@@ -19,6 +21,12 @@ def escape_mrkdwn(text: str) -> str:
     """Escape Slack's three control characters; all of `&` too, so an entity written by
     the model (`&lt;!here&gt;`) shows as written instead of being decoded into markup."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def escape_markdown(text: str) -> str:
+    """Untrusted text for a field Slack renders as Markdown (the native stream's text and
+    task updates): escaped like mrkdwn, and every link shows its real address."""
+    return escape_mrkdwn(show_link_targets(text))
 
 
 def plain_text(text: str, limit: int = PLAIN_TEXT_LIMIT) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from bot.slack.markdown import (
     escape,
     split_text,
 )
+from bot.slack.safe_text import escape_markdown
 
 if TYPE_CHECKING:
     from bot.slack.progress.sessions import AgentSessions
@@ -219,17 +220,23 @@ class TaskLine:
         return summary
 
     def chunk(self, *, unfinished: bool = False) -> Json:
-        chunk: Json = {"type": "task_update", "id": self.tool_call_id, "title": self.name}
+        """A `task_update`: the name, arguments and result come from the model and the
+        cluster, so each is escaped (Slack renders these fields as Markdown)."""
+        chunk: Json = {
+            "type": "task_update",
+            "id": self.tool_call_id,
+            "title": escape_markdown(self.name),
+        }
         if self.status is None:
             chunk["status"] = "error" if unfinished else "in_progress"
         else:
             ok = self.status in (ToolStatus.OK, ToolStatus.PENDING)
             chunk["status"] = "complete" if ok else "error"
         if self.args:
-            chunk["details"] = self.args
+            chunk["details"] = escape_markdown(self.args)
         output = copy.TOOL_NOT_FINISHED if unfinished and self.status is None else self.output()
         if output:
-            chunk["output"] = output
+            chunk["output"] = escape_markdown(output)
         return chunk
 
     def line(self, *, unfinished: bool = False) -> str:

@@ -11,7 +11,7 @@ from bot.agent.events import (
     TurnFinished,
 )
 from bot.slack import copy
-from bot.slack.markdown import cut, stream_cut, to_mrkdwn
+from bot.slack.markdown import StreamLinks, cut, stream_cut, to_mrkdwn
 from bot.slack.progress.common import (
     SLACK_FAILURES,
     STREAM_GONE,
@@ -27,7 +27,7 @@ from bot.slack.progress.common import (
     error_code,
     footer_blocks,
 )
-from bot.slack.safe_text import escape_mrkdwn
+from bot.slack.safe_text import escape_markdown, escape_mrkdwn
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ class NativeReporter(ThreadReporter):
         self._segment_tasks: list[str] = []
         self._dead = False  # the stream takes no more appends (stopped by the user)
         self._lost = False  # some answer text may not have reached Slack
+        self._links = StreamLinks()  # a link shows its real address here too
 
     async def start(self) -> str | None:
         """Start the stream; the Slack error code when the workspace refuses it."""
@@ -89,6 +90,7 @@ class NativeReporter(ThreadReporter):
         self._wake.set()
 
     def _on_round(self) -> None:
+        self._queue_text(self._links.flush())
         self._gap = self._any_text
         self._round_text = False
 
@@ -96,11 +98,16 @@ class NativeReporter(ThreadReporter):
         if self._gap:
             text, self._gap = "\n\n" + text, False
         self._any_text = self._round_text = True
-        # Model text is untrusted: escaped per delta (a character-local rewrite, so a
-        # mention split across deltas is caught too).
-        self._queue({"type": "markdown_text", "text": escape_mrkdwn(text)})
+        self._queue_text(self._links.feed(text))
+
+    def _queue_text(self, text: str) -> None:
+        # Model text is untrusted: escaped per piece (a character-local rewrite, so a
+        # mention split across deltas is caught too); links were rewritten as they completed.
+        if text:
+            self._queue({"type": "markdown_text", "text": escape_mrkdwn(text)})
 
     def _on_task(self, task: TaskLine) -> None:
+        self._queue_text(self._links.flush())
         self._queue(task.chunk())
 
     # writing
@@ -243,6 +250,7 @@ class NativeReporter(ThreadReporter):
             self._lost = True
 
     async def _finish(self, finished: TurnFinished) -> None:
+        self._queue_text(self._links.flush())
         self._closing = True
         self._wake.set()
         if self._flusher is not None:
@@ -256,7 +264,7 @@ class NativeReporter(ThreadReporter):
         if finished.finish in (TurnFinish.STOP, TurnFinish.MAX_ITERATIONS):
             # An answer the engine gave without streaming it (e.g. after a presentation).
             if not self._round_text and finished.answer.strip():
-                tail.append(escape_mrkdwn(finished.answer.strip()))
+                tail.append(escape_markdown(finished.answer.strip()))
             elif not self._any_text:
                 tail.append(copy.EMPTY_ANSWER)
         ending = self._ending(finished)
