@@ -117,8 +117,10 @@ def test_postgres_overlay_runs_replicas_without_a_volume_claim():
 
 def test_namespaced_rbac_has_a_role_in_each_allowed_namespace_and_nothing_cluster_wide():
     docs = render("namespaced-rbac")
-    kinds = {doc["kind"] for doc in docs}
-    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
+    # Cluster-wide only the impersonate grant (users and groups are cluster-scoped).
+    cluster_wide = [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    assert {d["metadata"]["name"] for d in cluster_wide} == {"kelpie-impersonate"}
+    assert {r["verbs"][0] for r in one(docs, "ClusterRole")["rules"]} == {"impersonate"}
     config = kelpie_config(docs)
     allowed = {ns for role in config.roles.values() for ns in role.namespaces}
     roles = {doc["metadata"]["namespace"] for doc in docs if doc["kind"] == "Role"}
@@ -128,6 +130,37 @@ def test_namespaced_rbac_has_a_role_in_each_allowed_namespace_and_nothing_cluste
     for role in (doc for doc in docs if doc["kind"] == "Role"):
         resources = {r for rule in role["rules"] for r in rule["resources"]}
         assert "secrets" not in resources
+
+
+def _example_identity() -> dict[str, Any]:
+    """The `impersonate:` identity config/kelpie.example.yaml shows (a commented example)."""
+    example = (DEPLOY.parent / "config" / "kelpie.example.yaml").read_text()
+    (line,) = [ln for ln in example.splitlines() if ln.lstrip("# ").startswith("impersonate:")]
+    identity: dict[str, Any] = yaml.safe_load(line.lstrip("# "))["impersonate"]
+    return identity
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_kelpie_may_impersonate_exactly_the_identities_the_config_example_names(overlay):
+    docs = render(overlay)
+    role = next(d for d in docs if d["metadata"]["name"] == "kelpie-impersonate")
+    assert role["kind"] == "ClusterRole"
+    granted = {}
+    for rule in role["rules"]:
+        assert rule["verbs"] == ["impersonate"] and rule["apiGroups"] == [""], rule
+        (resource,) = rule["resources"]
+        granted[resource] = set(rule["resourceNames"])  # never every user or group
+    identity = _example_identity()
+    assert granted == {"users": {identity["user"]}, "groups": set(identity["groups"])}
+    bound = next(
+        d
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding" and d["roleRef"]["name"] == "kelpie-impersonate"
+    )
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert bound["subjects"] == [
+        {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "kelpie"}
+    ]
 
 
 @pytest.mark.realkube

@@ -4,6 +4,7 @@ another refused, both in sentences)."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -21,10 +22,11 @@ from bot.tools.kube.write import write_tools
 from bot.tools.spec import KubeIdentity, ToolContext, ToolFailure, WritePlan
 from tests.peers.kube_server import Demo, KubeServer
 from tests.realkube.backends import CLUSTER, Backend
-from tests.realkube.cluster import KELPIE_USER, Admin, RealKube, binding
+from tests.realkube.cluster import KELPIE_USER, ROOT, Admin, RealKube, binding, eventually
 from tests.test_approvals import card_text, click, propose_scale, wait_said
 from tests.world import CAROL, OPS_CHANNEL, World
 
+IMPERSONATE_RBAC = ROOT / "deploy" / "base" / "rbac-impersonate.yaml"
 ALICE = KubeIdentity("alice", ("oncall", "team-a"))
 BOB = KubeIdentity("bob", ("team-b",))
 
@@ -156,7 +158,7 @@ async def test_the_same_request_is_allowed_for_one_identity_and_refused_for_anot
     assert str(no_grant.value) == (
         f"kelpie's service account (Kubernetes user {KELPIE_USER}) may not impersonate user "
         f"carol, so it could not list pods in namespace {backend.namespace}; grant impersonate "
-        'on users "carol" to it (as deploy/base/rbac-cluster.yaml does).'
+        'on users "carol" to it (as deploy/base/rbac-impersonate.yaml does).'
     )
     # alice is granted, the group team-x is not.
     stranger = ToolContext(CLUSTER, backend.namespace, KubeIdentity("alice", ("team-x",)))
@@ -210,6 +212,66 @@ async def test_a_roles_identity_from_config_reaches_the_cluster_and_the_audit(
     assert outcome.ok and str(outcome.result).endswith(
         "(as Kubernetes user alice (groups oncall, sre))"
     )
+
+
+@pytest.mark.realkube
+async def test_kelpies_service_account_impersonates_through_the_shipped_rbac(
+    realkube: tuple[RealKube, Admin], tmp_path: Path
+) -> None:
+    """deploy/base/rbac-*.yaml as shipped, bound to the ServiceAccount kelpie/kelpie, with that
+    ServiceAccount's own token: the config example's identity works, any other is refused
+    with the sentence that names the missing grant."""
+    cluster, admin = realkube
+    for doc in yaml.safe_load_all(IMPERSONATE_RBAC.read_text()):
+        admin.grant(doc)
+    namespace = admin.namespace()
+    reader = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "pod-reader", "namespace": namespace},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}],
+    }
+    admin.grant(reader)
+    admin.grant(binding(reader, {"kind": "Group", "name": "sre-oncall"}, namespace))
+    pod = {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "app", "image": "a:1"}]}}
+    admin.core.create_namespaced_pod(namespace, pod)
+    clients = KubeClients.build(
+        [(CLUSTER, str(_service_account_kubeconfig(cluster, admin, tmp_path)), None, False)]
+    )
+    list_pods = _tools(clients)["list_pods"]
+    try:
+        example = KubeIdentity("oncall-operator", ("sre-oncall",))
+        listed = await list_pods.handler({}, ToolContext(CLUSTER, namespace, example))
+        assert listed.acting_as == "Kubernetes user oncall-operator (groups sre-oncall)"
+        assert listed.text.startswith(f"1 pod in namespace {namespace}") and "web" in listed.text
+        with pytest.raises(KubeFailure) as refused:
+            await list_pods.handler({}, ToolContext(CLUSTER, namespace, KubeIdentity("alice")))
+        assert str(refused.value) == (
+            "kelpie's service account (Kubernetes user system:serviceaccount:kelpie:kelpie) "
+            f"may not impersonate user alice, so it could not list pods in namespace {namespace}; "
+            'grant impersonate on users "alice" to it (as deploy/base/rbac-impersonate.yaml does).'
+        )
+    finally:
+        clients.close()
+
+
+def _service_account_kubeconfig(cluster: RealKube, admin: Admin, tmp_path: Path) -> Path:
+    """A kubeconfig with the token of ServiceAccount kelpie/kelpie (made by the controller)."""
+
+    def token() -> str | None:
+        account = admin.json(admin.core.read_namespaced_service_account, "kelpie", "kelpie")
+        secrets = (account or {}).get("secrets") or []
+        if not secrets:
+            return None
+        secret = admin.json(admin.core.read_namespaced_secret, secrets[0]["name"], "kelpie")
+        encoded = ((secret or {}).get("data") or {}).get("token")
+        return base64.b64decode(encoded).decode() if encoded else None
+
+    config = yaml.safe_load(cluster.kubeconfig("kelpie").read_text())
+    config["users"][0]["user"]["token"] = eventually("kelpie's ServiceAccount token", token)
+    path = tmp_path / "service-account.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 async def test_reads_are_audited_with_the_identity_the_cluster_saw(world: World) -> None:

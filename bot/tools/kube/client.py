@@ -151,7 +151,7 @@ def _impersonation_denied(describe: str, message: str) -> str | None:
     return (
         f"kelpie's service account (Kubernetes user {actor}) may not impersonate "
         f"{kind.get(resource, resource)} {name}, so it could not {describe}; grant impersonate "
-        f'on {resource} "{name}" to it (as deploy/base/rbac-cluster.yaml does).'
+        f'on {resource} "{name}" to it (as deploy/base/rbac-impersonate.yaml does).'
     )
 
 
