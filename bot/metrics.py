@@ -20,13 +20,12 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from bot.agent.conversation import SessionInfo
 from bot.agent.events import ToolFinished, TurnEvent, TurnFinished
 from bot.agent.session import IncomingMessage, Reporter, ReporterFactory
-from bot.approvals.model import ApprovalState
 from bot.model.types import ModelError, ModelGateway, ModelReply, ModelRequest, TextSink
 from bot.store.approvals import ApprovalRepository
 from bot.store.db import Database
+from bot.values import ApprovalState, SessionInfo
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 # Model requests take from a fraction of a second to minutes (a local model, a long answer).

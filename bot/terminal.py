@@ -29,13 +29,11 @@ import threading
 import time
 from typing import Protocol, TextIO
 
-from bot.agent.conversation import SessionInfo
 from bot.agent.events import (
     RoundStarted,
     TextDelta,
     ToolFinished,
     ToolStarted,
-    ToolStatus,
     TurnEvent,
     TurnFinish,
     TurnFinished,
@@ -44,10 +42,17 @@ from bot.agent.events import (
 )
 from bot.agent.session import AgentSessions, IncomingMessage
 from bot.agent.turns import TurnBody
-from bot.approvals.model import Approval, ApprovalDecision, ApprovalState, DecisionKind
 from bot.config import ApprovalConfig
 from bot.errors import KelpieError
 from bot.policy.roles import ChannelBinding, ChannelRoles
+from bot.values import (
+    Approval,
+    ApprovalDecision,
+    ApprovalState,
+    DecisionKind,
+    SessionInfo,
+    ToolStatus,
+)
 
 log = logging.getLogger(__name__)
 

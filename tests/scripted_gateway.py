@@ -12,15 +12,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.model.types import (
-    FinishReason,
-    ModelError,
-    ModelReply,
-    ModelRequest,
-    TextSink,
-    ToolCallRequest,
-    Usage,
-)
+from bot.model.types import FinishReason, ModelError, ModelReply, ModelRequest, TextSink, Usage
+from bot.values import ToolCallRequest
 
 NO_USAGE = Usage(0, 0)  # what a provider that reports no usage amounts to
 

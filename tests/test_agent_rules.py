@@ -17,9 +17,6 @@ from sqlmodel import select
 from bot.agent.conversation import (
     SYNTHETIC_RESULT,
     ConversationState,
-    Message,
-    Role,
-    SessionInfo,
     repair_tool_pairs,
     trim_history,
 )
@@ -31,29 +28,31 @@ from bot.agent.engine import (
     RetryPolicy,
     TurnRequest,
 )
-from bot.agent.events import TextDelta, ToolFinished, ToolStatus, TurnEvent, TurnFinish
+from bot.agent.events import TextDelta, ToolFinished, TurnEvent, TurnFinish
 from bot.agent.evidence import EvidenceLedger
 from bot.agent.prompt import SAFETY_CONTRACT, PromptContext, system_prompt
 from bot.agent.toolround import REPEATED_NOTE, cut_result
 from bot.config import RoleConfig, Thinking, Tier, parse_config
 from bot.model.outbound import MaskingGateway, SentPayload, mask_messages
 from bot.model.router import ModelRouter, ResolvedAgentPolicy, resolve_policy
-from bot.model.types import ModelCapabilities, ModelError, ModelRequest, ToolCallRequest
+from bot.model.types import ModelCapabilities, ModelError, ModelRequest
 from bot.policy.decision import CallScope, ToolInvocation
 from bot.policy.pipeline import AbortStage, PermissionStage, Pipeline, RoleGateStage
 from bot.store.db import Database
 from bot.store.payloads import PayloadLog
 from bot.store.repositories import MessageRepository, SessionRepository, ToolAuditRepository
 from bot.store.tables import UsageRow
-from bot.tools.harness import ToolHarness, ToolOutcome, ToolRegistry
+from bot.tools.harness import ToolHarness, ToolRegistry
 from bot.tools.investigate import investigation_tool
 from bot.tools.present import present_tools
-from bot.tools.spec import (
-    Tool,
-    ToolContext,
-    ToolKind,
-    ToolResult,
-    ToolScope,
+from bot.tools.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
+from bot.values import (
+    Message,
+    Role,
+    SessionInfo,
+    ToolCallRequest,
+    ToolOutcome,
+    ToolStatus,
     WritePlan,
     WriteTarget,
 )

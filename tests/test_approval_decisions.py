@@ -8,8 +8,8 @@ import asyncio
 import sqlite3
 from typing import Any
 
-from bot.approvals.model import ApprovalDecision, DecisionKind
 from bot.store.approvals import ApprovalRepository, WriteAuditRepository
+from bot.values import ApprovalDecision, DecisionKind
 from tests.test_approvals import (
     approval_id,
     card_now,

@@ -7,8 +7,8 @@ import asyncio
 import json
 from typing import Any
 
-from bot.approvals.model import WriteAudit
 from bot.store.approvals import WriteAuditRepository
+from bot.values import WriteAudit
 from tests.world import ALICE, BOB, CAROL, DAVE, OPS_CHANNEL, World
 
 SCALE_PATH = "/apis/apps/v1/namespaces/shop/deployments/checkout-api/scale"

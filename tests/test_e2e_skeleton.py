@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from bot.agent.conversation import Role
+from bot.values import Role
 from tests.peers.model_server import HangStep, TextStep
 from tests.world import (
     ALICE,

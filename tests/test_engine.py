@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from bot.agent.conversation import Message, Role, SessionInfo
 from bot.agent.engine import INTERRUPTED_RESULT, Engine, RetryPolicy, TurnRequest
-from bot.agent.events import TextDelta, ToolFinished, ToolStarted, ToolStatus, TurnEvent, TurnFinish
+from bot.agent.events import TextDelta, ToolFinished, ToolStarted, TurnEvent, TurnFinish
 from bot.config import RoleConfig
 from bot.policy.decision import CallScope
 from bot.policy.pipeline import AbortStage, PermissionStage, Pipeline, RoleGateStage
 from bot.store.db import Database
 from bot.store.repositories import MessageRepository, SessionRepository, ToolAuditRepository
-from bot.tools.harness import ToolHarness, ToolOutcome, ToolRegistry
+from bot.tools.harness import ToolHarness, ToolRegistry
 from bot.tools.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
+from bot.values import Message, Role, SessionInfo, ToolOutcome, ToolStatus
 from tests import scripted_gateway as script
 
 

@@ -19,7 +19,8 @@ from bot.store.repositories import ToolAuditRepository
 from bot.tools.kube.client import KubeClients, KubeFailure
 from bot.tools.kube.read import read_tools
 from bot.tools.kube.write import write_tools
-from bot.tools.spec import KubeIdentity, ToolContext, ToolFailure, WritePlan
+from bot.tools.spec import KubeIdentity, ToolContext, ToolFailure
+from bot.values import WritePlan
 from tests.peers.kube_server import Demo, KubeServer
 from tests.realkube.backends import CLUSTER, Backend
 from tests.realkube.cluster import KELPIE_USER, ROOT, Admin, RealKube, binding, eventually

@@ -20,7 +20,6 @@ import pytest
 from bot.tools.kube.client import KubeClients, KubeFailure
 from bot.tools.kube.write import diff, write_tools
 from bot.tools.spec import (
-    FieldChange,
     Tool,
     ToolArgumentError,
     ToolContext,
@@ -29,9 +28,8 @@ from bot.tools.spec import (
     ToolScope,
     WriteConflict,
     WriteOperation,
-    WritePlan,
-    WriteTarget,
 )
+from bot.values import FieldChange, WritePlan, WriteTarget
 from tests.peers.kube_server import SSAR_PATH, Demo, KubeServer, RecordedRequest
 
 CTX = ToolContext(cluster="prod", default_namespace="shop")

@@ -8,10 +8,10 @@ from typing import Any
 
 from sqlmodel import select
 
-from bot.agent.conversation import Message, Role
 from bot.config import AgentConfig
 from bot.store.repositories import MessageRepository
 from bot.store.tables import SessionRow
+from bot.values import Message, Role
 from tests.world import ALICE, BOB, SHOP_CHANNEL, World
 
 

@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from bot.agent.events import ToolStatus
 from bot.config import FirewallConfig, HookConfig, RoleConfig, parse_config
-from bot.policy.decision import CallScope, Decision, ToolInvocation, Verdict
+from bot.policy.decision import CallScope, ToolInvocation
 from bot.policy.firewall import FirewallStage
 from bot.policy.guardian import GuardianStage
 from bot.policy.hooks import PostToolUseHooks, PreToolUseStage, SessionHooks
@@ -27,8 +26,8 @@ from bot.policy.pipeline import (
     RoleGateStage,
 )
 from bot.policy.roles import ChannelRoles, namespace_allowed, tool_allowed
-from bot.tools.harness import ToolOutcome
 from bot.tools.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
+from bot.values import Decision, ToolOutcome, ToolStatus, Verdict
 from tests import scripted_gateway as script
 
 ADMIN = RoleConfig(tools=["*"], namespaces=["*"])

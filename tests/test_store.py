@@ -17,12 +17,12 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 from sqlmodel import SQLModel
 
-from bot.agent.conversation import Role, SessionInfo
 from bot.errors import StoreError
 from bot.store.db import Database, executing
 from bot.store.inbox import Inbox
 from bot.store.repositories import MessageRepository, SessionRepository
 from bot.store.schema import head_revision
+from bot.values import Role, SessionInfo
 from tests.postgres import PostgresServer, free_port
 from tests.world import World, environ, merge
 
@@ -104,7 +104,7 @@ async def test_a_failing_write_does_not_take_the_rest_of_its_batch_down(database
 
 
 def _user(text_: str):
-    from bot.agent.conversation import Message
+    from bot.values import Message
 
     return Message(Role.USER, text_, slack_user="U", slack_ts="1")
 

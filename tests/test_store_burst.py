@@ -10,7 +10,7 @@ import asyncio
 import re
 from typing import Any
 
-from bot.agent.conversation import Role
+from bot.values import Role
 from tests.peers.model_server import DynamicStep, Step, TextStep, tool_calls_step
 from tests.peers.slack_server import TEAM_ID
 from tests.world import ALICE, SHOP_CHANNEL, World

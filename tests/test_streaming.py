@@ -10,19 +10,12 @@ from typing import Any
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.agent.conversation import Role, SessionInfo
-from bot.agent.events import (
-    ToolFinished,
-    ToolStarted,
-    ToolStatus,
-    TurnFinish,
-    TurnFinished,
-    TurnStats,
-)
+from bot.agent.events import ToolFinished, ToolStarted, TurnFinish, TurnFinished, TurnStats
 from bot.agent.session import IncomingMessage
 from bot.config import SlackConfig, StreamingMode
 from bot.slack.markdown import SECTION_LIMIT, to_mrkdwn
 from bot.slack.progress import STOP_ACTION_ID, SlackReporters
+from bot.values import Role, SessionInfo, ToolStatus
 from tests.peers.model_server import HangStep, TextStep
 from tests.peers.slack_server import Message, RecordedCall, SlackServer
 from tests.world import (

@@ -8,10 +8,10 @@ from __future__ import annotations
 import uuid
 from typing import Protocol
 
-from bot.agent.conversation import ConversationStore, Message, Role
+from bot.agent.conversation import ConversationStore
 from bot.agent.session import AgentSessions
 from bot.agent.turns import TurnBody
-from bot.approvals.model import Approval
+from bot.values import Approval, Message, Role
 
 DECISION_PREFIX = "[kelpie, not a person: the decision on a proposed change] "
 

@@ -29,9 +29,6 @@ from bot.agent.background import BackgroundInvestigations
 from bot.agent.conversation import (
     ConversationState,
     ConversationStore,
-    Message,
-    Role,
-    SessionInfo,
     repair_tool_pairs,
     trim_history,
 )
@@ -61,6 +58,7 @@ from bot.policy.decision import CallScope
 from bot.tools.harness import ToolHarness
 from bot.tools.investigate import SPAWN_TOOL
 from bot.tools.spec import Tool, ToolContext, ToolKind
+from bot.values import Message, Role, SessionInfo
 
 log = logging.getLogger(__name__)
 

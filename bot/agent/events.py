@@ -6,19 +6,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from bot.values import ToolStatus
+
 
 class TurnFinish(StrEnum):
     STOP = "stop"
     MAX_ITERATIONS = "max_iterations"
     INTERRUPTED = "interrupted"
     ERROR = "error"
-
-
-class ToolStatus(StrEnum):
-    OK = "ok"
-    FAILED = "failed"
-    DENIED = "denied"
-    PENDING = "pending"  # a write waiting for a person's approval: the turn ends here
 
 
 @dataclass(frozen=True)

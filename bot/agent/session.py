@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bot import logs
-from bot.agent.conversation import ConversationStore, Message, Role, SessionInfo
+from bot.agent.conversation import ConversationStore
 from bot.agent.engine import Engine, TurnRequest
 from bot.agent.events import TurnEvent, TurnFinish, TurnFinished, TurnStats
 from bot.agent.prompt import PromptContext, system_prompt, user_message
@@ -27,6 +27,7 @@ from bot.policy.decision import CallScope
 from bot.policy.roles import ChannelBinding, offered_tools
 from bot.tools.harness import ToolRegistry
 from bot.tools.spec import KubeIdentity, Tool, ToolContext
+from bot.values import Message, Role, SessionInfo
 
 log = logging.getLogger(__name__)
 

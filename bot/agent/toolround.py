@@ -19,14 +19,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.agent.conversation import Message, Role
-from bot.agent.events import EventSink, ToolFinished, ToolStarted, ToolStatus
+from bot.agent.events import EventSink, ToolFinished, ToolStarted
 from bot.agent.evidence import EvidenceLedger
 from bot.model.router import ResolvedAgentPolicy
-from bot.model.types import ToolCallRequest
 from bot.policy.decision import CallScope
-from bot.tools.harness import ToolHarness, ToolOutcome, parse_arguments, summarize_args
+from bot.tools.harness import ToolHarness, parse_arguments, summarize_args
 from bot.tools.spec import Tool, ToolArgumentError, ToolKind
+from bot.values import Message, Role, ToolCallRequest, ToolOutcome, ToolStatus
 
 READ_CONCURRENCY = 4
 CONCURRENT_KINDS = (ToolKind.READ, ToolKind.DIAGNOSE)

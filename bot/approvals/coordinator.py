@@ -13,10 +13,11 @@ import asyncio
 import logging
 from dataclasses import dataclass, replace
 
-from bot.approvals.model import Approval, WriteAudit, WriteAuditLog, WriteReservations
+from bot.approvals.model import WriteAuditLog, WriteReservations
 from bot.approvals.retry import retrying
 from bot.tools.harness import ToolRegistry
-from bot.tools.spec import ToolContext, ToolFailure, WriteConflict, WriteOperation, WritePlan
+from bot.tools.spec import ToolContext, ToolFailure, WriteConflict, WriteOperation
+from bot.values import Approval, WriteAudit, WritePlan
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The approval's typed vocabulary and the ports the approval flow talks to.
+"""The ports the approval flow talks to (its values live in `bot/values.py`).
 
 An approval is data, not a parked future: the turn that proposed the write has ended, and
 whatever happens next (a click, the expiry, a withdrawal, start-up reconciliation) enters
@@ -7,87 +7,10 @@ through `ApprovalService.resume(approval_id, decision)`.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
 from datetime import datetime
-from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
-from bot.tools.spec import FieldChange, WritePlan, WriteTarget
-
-
-class ApprovalState(StrEnum):
-    PENDING = "pending"
-    APPROVED = "approved"
-    REJECTED = "rejected"
-    EXPIRED = "expired"
-    CANCELLED = "cancelled"  # withdrawn by a requester (or a permitted stop) before a decision
-
-
-class DecisionKind(StrEnum):
-    APPROVE = "approve"
-    REJECT = "reject"
-    EXPIRE = "expire"
-    WITHDRAW = "withdraw"
-    # Start-up: an approval recorded as approved whose outcome never was (a crash between
-    # the click and the outcome audit). The target is read back; nothing is retried.
-    RECONCILE = "reconcile"
-
-
-# What each decision moves a pending approval to (RECONCILE moves nothing: it is approved).
-DECISION_STATE = {
-    DecisionKind.APPROVE: ApprovalState.APPROVED,
-    DecisionKind.REJECT: ApprovalState.REJECTED,
-    DecisionKind.EXPIRE: ApprovalState.EXPIRED,
-    DecisionKind.WITHDRAW: ApprovalState.CANCELLED,
-}
-
-
-@dataclass(frozen=True)
-class ApprovalDecision:
-    kind: DecisionKind
-    by: str | None = None  # the person; None for the sweeper and reconciliation
-    # Where a click came from: a click from any other channel decides nothing.
-    channel_id: str | None = None
-
-
-@dataclass(frozen=True)
-class Approval:
-    id: str
-    session_id: int
-    turn_id: str
-    tool_call_id: str
-    plan: WritePlan
-    reason: str
-    role: str
-    channel_id: str
-    thread_ts: str
-    requested_by: str
-    status: ApprovalState
-    expires_at: datetime
-    decided_by: str | None = None
-    decided_at: datetime | None = None
-    card_ts: str | None = None
-    outcome: str | None = None
-    # Everyone who wrote in the thread since the session's last decided approval: with
-    # `allow_requester: false` none of them may approve.
-    requesters: tuple[str, ...] = ()
-
-
-def plan_to_json(plan: WritePlan) -> str:
-    return json.dumps(asdict(plan), sort_keys=True)
-
-
-def plan_from_json(text: str) -> WritePlan:
-    data: dict[str, Any] = json.loads(text)
-    return WritePlan(
-        tool=data["tool"],
-        description=data["description"],
-        cluster=data["cluster"],
-        target=WriteTarget(**data["target"]),
-        changes=tuple(FieldChange(**change) for change in data["changes"]),
-        args=data["args"],
-    )
+from bot.values import Approval, ApprovalState, WriteAudit
 
 
 class ApprovalStore(Protocol):
@@ -129,20 +52,6 @@ class ApprovalStore(Protocol):
     async def requesters(self, session_id: int) -> list[str]:
         """Everyone who wrote in the session since its last decided approval."""
         ...
-
-
-@dataclass(frozen=True)
-class WriteAudit:
-    approval_id: str
-    phase: str  # intent | outcome
-    tool: str
-    target: str
-    target_uid: str
-    requested_by: str
-    approved_by: str
-    preview: str
-    result: str = ""
-    ok: bool = True
 
 
 class WriteAuditLog(Protocol):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from bot.tools.spec import WritePlan
+from bot.values import WritePlan
 
 
 class Readback(Protocol):

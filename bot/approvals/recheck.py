@@ -8,13 +8,12 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from bot.agent.conversation import SessionInfo
-from bot.approvals.model import Approval
 from bot.config import ApprovalConfig
-from bot.policy.decision import CallScope, ToolInvocation, Verdict
+from bot.policy.decision import CallScope, ToolInvocation
 from bot.policy.roles import ChannelBinding, offered_tools
 from bot.tools.harness import Gate, ToolRegistry
 from bot.tools.spec import REASON_ARG, ToolContext
+from bot.values import Approval, SessionInfo, Verdict
 
 
 class Bindings(Protocol):

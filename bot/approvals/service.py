@@ -27,24 +27,21 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from bot.agent.events import ToolStatus
 from bot.approvals.coordinator import WriteCoordinator, WriteOutcome
-from bot.approvals.model import (
-    DECISION_STATE,
-    Approval,
-    ApprovalCards,
-    ApprovalDecision,
-    ApprovalState,
-    ApprovalStore,
-    CallCheck,
-    Continuation,
-    DecisionKind,
-)
+from bot.approvals.model import ApprovalCards, ApprovalStore, CallCheck, Continuation
 from bot.approvals.readback import Readback
 from bot.approvals.retry import RETRY_DELAYS, retrying
 from bot.policy.decision import ToolInvocation
-from bot.tools.harness import ToolOutcome
-from bot.tools.spec import WritePlan
+from bot.values import (
+    DECISION_STATE,
+    Approval,
+    ApprovalDecision,
+    ApprovalState,
+    DecisionKind,
+    ToolOutcome,
+    ToolStatus,
+    WritePlan,
+)
 
 log = logging.getLogger(__name__)
 

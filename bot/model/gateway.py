@@ -25,11 +25,10 @@ from bot.model.types import (
     ModelReply,
     ModelRequest,
     TextSink,
-    ThinkingBlock,
-    ToolCallRequest,
     Usage,
     estimate_usage,
 )
+from bot.values import ThinkingBlock, ToolCallRequest
 
 log = logging.getLogger(__name__)
 

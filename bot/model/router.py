@@ -22,10 +22,10 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Protocol
 
 from bot.config import MAX_ITERATIONS_CEILING, Config, Thinking, Tier
 from bot.model.types import ModelCapabilities
-from bot.tools.spec import Tool
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +141,13 @@ class ResolvedAgentPolicy:
         )
 
 
+class NamedTool(Protocol):
+    """All the policy needs of a tool: its name (the model layer knows no tool specs)."""
+
+    @property
+    def name(self) -> str: ...
+
+
 def default_policy(model: str = "unknown") -> ResolvedAgentPolicy:
     """The low tier with nothing known about the model: what a bare engine runs under."""
     return resolve_policy(model=model, profile_tier=None, max_iterations=None)
@@ -153,7 +160,7 @@ def resolve_policy(
     max_iterations: int | None,
     thinking: Thinking = Thinking.NONE,
     capabilities: ModelCapabilities | None = None,
-    tools: Sequence[Tool] = (),
+    tools: Sequence[NamedTool] = (),
 ) -> ResolvedAgentPolicy:
     capabilities = capabilities or ModelCapabilities()
     provenance: list[str] = []
@@ -236,7 +243,7 @@ class ModelRouter:
         return self._capabilities[model]
 
     async def resolve(
-        self, tools: Sequence[Tool], profile_name: str | None = None
+        self, tools: Sequence[NamedTool], profile_name: str | None = None
     ) -> ResolvedAgentPolicy:
         name = profile_name or self._config.models.active
         profile = self._config.models.profiles[name]

@@ -12,49 +12,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from bot.values import ThinkingBlock, ToolCallRequest
+
 
 class FinishReason(StrEnum):
     STOP = "stop"
     TOOL_CALLS = "tool_calls"
     LENGTH = "length"
-
-
-@dataclass(frozen=True)
-class ToolCallRequest:
-    """One complete tool call the model asked for; `arguments` is the raw JSON text."""
-
-    id: str
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True)
-class ThinkingBlock:
-    """One block of a provider's native reasoning (Anthropic extended thinking).
-
-    Sent back unchanged with the assistant turn it belongs to: the provider checks the
-    signature, and refuses a tool-use turn whose thinking is missing from the next request.
-    A redacted block carries only encrypted `data`.
-    """
-
-    thinking: str = ""
-    signature: str | None = None
-    redacted_data: str | None = None
-
-    def to_openai(self) -> dict[str, Any]:
-        """The shape LiteLLM takes in an assistant message's `thinking_blocks`."""
-        if self.redacted_data is not None:
-            return {"type": "redacted_thinking", "data": self.redacted_data}
-        block: dict[str, Any] = {"type": "thinking", "thinking": self.thinking}
-        if self.signature is not None:
-            block["signature"] = self.signature
-        return block
-
-    @classmethod
-    def from_openai(cls, block: dict[str, Any]) -> ThinkingBlock:
-        if block.get("type") == "redacted_thinking":
-            return cls(redacted_data=str(block.get("data") or ""))
-        return cls(str(block.get("thinking") or ""), block.get("signature"))
 
 
 @dataclass(frozen=True)

@@ -4,35 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Protocol
 
 from bot.config import RoleConfig
 from bot.tools.spec import Tool, ToolContext
-
-
-class Verdict(StrEnum):
-    ALLOW = "allow"
-    DENY = "deny"
-    NEEDS_APPROVAL = "needs_approval"
-
-
-@dataclass(frozen=True)
-class Decision:
-    verdict: Verdict
-    reason: str = ""
-
-    @classmethod
-    def allow(cls, reason: str = "") -> Decision:
-        return cls(Verdict.ALLOW, reason)
-
-    @classmethod
-    def deny(cls, reason: str) -> Decision:
-        return cls(Verdict.DENY, reason)
-
-    @classmethod
-    def needs_approval(cls, reason: str = "") -> Decision:
-        return cls(Verdict.NEEDS_APPROVAL, reason)
+from bot.values import Decision
 
 
 @dataclass(frozen=True)
@@ -65,12 +41,6 @@ class ToolInvocation:
     @property
     def namespace(self) -> str | None:
         return self.tool.target_namespace(self.args, self.scope.tool_context)
-
-
-@dataclass(frozen=True)
-class StageDecision:
-    stage: str
-    decision: Decision
 
 
 class Stage(Protocol):

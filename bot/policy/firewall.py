@@ -15,7 +15,8 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from bot.config import FirewallConfig
-from bot.policy.decision import Decision, ToolInvocation
+from bot.policy.decision import ToolInvocation
+from bot.values import Decision
 
 # Arguments whose value names a Kubernetes kind or resource (e.g. a generic get tool, or
 # events filtered by the object they are about).

@@ -16,8 +16,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bot.model.types import ModelError, ModelGateway, ModelRequest
-from bot.policy.decision import Decision, ToolInvocation
+from bot.policy.decision import ToolInvocation
 from bot.tools.spec import ToolKind
+from bot.values import Decision
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from bot.config import HookConfig
 from bot.model.outbound import mask_value, mask_value_async
-from bot.policy.decision import Decision, ToolInvocation, Verdict
-from bot.tools.harness import ToolOutcome
+from bot.policy.decision import ToolInvocation
+from bot.values import Decision, ToolOutcome, Verdict
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from bot.policy.decision import Decision, Stage, StageDecision, ToolInvocation, Verdict
+from bot.policy.decision import Stage, ToolInvocation
 from bot.policy.roles import namespace_allowed, tool_allowed
-from bot.tools.harness import ToolOutcome
 from bot.tools.spec import ToolKind
+from bot.values import Decision, StageDecision, ToolOutcome, Verdict
 
 
 class AbortStage:

@@ -15,11 +15,11 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.approvals.model import Approval, ApprovalDecision, ApprovalState, DecisionKind
 from bot.approvals.service import ApprovalService, ResumeResult
 from bot.slack import copy
 from bot.slack.replies import whisper
 from bot.slack.safe_text import escape_mrkdwn, plain_text
+from bot.values import Approval, ApprovalDecision, ApprovalState, DecisionKind
 
 log = logging.getLogger(__name__)
 

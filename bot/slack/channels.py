@@ -9,8 +9,8 @@ import time
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.agent.conversation import SessionInfo
 from bot.policy.roles import ChannelBinding, ChannelRoles
+from bot.values import SessionInfo
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,6 @@ from typing import Any, Protocol
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.agent.conversation import SessionInfo
 from bot.model.outbound import mask_text
 from bot.model.router import ResolvedAgentPolicy
 from bot.policy.roles import ChannelBinding, ChannelRoles, offered_tools
@@ -20,6 +19,7 @@ from bot.slack.people import ApproverDirectory, describe_approvers
 from bot.slack.safe_text import escape_mrkdwn
 from bot.tools.harness import ToolRegistry
 from bot.tools.spec import Tool, ToolKind
+from bot.values import SessionInfo
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,12 @@ from typing import Any, Protocol
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.agent.conversation import SessionInfo
 from bot.config import ApprovalConfig, RoleConfig
 from bot.slack import copy
 from bot.slack.people import ApproverDirectory, approver_mentions
 from bot.slack.progress import STOP_ACTION_ID, ActiveTurn, ActiveTurns
 from bot.slack.replies import whisper
+from bot.values import SessionInfo
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,6 @@ from sqlalchemy import delete, func, update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from bot.approvals.model import (
-    Approval,
-    ApprovalState,
-    WriteAudit,
-    plan_from_json,
-    plan_to_json,
-)
 from bot.store.db import Database, executing, insert_ignoring_duplicates, inserting
 from bot.store.tables import (
     ApprovalRow,
@@ -25,6 +18,7 @@ from bot.store.tables import (
     WriteReservationRow,
     utcnow,
 )
+from bot.values import Approval, ApprovalState, WriteAudit, plan_from_json, plan_to_json
 
 
 def _aware(value: datetime) -> datetime:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from sqlmodel import col, select
 
-from bot.agent.conversation import Message, Role
 from bot.store.db import Database
 from bot.store.tables import MessageRow
+from bot.values import Message, Role
 
 
 class SessionOpenings:

@@ -8,13 +8,6 @@ import json
 from sqlmodel import SQLModel, col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from bot.agent.conversation import (
-    Message,
-    Role,
-    SessionInfo,
-    tool_calls_from_json,
-    tool_calls_to_json,
-)
 from bot.model.outbound import mask_text
 from bot.model.types import Usage
 from bot.store.db import Database, insert_ignoring_duplicates, inserting
@@ -26,7 +19,14 @@ from bot.store.tables import (
     utcnow,
 )
 from bot.store.writer import Op
-from bot.tools.harness import AuditEntry
+from bot.values import (
+    AuditEntry,
+    Message,
+    Role,
+    SessionInfo,
+    tool_calls_from_json,
+    tool_calls_to_json,
+)
 
 
 def _session_info(row: SessionRow, *, created: bool = False) -> SessionInfo:

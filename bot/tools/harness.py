@@ -10,27 +10,24 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
-from bot.agent.events import ToolStatus
 from bot.model.outbound import mask_value, mask_value_async
-from bot.model.types import ToolCallRequest
-from bot.policy.decision import CallScope, Decision, StageDecision, ToolInvocation, Verdict
-from bot.tools.spec import REASON_ARG, Tool, ToolArgumentError, ToolFailure, WritePlan
+from bot.policy.decision import CallScope, ToolInvocation
+from bot.tools.spec import REASON_ARG, Tool, ToolArgumentError, ToolFailure
+from bot.values import (
+    AuditEntry,
+    Decision,
+    StageDecision,
+    ToolCallRequest,
+    ToolOutcome,
+    ToolStatus,
+    Verdict,
+    WritePlan,
+)
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ToolOutcome:
-    status: ToolStatus
-    content: str  # what the model receives as the tool result
-    summary: str  # one line for the thread
-    attachment: str | None = None
-    stage: str | None = None  # the pipeline stage that denied, when denied
-    end_turn: bool = False  # the tool asked to end the turn (see ToolResult.end_turn)
-    acting_as: str | None = None  # who the cluster saw make the calls (audited)
 
 
 class Gate(Protocol):
@@ -39,19 +36,6 @@ class Gate(Protocol):
     async def decide(self, call: ToolInvocation) -> list[StageDecision]: ...
 
     async def after(self, call: ToolInvocation, outcome: ToolOutcome) -> None: ...
-
-
-@dataclass(frozen=True)
-class AuditEntry:
-    session_id: int
-    turn_id: str
-    tool_call_id: str
-    tool: str
-    arguments: dict[str, Any]  # already masked
-    stage: str
-    decision: str
-    reason: str
-    slack_user: str
 
 
 class AuditLog(Protocol):
@@ -271,4 +255,4 @@ def _failed(message: str) -> ToolOutcome:
     return ToolOutcome(ToolStatus.FAILED, f"Error: {message}", summary)
 
 
-__all__ = ["CallScope", "ToolHarness", "ToolOutcome", "ToolRegistry"]
+__all__ = ["CallScope", "ToolHarness", "ToolRegistry"]

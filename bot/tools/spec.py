@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from bot.values import WritePlan
+
 REASON_ARG = "reason"
 
 
@@ -97,44 +99,6 @@ ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
 
 class WriteConflict(ToolFailure):
     """The target changed or was replaced since the preview: nothing was executed."""
-
-
-@dataclass(frozen=True)
-class WriteTarget:
-    """The exact object a write is bound to, as read before the preview."""
-
-    kind: str  # e.g. "Deployment", "Pod", "Node"
-    namespace: str  # "" for cluster-scoped objects
-    name: str
-    uid: str
-    resource_version: str
-
-    @property
-    def key(self) -> str:
-        """One write per object at a time is reserved on this key."""
-        return f"{self.kind}/{self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True)
-class FieldChange:
-    field: str  # e.g. "spec.replicas"
-    before: str
-    after: str
-
-    def render(self) -> str:
-        return f"{self.field} {self.before} → {self.after}"
-
-
-@dataclass(frozen=True)
-class WritePlan:
-    """Everything a person needs to approve a write, and everything needed to execute it."""
-
-    tool: str
-    description: str  # plain words: "Scale deployment shop/checkout-api from 3 to 5 replicas"
-    cluster: str
-    target: WriteTarget
-    changes: tuple[FieldChange, ...]
-    args: dict[str, Any]
 
 
 class WriteOperation(Protocol):

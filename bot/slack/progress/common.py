@@ -22,7 +22,6 @@ from bot.agent.events import (
     TextDelta,
     ToolFinished,
     ToolStarted,
-    ToolStatus,
     TurnEvent,
     TurnFinish,
     TurnFinished,
@@ -39,6 +38,7 @@ from bot.slack.markdown import (
     split_text,
 )
 from bot.slack.safe_text import escape_markdown
+from bot.values import ToolStatus
 
 if TYPE_CHECKING:
     from bot.slack.progress.sessions import AgentSessions

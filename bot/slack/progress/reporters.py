@@ -7,7 +7,6 @@ import logging
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.agent.conversation import SessionInfo
 from bot.agent.session import IncomingMessage, Reporter
 from bot.config import SlackConfig, StreamingMode
 from bot.slack.progress.common import (
@@ -24,6 +23,7 @@ from bot.slack.progress.common import (
 from bot.slack.progress.native import NativeReporter
 from bot.slack.progress.sessions import AgentSessions
 from bot.slack.progress.update import UpdateReporter
+from bot.values import SessionInfo
 
 log = logging.getLogger(__name__)
 

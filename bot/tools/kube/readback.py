@@ -17,7 +17,7 @@ from typing import Any
 
 from bot.tools.kube.client import KubeClients, KubeFailure
 from bot.tools.kube.read import dig
-from bot.tools.spec import WritePlan
+from bot.values import WritePlan
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,6 @@ from typing import Any
 from bot.tools.kube.client import KubeClient, KubeClients, KubeFailure
 from bot.tools.kube.read import dig, pod_phase
 from bot.tools.spec import (
-    FieldChange,
     KubeIdentity,
     Tool,
     ToolArgumentError,
@@ -51,13 +50,12 @@ from bot.tools.spec import (
     ToolScope,
     WriteConflict,
     WriteOperation,
-    WritePlan,
-    WriteTarget,
     int_arg,
     name_arg,
     namespace_arg,
     only_args,
 )
+from bot.values import FieldChange, WritePlan, WriteTarget
 
 Obj = dict[str, Any]
 

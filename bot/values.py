@@ -1,0 +1,331 @@
+"""The typed values that cross layers, in the order a tool call lives them.
+
+The call the model asked for, the policy's decision on it, the write's preview, its result
+and audit entries, the approval that decides it, and the conversation messages and session
+it is recorded in. `store/`, `model/`, `tools/`, `policy/`, `approvals/`, `agent/` and
+`slack/` all import these; this module imports nothing from `bot/` (a test enforces it), so
+types flow downward and no lower layer has to import a higher one to name a value.
+Behaviour (ports, stages, handlers) lives with its layer, not here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+# --- The call ---
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    """One complete tool call the model asked for; `arguments` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ThinkingBlock:
+    """One block of a provider's native reasoning (Anthropic extended thinking).
+
+    Sent back unchanged with the assistant turn it belongs to: the provider checks the
+    signature, and refuses a tool-use turn whose thinking is missing from the next request.
+    A redacted block carries only encrypted `data`.
+    """
+
+    thinking: str = ""
+    signature: str | None = None
+    redacted_data: str | None = None
+
+    def to_openai(self) -> dict[str, Any]:
+        """The shape LiteLLM takes in an assistant message's `thinking_blocks`."""
+        if self.redacted_data is not None:
+            return {"type": "redacted_thinking", "data": self.redacted_data}
+        block: dict[str, Any] = {"type": "thinking", "thinking": self.thinking}
+        if self.signature is not None:
+            block["signature"] = self.signature
+        return block
+
+    @classmethod
+    def from_openai(cls, block: dict[str, Any]) -> ThinkingBlock:
+        if block.get("type") == "redacted_thinking":
+            return cls(redacted_data=str(block.get("data") or ""))
+        return cls(str(block.get("thinking") or ""), block.get("signature"))
+
+
+# --- The decision and the result ---
+
+
+class ToolStatus(StrEnum):
+    OK = "ok"
+    FAILED = "failed"
+    DENIED = "denied"
+    PENDING = "pending"  # a write waiting for a person's approval: the turn ends here
+
+
+class Verdict(StrEnum):
+    ALLOW = "allow"
+    DENY = "deny"
+    NEEDS_APPROVAL = "needs_approval"
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    reason: str = ""
+
+    @classmethod
+    def allow(cls, reason: str = "") -> Decision:
+        return cls(Verdict.ALLOW, reason)
+
+    @classmethod
+    def deny(cls, reason: str) -> Decision:
+        return cls(Verdict.DENY, reason)
+
+    @classmethod
+    def needs_approval(cls, reason: str = "") -> Decision:
+        return cls(Verdict.NEEDS_APPROVAL, reason)
+
+
+@dataclass(frozen=True)
+class StageDecision:
+    stage: str
+    decision: Decision
+
+
+# --- The preview of a write ---
+
+
+@dataclass(frozen=True)
+class WriteTarget:
+    """The exact object a write is bound to, as read before the preview."""
+
+    kind: str  # e.g. "Deployment", "Pod", "Node"
+    namespace: str  # "" for cluster-scoped objects
+    name: str
+    uid: str
+    resource_version: str
+
+    @property
+    def key(self) -> str:
+        """One write per object at a time is reserved on this key."""
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    field: str  # e.g. "spec.replicas"
+    before: str
+    after: str
+
+    def render(self) -> str:
+        return f"{self.field} {self.before} → {self.after}"
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """Everything a person needs to approve a write, and everything needed to execute it."""
+
+    tool: str
+    description: str  # plain words: "Scale deployment shop/checkout-api from 3 to 5 replicas"
+    cluster: str
+    target: WriteTarget
+    changes: tuple[FieldChange, ...]
+    args: dict[str, Any]
+
+
+# --- The result and its audit ---
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    status: ToolStatus
+    content: str  # what the model receives as the tool result
+    summary: str  # one line for the thread
+    attachment: str | None = None
+    stage: str | None = None  # the pipeline stage that denied, when denied
+    end_turn: bool = False  # the tool asked to end the turn (see ToolResult.end_turn)
+    acting_as: str | None = None  # who the cluster saw make the calls (audited)
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    session_id: int
+    turn_id: str
+    tool_call_id: str
+    tool: str
+    arguments: dict[str, Any]  # already masked
+    stage: str
+    decision: str
+    reason: str
+    slack_user: str
+
+
+# --- The approval: a decision point that ends the turn ---
+
+
+class ApprovalState(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"  # withdrawn by a requester (or a permitted stop) before a decision
+
+
+class DecisionKind(StrEnum):
+    APPROVE = "approve"
+    REJECT = "reject"
+    EXPIRE = "expire"
+    WITHDRAW = "withdraw"
+    # Start-up: an approval recorded as approved whose outcome never was (a crash between
+    # the click and the outcome audit). The target is read back; nothing is retried.
+    RECONCILE = "reconcile"
+
+
+# What each decision moves a pending approval to (RECONCILE moves nothing: it is approved).
+DECISION_STATE = {
+    DecisionKind.APPROVE: ApprovalState.APPROVED,
+    DecisionKind.REJECT: ApprovalState.REJECTED,
+    DecisionKind.EXPIRE: ApprovalState.EXPIRED,
+    DecisionKind.WITHDRAW: ApprovalState.CANCELLED,
+}
+
+
+@dataclass(frozen=True)
+class ApprovalDecision:
+    kind: DecisionKind
+    by: str | None = None  # the person; None for the sweeper and reconciliation
+    # Where a click came from: a click from any other channel decides nothing.
+    channel_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Approval:
+    id: str
+    session_id: int
+    turn_id: str
+    tool_call_id: str
+    plan: WritePlan
+    reason: str
+    role: str
+    channel_id: str
+    thread_ts: str
+    requested_by: str
+    status: ApprovalState
+    expires_at: datetime
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    card_ts: str | None = None
+    outcome: str | None = None
+    # Everyone who wrote in the thread since the session's last decided approval: with
+    # `allow_requester: false` none of them may approve.
+    requesters: tuple[str, ...] = ()
+
+
+def plan_to_json(plan: WritePlan) -> str:
+    return json.dumps(asdict(plan), sort_keys=True)
+
+
+def plan_from_json(text: str) -> WritePlan:
+    data: dict[str, Any] = json.loads(text)
+    return WritePlan(
+        tool=data["tool"],
+        description=data["description"],
+        cluster=data["cluster"],
+        target=WriteTarget(**data["target"]),
+        changes=tuple(FieldChange(**change) for change in data["changes"]),
+        args=data["args"],
+    )
+
+
+@dataclass(frozen=True)
+class WriteAudit:
+    approval_id: str
+    phase: str  # intent | outcome
+    tool: str
+    target: str
+    target_uid: str
+    requested_by: str
+    approved_by: str
+    preview: str
+    result: str = ""
+    ok: bool = True
+
+
+# --- The conversation the call is recorded in ---
+
+
+class Role(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    content: str | None = None
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    slack_user: str | None = None
+    slack_ts: str | None = None
+    # False for a partial answer of a turn that did not finish: kept for the record only.
+    complete: bool = True
+    # The provider's signed reasoning behind an assistant turn, sent back with it (in
+    # memory for the turn's rounds; not stored).
+    thinking: tuple[ThinkingBlock, ...] = ()
+
+    def to_openai(self) -> dict[str, Any]:
+        # Beside tool calls an absent text is None, not "": Gemini refuses an empty text part.
+        content = self.content or (None if self.tool_calls else "")
+        message: dict[str, Any] = {"role": str(self.role), "content": content}
+        if self.thinking:
+            message["thinking_blocks"] = [block.to_openai() for block in self.thinking]
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in self.tool_calls
+            ]
+        if self.role is Role.TOOL:
+            message["tool_call_id"] = self.tool_call_id
+            message["name"] = self.tool_name
+        return message
+
+
+def tool_calls_to_json(calls: tuple[ToolCallRequest, ...]) -> str | None:
+    if not calls:
+        return None
+    return json.dumps([{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls])
+
+
+def tool_calls_from_json(text: str | None) -> tuple[ToolCallRequest, ...]:
+    if not text:
+        return ()
+    return tuple(ToolCallRequest(**item) for item in json.loads(text))
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """The session row as the agent sees it: where the thread lives and what it may do."""
+
+    id: int
+    session_key: str
+    team_id: str
+    channel_id: str
+    thread_ts: str
+    is_dm: bool
+    role: str
+    cluster: str
+    namespace: str | None
+    started_by: str
+    created: bool = field(default=False, compare=False)
