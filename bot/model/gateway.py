@@ -49,6 +49,10 @@ def _import_litellm() -> ModuleType:
     import litellm
 
     litellm.suppress_debug_info = True
+    # kelpie never asks LiteLLM for a cost or a token count; its usage is the provider's
+    # or kelpie's own estimate. Otherwise each request loads a tokenizer (tens of MB, once)
+    # and selects it again to price the response, even when the provider reported usage.
+    litellm.disable_token_counter = True
     return litellm
 
 
