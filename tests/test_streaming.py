@@ -207,6 +207,10 @@ async def test_a_model_failure_ends_the_stream_with_one_clear_sentence(world: Wo
 
 async def test_text_a_failed_append_may_have_lost_is_posted_as_a_message(world: World):
     world.slack.fail("chat.appendStream", "internal_error", times=1)
+    # A slow tool after some text: the text goes out in an append while the tool runs
+    # (a short answer alone would go out with the stream's final write).
+    world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})], text="Looking.")
+    world.kube.delay(r"/namespaces/shop/pods$", 1.5)
     world.model.reply_text("Part of this may not have been streamed.")
     await world.start_bot(NATIVE)
     mention = await world.mention(SHOP_CHANNEL, ALICE, "status?")
@@ -400,6 +404,8 @@ async def test_a_429_is_retried_after_retry_after_and_the_turn_completes(
 ):
     world.slack.rate_limit(method, retry_after=1)
     world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
+    # A slow tool: its progress goes out as an append or edit before the turn ends.
+    world.kube.delay(r"/namespaces/shop/pods$", 1.5)
     world.model.reply_text("Done despite the rate limit.")
     await world.start_bot({"slack": {"streaming": streaming}})
     mention = await world.mention(SHOP_CHANNEL, ALICE, "pods?")

@@ -131,6 +131,13 @@ class ThreadPacer:
         async with slot.lock:
             yield slot
 
+    def paced_wait_s(self, channel: str, thread_ts: str) -> float:
+        """How long a paced write to this thread would wait now (0 when it may go)."""
+        slot = self._slots.get((channel, thread_ts))
+        if slot is None:
+            return 0.0
+        return max(0.0, slot.last + self._interval_s - time.monotonic())
+
     async def call(self, slot: ThreadSlot, call: Callable[[], Awaitable[T]], *, paced: bool) -> T:
         """Make one write while holding `slot`; paced writes wait for their turn first."""
         if paced:

@@ -4,6 +4,7 @@ stopStream) with a task card per tool call and the answer streamed in bursts."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from bot.agent.events import (
@@ -40,7 +41,9 @@ class NativeReporter(ThreadReporter):
         self._ts: str | None = None
         self._pending: list[Json] = []
         self._wake = asyncio.Event()
-        self._closing = False
+        # Set when the turn ends: a paced append still waiting for its turn gives way to
+        # the final write, which takes what is pending (and is not paced).
+        self._closing = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
         self._any_text = False
         self._round_text = False  # the current round streamed text
@@ -113,9 +116,10 @@ class NativeReporter(ThreadReporter):
     # writing
     async def _flush_loop(self) -> None:
         try:
-            while not self._closing and not self._dead:
+            while not self._closing.is_set() and not self._dead:
                 await self._wake.wait()
-                if self._closing:
+                await self._paced_turn()
+                if self._closing.is_set():
                     return
                 async with self._ctx.pacer.hold(self._channel, self._thread_ts) as slot:
                     self._wake.clear()
@@ -125,6 +129,15 @@ class NativeReporter(ThreadReporter):
         except Exception:
             log.exception("streaming progress failed; the answer will be posted as a message")
             self._lost = True
+
+    async def _paced_turn(self) -> None:
+        """Wait until an append may go (one paced write a second per thread) before taking
+        what is pending, unless the turn ends first: then the final write takes it at once,
+        so the answer's last words do not wait for the pace."""
+        wait = self._ctx.pacer.paced_wait_s(self._channel, self._thread_ts)
+        if wait > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), wait)
 
     async def _append(self, slot: ThreadSlot, batch: list[Json]) -> None:
         """Append `batch`, going on in a new stream message where this one is full."""
@@ -178,7 +191,7 @@ class NativeReporter(ThreadReporter):
             elif code == USER_STOPPED:
                 self._dead = True
                 self._record(batch)
-                if not self._closing:
+                if not self._closing.is_set():
                     self._user_stopped()
             else:
                 log.warning("chat.appendStream failed: %s", code)
@@ -251,7 +264,7 @@ class NativeReporter(ThreadReporter):
 
     async def _finish(self, finished: TurnFinished) -> None:
         self._queue_text(self._links.flush())
-        self._closing = True
+        self._closing.set()
         self._wake.set()
         if self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
