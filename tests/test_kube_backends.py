@@ -9,6 +9,7 @@ On the real server the tools run with exactly the ClusterRole in deploy/base/rba
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -358,5 +359,114 @@ async def test_patch_content_types_and_failures_answer_like_the_real_server(
             == 'Kubernetes could not read pod nope: not found (404: pods "nope" not found).'
         )
         assert spec_of(backend, "Deployment", "web")["replicas"] == 2
+    finally:
+        admin.close()
+
+
+# --- field ownership: managedFields and server-side apply conflicts ---------------------
+
+RESTARTED = ("spec", "template", "metadata", "annotations", "kubectl.kubernetes.io/restartedAt")
+
+
+def owners(obj: Any, path: tuple[str, ...]) -> set[tuple[str, str]]:
+    """(manager, operation) of every managedFields entry that owns the field at `path`."""
+    found = set()
+    for entry in obj["metadata"].get("managedFields") or []:
+        node = entry["fieldsV1"]
+        for key in path:
+            node = node.get(f"f:{key}")
+            if node is None:
+                break
+        else:
+            found.add((entry["manager"], entry["operation"]))
+    return found
+
+
+async def test_field_owners_and_apply_conflicts_answer_like_the_real_server(
+    backend: Backend,
+) -> None:
+    """kelpie's approved writes are Updates by field manager "kelpie" (the scale subresource
+    records no owner on v1.20); a server-side applier (say, a GitOps tool) sending a field
+    kelpie set gets 409 naming kelpie unless the value is the same (then both own it) or it
+    forces (then it alone does)."""
+    backend.deployment("web", replicas=1)
+    ctx = context(backend)
+    for tool, args in (("scale_deployment", {"replicas": 2}), ("restart_deployment", {})):
+        operation = writer(backend, tool)
+        await operation.execute(await operation.prepare({"name": "web"} | args, ctx), ctx)
+    deployment = backend.read("Deployment", "web")
+    assert deployment is not None
+    assert owners(deployment, ("spec", "replicas")) == {("OpenAPI-Generator", "Update")}
+    assert owners(deployment, RESTARTED) == {("kelpie", "Update")}
+    kelpies = deployment["spec"]["template"]["metadata"]["annotations"][RESTARTED[-1]]
+
+    admin = backend.clients_as("admin")
+    kube = admin[CLUSTER]
+
+    async def apply(stamp: str, **kw: Any) -> Any:
+        annotations = {RESTARTED[-1]: stamp}
+        config = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}
+        config["spec"] = {"template": {"metadata": {"annotations": annotations}}}
+        return await kube.call_json(
+            "apply deployment web",
+            kube.apps.patch_namespaced_deployment,
+            "web",
+            backend.namespace,
+            config,
+            _content_type="application/apply-patch+yaml",
+            field_manager="gitops",
+            **kw,
+        )
+
+    try:
+        field = f".spec.template.metadata.annotations.{RESTARTED[-1]}"
+        for dry_run in ({"dry_run": "All"}, {}):
+            with pytest.raises(KubeFailure) as conflict:
+                await apply("2000-01-01T00:00:00Z", **dry_run)
+            assert conflict.value.status == 409
+            status = json.loads(conflict.value.__cause__.body)  # type: ignore[union-attr]
+            assert (status["reason"], status["message"]) == (
+                "Conflict",
+                f'Apply failed with 1 conflict: conflict with "kelpie" using apps/v1: {field}',
+            )
+            cause = {"reason": "FieldManagerConflict", "field": field}
+            assert status["details"]["causes"] == [
+                cause | {"message": 'conflict with "kelpie" using apps/v1'}
+            ]
+        shared = await apply(kelpies)
+        assert owners(shared, RESTARTED) == {("kelpie", "Update"), ("gitops", "Apply")}
+        forced = await apply("2000-01-01T00:00:00Z", force=True)
+        assert owners(forced, RESTARTED) == {("gitops", "Apply")}
+        # kelpie made the annotations map, so it still owns the map itself, no key in it.
+        (kept,) = [e for e in forced["metadata"]["managedFields"] if e["manager"] == "kelpie"]
+        assert kept["fieldsV1"] == {"f:spec": {"f:template": {"f:metadata": {"f:annotations": {}}}}}
+        stored = backend.read("Deployment", "web")
+        assert (
+            stored is not None
+            and stored["metadata"]["managedFields"] == (forced["metadata"]["managedFields"])
+        )
+        annotations = stored["spec"]["template"]["metadata"]["annotations"]
+        assert annotations[RESTARTED[-1]] == "2000-01-01T00:00:00Z"
+        # gitops owns the key as an applier (printed without an API version), kelpie still
+        # the map holding it: both conflict with a third manager, at the key's path.
+        with pytest.raises(KubeFailure) as both:
+            await kube.call_json(
+                "apply deployment web",
+                kube.apps.patch_namespaced_deployment,
+                "web",
+                backend.namespace,
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "metadata": {"name": "web"},
+                    "spec": {"template": {"metadata": {"annotations": {RESTARTED[-1]: "x"}}}},
+                },
+                _content_type="application/apply-patch+yaml",
+                field_manager="other",
+            )
+        assert json.loads(both.value.__cause__.body)["message"] == (  # type: ignore[union-attr]
+            f'Apply failed with 2 conflicts: conflicts with "gitops":\n- {field}\n'
+            f'conflicts with "kelpie" using apps/v1:\n- {field}'
+        )
     finally:
         admin.close()

@@ -8,6 +8,8 @@ the official `kubernetes` client can talk to it through an ordinary kubeconfig.
 Objects live in memory with a uid, a monotonic resourceVersion and a creationTimestamp.
 Writes honour `dryRun=All` (validate, answer, persist nothing), delete preconditions and
 resourceVersion/uid preconditions in PATCH bodies (409 Conflict, like the real server).
+PATCHes keep managedFields per field manager, and a server-side apply conflicts (409) with
+another manager's fields unless forced (kube_fields.py).
 Every request is recorded so tests can assert what the cluster received; faults (403,
 any status, delays) can be injected per method and path.
 
@@ -32,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+from tests.peers.kube_fields import ApplyConflicts, FieldOwners, manager_of
 
 Obj = dict[str, Any]
 
@@ -1423,12 +1427,28 @@ class KubeServer:
             message = f'{kind} "{target.name}" is invalid: metadata.uid: Invalid value: '
             raise _StatusError(422, message + f'"{uid}": field is immutable')
         self._check_preconditions(target, current, None, patch_meta.get("resourceVersion"))
-        # Server-side apply is modelled as a strategic merge (field ownership is not).
+        # Server-side apply merges like a strategic patch; field ownership: kube_fields.py.
         merged = merge_patch(current, body, strategic=kind in (STRATEGIC, APPLY))
         merged["metadata"] = current["metadata"] | {
             k: v for k, v in merged["metadata"].items() if k in ("labels", "annotations")
         }
+        merged["metadata"]["managedFields"] = self._owners(request, target, current, merged, body)
         return self._commit(target, current, merged, dry_run)
+
+    @staticmethod
+    def _owners(
+        request: web.Request, target: _Target, current: Obj, merged: Obj, body: Obj
+    ) -> list[Obj]:
+        """The object's managedFields after this PATCH (409 for an unforced apply conflict)."""
+        owners = FieldOwners(current, target.resource.api_version)
+        query = request.query
+        manager = manager_of(query.get("fieldManager"), request.headers.get("User-Agent", ""))
+        if request.content_type != APPLY:
+            return owners.update(manager, current, merged)
+        try:
+            return owners.apply(manager, body, current, force=query.get("force") == "true")
+        except ApplyConflicts as exc:
+            raise _StatusError(409, exc.message, {"causes": exc.causes}) from exc
 
     def _commit(self, target: _Target, current: Obj, merged: Obj, dry_run: bool) -> Obj:
         """Validate and (unless dry run) store a changed object; answer the result."""

@@ -69,6 +69,9 @@ REVISION = "deployment.kubernetes.io/revision"
 POD_TEMPLATE_HASH = "pod-template-hash"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+# Who the cluster's managedFields name as the owner of what an approved write changed (else
+# the client's User-Agent, "OpenAPI-Generator"), so a GitOps applier's conflict names kelpie.
+FIELD_MANAGER = "kelpie"
 RESOURCE_NAMES = ("cpu", "memory")
 
 # A Kubernetes quantity (resource.Quantity): a non-negative decimal number and an optional
@@ -484,6 +487,7 @@ class _DeploymentWrite(_WriteOperation):
                 target.namespace,
                 body,
                 _content_type=content_type,
+                field_manager=FIELD_MANAGER,
             )
 
         return dict(await self._bound_write(kube, plan, patch) or {})
@@ -522,6 +526,7 @@ class ScaleDeployment(_DeploymentWrite):
             namespace,
             self._body(_bound_metadata(target), replicas),
             _content_type=MERGE_PATCH,
+            field_manager=FIELD_MANAGER,
         )
         after = dig(scale, "spec", "replicas")
         description = f"Scale deployment {namespace}/{name} from {before} to {after} replicas"
@@ -559,6 +564,7 @@ class ScaleDeployment(_DeploymentWrite):
                 target.namespace,
                 self._body(_bound_metadata(target), replicas),
                 _content_type=MERGE_PATCH,
+                field_manager=FIELD_MANAGER,
             )
 
         scale = await self._bound_write(kube, plan, patch)
@@ -602,6 +608,7 @@ class RestartDeployment(_DeploymentWrite):
             namespace,
             self._body(_bound_metadata(target), restarted_at),
             _content_type=MERGE_PATCH,
+            field_manager=FIELD_MANAGER,
         )
         changes = self._spec_changes(deployment, after, "the restart annotation is already set")
         replicas = dig(deployment, "spec", "replicas")
@@ -698,6 +705,7 @@ class RollbackDeployment(_DeploymentWrite):
             namespace,
             self._body(_bound_metadata(target), template_patch),
             _content_type=MERGE_PATCH,
+            field_manager=FIELD_MANAGER,
         )
         all_changes = diff(deployment.get("spec"), after.get("spec"), "spec")
         if not all_changes:
@@ -815,6 +823,7 @@ class SetContainerResources(_DeploymentWrite):
             namespace,
             body,
             _content_type=STRATEGIC_PATCH,
+            field_manager=FIELD_MANAGER,
         )
         changes = self._spec_changes(
             deployment, after, f"container {container} already has these values"
@@ -1056,6 +1065,7 @@ class _NodeSchedulability(_WriteOperation):
             name,
             self._body(_bound_metadata(target)),
             _content_type=MERGE_PATCH,
+            field_manager=FIELD_MANAGER,
         )
         before_value = bool(dig(node, "spec", "unschedulable"))
         after_value = bool(dig(after, "spec", "unschedulable"))
@@ -1092,6 +1102,7 @@ class _NodeSchedulability(_WriteOperation):
                 target.name,
                 self._body(_bound_metadata(target)),
                 _content_type=MERGE_PATCH,
+                field_manager=FIELD_MANAGER,
             )
 
         await self._bound_write(kube, plan, patch)
