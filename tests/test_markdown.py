@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from bot.slack.markdown import SECTION_LIMIT, cut, section_blocks, split_text, to_mrkdwn
+from bot.slack.markdown import (
+    SECTION_LIMIT,
+    THREAD_THRESHOLD,
+    cut,
+    section_blocks,
+    split_text,
+    to_mrkdwn,
+    to_mrkdwn_async,
+)
 from bot.slack.progress import answer_messages
 
 
@@ -144,3 +152,13 @@ def test_answer_messages_split_into_messages_of_at_most_50_blocks():
         assert all(len(b["text"]["text"]) <= SECTION_LIMIT for b in blocks)
         assert text == "\n\n".join(b["text"]["text"] for b in blocks)
     assert "\n\n".join(text for text, _ in messages) == answer
+
+
+@pytest.mark.parametrize("size", [100, THREAD_THRESHOLD * 3])
+async def test_a_long_answer_converts_the_same_off_the_event_loop(size: int) -> None:
+    part = "## Pods\n- **api** is `Running` <@U123>, see [logs](https://x.io/l)\n"
+    markdown = (part * (size // len(part) + 1))[:size]
+    for keep in (False, True):
+        converted = await to_mrkdwn_async(markdown, keep_slack_tokens=keep)
+        assert converted == to_mrkdwn(markdown, keep_slack_tokens=keep)
+    assert "*Pods*" in converted and "<@U123>" in converted

@@ -14,12 +14,16 @@ address (`show_link_targets`, and `StreamLinks` for text that arrives in deltas)
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import re2
 
 SECTION_LIMIT = 3000  # Block Kit section text
 MAX_BLOCKS = 50  # blocks per message
+# Longer texts are converted in a worker thread: about 6 ms of CPU per 10,000 characters
+# here, enough to hold up acknowledgements and other turns on the event loop.
+THREAD_THRESHOLD = 8_000
 
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.max_mem = 8 << 20
@@ -72,6 +76,13 @@ def to_mrkdwn(markdown: str, *, keep_slack_tokens: bool = False) -> str:
 
     converted = _convert(_SLACK_TOKEN.sub(keep, markdown))
     return re.sub(f"{_KEEP}(\\d+){_KEEP}", lambda m: kept[int(m.group(1))], converted)
+
+
+async def to_mrkdwn_async(markdown: str, *, keep_slack_tokens: bool = False) -> str:
+    """`to_mrkdwn`, in a worker thread when the text is long."""
+    if len(markdown) < THREAD_THRESHOLD:
+        return to_mrkdwn(markdown, keep_slack_tokens=keep_slack_tokens)
+    return await asyncio.to_thread(to_mrkdwn, markdown, keep_slack_tokens=keep_slack_tokens)
 
 
 def _convert(markdown: str) -> str:

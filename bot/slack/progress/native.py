@@ -12,7 +12,7 @@ from bot.agent.events import (
     TurnFinished,
 )
 from bot.slack import copy
-from bot.slack.markdown import StreamLinks, cut, stream_cut, to_mrkdwn
+from bot.slack.markdown import StreamLinks, cut, stream_cut, to_mrkdwn_async
 from bot.slack.progress.common import (
     SLACK_FAILURES,
     STREAM_GONE,
@@ -252,7 +252,7 @@ class NativeReporter(ThreadReporter):
             self._tasks[i].line(unfinished=final) for i in self._segment_tasks if i in self._tasks
         ]
         # The model's text was escaped as it arrived (`_on_text`): raw tokens are kelpie's.
-        text = to_mrkdwn("".join(self._segment_text), keep_slack_tokens=True)
+        text = await to_mrkdwn_async("".join(self._segment_text), keep_slack_tokens=True)
         parts = ["\n".join(tasks), text, tail]
         body = "\n\n".join(part for part in parts if part.strip())
         writer = ThreadWriter(self._client, self._channel, self._thread_ts)
@@ -296,7 +296,7 @@ class NativeReporter(ThreadReporter):
         # Some of the stream may not have reached Slack: post the outcome as a message too.
         if finished.finish in (TurnFinish.STOP, TurnFinish.MAX_ITERATIONS):
             answer = finished.answer.strip()
-            await self._post_answer(to_mrkdwn(answer) or copy.EMPTY_ANSWER, answer)
+            await self._post_answer(await to_mrkdwn_async(answer) or copy.EMPTY_ANSWER, answer)
         elif finished.finish is TurnFinish.ERROR:
             await self._post_answer(copy.error_answer(finished.error or copy.INTERNAL_ERROR))
 

@@ -14,7 +14,7 @@ from bot.slack import copy
 from bot.slack.markdown import (
     MAX_BLOCKS,
     section_blocks,
-    to_mrkdwn,
+    to_mrkdwn_async,
 )
 from bot.slack.progress.common import (
     SLACK_FAILURES,
@@ -132,7 +132,7 @@ class UpdateReporter(ThreadReporter):
             await self._post_answer(copy.error_answer(finished.error or copy.INTERNAL_ERROR))
             return
         markdown = finished.answer.strip()
-        answer = to_mrkdwn(markdown) or copy.EMPTY_ANSWER
+        answer = await to_mrkdwn_async(markdown) or copy.EMPTY_ANSWER
         if finished.finish is TurnFinish.MAX_ITERATIONS:
             answer = f"{copy.MAX_ITERATIONS_NOTE}\n\n{answer}"
         if finished.stats.cut:
