@@ -77,6 +77,7 @@ from bot.store.repositories import (
     SessionRepository,
     ToolAuditRepository,
 )
+from bot.store.retention import Pruner, Retention
 from bot.terminal import (
     Console,
     FixedBinding,
@@ -312,9 +313,12 @@ class AgentCore:
     # The security pipeline every call (and every approval's re-check at the click) passes.
     pipeline: Pipeline
     router: ModelRouter
+    # Prunes old conversations (and audits, when configured) in the background.
+    retention: Pruner
 
     async def start(self) -> None:
         await self.db.upgrade()
+        self.retention.start()
 
     async def close(self) -> None:
         await self.approvals.close()
@@ -405,6 +409,13 @@ def build_core(
         KubeReadback(kube),
         bell,
     )
+    retention = Pruner(
+        db,
+        Retention(
+            conversations=timedelta(days=config.store.retention_days),
+            audits=_days(config.store.audit_retention_days),
+        ),
+    )
     return AgentCore(
         db,
         messages,
@@ -415,11 +426,16 @@ def build_core(
         approvals,
         payloads,
         agent,
-        # The payload log stores its last payloads at shutdown.
-        [post_hooks, session_hooks, payloads],
+        # The payload log stores its last payloads at shutdown; retention stops.
+        [post_hooks, session_hooks, payloads, retention],
         pipeline,
         router,
+        retention,
     )
+
+
+def _days(days: int | None) -> timedelta | None:
+    return timedelta(days=days) if days is not None else None
 
 
 def build_kelpie(

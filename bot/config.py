@@ -22,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -101,6 +102,26 @@ class SlackConfig(_Strict):
 
 class DatabaseConfig(_Strict):
     url: str = "sqlite:///./kelpie.db"
+
+
+class StoreConfig(_Strict):
+    """How long the database keeps things. Conversations (sessions, messages, tool results,
+    usage, the payload log) go once idle for `retention_days`; approvals and audits are the
+    record of who did what, so they have their own setting, kept forever unless set."""
+
+    retention_days: int = Field(default=30, ge=1)
+    audit_retention_days: int | None = Field(default=None, ge=1)
+
+    @field_validator("audit_retention_days")
+    @classmethod
+    def _audits_outlive_conversations(cls, days: int | None, info: ValidationInfo) -> int | None:
+        conversations = info.data.get("retention_days")
+        if days is not None and conversations is not None and days < conversations:
+            raise ValueError(
+                f"{days} is shorter than store.retention_days ({conversations}); audits "
+                "must outlive the conversations they record (leave it unset to keep them)"
+            )
+        return days
 
 
 class ClusterConfig(_Strict):
@@ -338,6 +359,7 @@ NO_ROLE = "none"
 class Config(_Strict):
     slack: SlackConfig = SlackConfig()
     database: DatabaseConfig = DatabaseConfig()
+    store: StoreConfig = StoreConfig()
     kubernetes: KubernetesConfig
     models: ModelsConfig
     agent: AgentConfig = AgentConfig()

@@ -25,7 +25,7 @@ class SessionRow(SQLModel, table=True):
     cluster: str
     namespace: str | None = None
     started_by: str
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = Field(default_factory=utcnow, index=True)
 
 
 class MessageRow(SQLModel, table=True):
@@ -90,7 +90,7 @@ class ToolAuditRow(SQLModel, table=True):
     decision: str
     reason: str = ""
     slack_user: str
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = Field(default_factory=utcnow, index=True)
 
 
 class ApprovalRow(SQLModel, table=True):
@@ -121,7 +121,7 @@ class ApprovalRow(SQLModel, table=True):
     expires_at: datetime
     card_ts: str | None = None
     outcome: str | None = None
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = Field(default_factory=utcnow, index=True)
 
 
 class WriteAuditRow(SQLModel, table=True):
