@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.peers.model_server import HangStep, Step
 from tests.test_approvals import (
     approval_id,
     card_text,
@@ -28,7 +29,7 @@ from tests.test_approvals import (
     replicas,
     wait_said,
 )
-from tests.world import CAROL, OPS_CHANNEL, World, environ
+from tests.world import ALICE, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World, environ
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -139,3 +140,34 @@ async def test_killed_after_the_write_reached_the_cluster_the_change_is_confirme
     assert not has_buttons(final) and "executed" in card_text(final)
     # The write ran once; nothing ran it again.
     assert len(real_writes(world)) == 1 and replicas(world) == 5
+
+
+async def test_a_denied_write_is_audited_before_the_model_hears_of_it(
+    world: World, crashable: Callable[[], Any]
+):
+    # A viewer channel: the model asks for a write it was not offered, and a read beside it.
+    world.model.reply_tool_calls(
+        [
+            ("delete_pod", {"namespace": "shop", "name": "checkout-api-0"}),
+            ("list_pods", {"namespace": "shop"}),
+        ]
+    )
+    bot = await crashable()
+
+    def kill_on_arrival(body: dict[str, Any]) -> Step:
+        # The request telling the model about the denial: kelpie dies the moment it arrives,
+        # well inside the writer's 0.5 s linger for batched writes.
+        bot.kill()
+        return HangStep(60)
+
+    world.model.reply_with(kill_on_arrival)
+    await world.mention(SHOP_CHANNEL, ALICE, "delete the crashing pod")
+    await world.model.wait_for_requests(2, timeout=120)  # a fresh process imports LiteLLM
+    told = world.model.requests[1]["messages"][-2:]
+    assert any("may not run write/delete_pod" in str(m.get("content")) for m in told)
+
+    with sqlite3.connect(f"file:{world.tmp / 'k.db'}?mode=ro", uri=True) as connection:
+        rows = connection.execute(
+            "SELECT stage, decision FROM tool_audit WHERE tool = 'write/delete_pod'"
+        ).fetchall()
+    assert ("channel role", "deny") in rows

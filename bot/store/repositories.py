@@ -240,23 +240,14 @@ class ToolAuditRepository:
         self._db = db
 
     async def record(self, entries: list[AuditEntry]) -> None:
-        """Queued, not awaited: the decisions ride along with the round's commit (a write's
-        own intent and outcome are audited durably by the write audit)."""
-        rows: list[SQLModel] = [
-            ToolAuditRow(
-                session_id=entry.session_id,
-                turn_id=entry.turn_id,
-                tool_call_id=entry.tool_call_id,
-                tool=entry.tool,
-                arguments_json=json.dumps(entry.arguments, sort_keys=True),
-                stage=entry.stage,
-                decision=entry.decision,
-                reason=entry.reason,
-                slack_user=entry.slack_user,
-            )
-            for entry in entries
-        ]
-        self._db.defer(inserting(*rows))
+        """Committed before it returns (writes and denials; the harness says why)."""
+        if entries:
+            await self._db.write(_audit_rows(entries))
+
+    def stage(self, entries: list[AuditEntry]) -> None:
+        """Queued, not awaited: allowed reads ride along with the round's commit."""
+        if entries:
+            self._db.defer(_audit_rows(entries))
 
     async def for_session(self, session_id: int) -> list[ToolAuditRow]:
         async with self._db.sessions() as session:
@@ -266,3 +257,21 @@ class ToolAuditRepository:
                 .order_by(col(ToolAuditRow.id))
             )
             return list(rows.all())
+
+
+def _audit_rows(entries: list[AuditEntry]) -> Op[None]:
+    rows: list[SQLModel] = [
+        ToolAuditRow(
+            session_id=entry.session_id,
+            turn_id=entry.turn_id,
+            tool_call_id=entry.tool_call_id,
+            tool=entry.tool,
+            arguments_json=json.dumps(entry.arguments, sort_keys=True),
+            stage=entry.stage,
+            decision=entry.decision,
+            reason=entry.reason,
+            slack_user=entry.slack_user,
+        )
+        for entry in entries
+    ]
+    return inserting(*rows)

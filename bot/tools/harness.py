@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from bot.model.outbound import mask_value, mask_value_async
 from bot.policy.decision import CallScope, ToolInvocation
-from bot.tools.spec import REASON_ARG, Tool, ToolArgumentError, ToolFailure
+from bot.tools.spec import REASON_ARG, Tool, ToolArgumentError, ToolFailure, ToolKind
 from bot.values import (
     AuditEntry,
     Decision,
@@ -40,7 +40,11 @@ class Gate(Protocol):
 
 class AuditLog(Protocol):
     async def record(self, entries: list[AuditEntry]) -> None:
-        """Append the entries durably (one commit) before returning."""
+        """Append the entries durably (committed) before returning."""
+        ...
+
+    def stage(self, entries: list[AuditEntry]) -> None:
+        """Queue the entries: they are committed with the turn's next durable write."""
         ...
 
 
@@ -129,7 +133,10 @@ class ToolHarness:
                 stage=final.stage,
             )
         if final.decision.verdict is Verdict.NEEDS_APPROVAL:
-            stage, outcome = "approval", await self._approve_and_write(invocation)
+            # The decision to ask is on record before the approval card is posted.
+            await self._record(invocation, trail)
+            stage, trail = "approval", []
+            outcome = await self._approve_and_write(invocation)
         else:
             stage, outcome = "execute", await self._execute(invocation)
         # Masked once here, before the result reaches the database, hooks, Slack or the model.
@@ -147,7 +154,7 @@ class ToolHarness:
         duplicate id, arguments that are not a JSON object, over the round's limit): a
         refusal is a decision too."""
         raw, _ = mask_value(call.arguments)
-        await self._audit.record(
+        await self._audit.record(  # a refusal: durable (see `_record`)
             [
                 AuditEntry(
                     session_id=scope.session_id,
@@ -204,7 +211,17 @@ class ToolHarness:
             )
             for index, step in enumerate(trail)
         ]
-        await self._audit.record(entries)
+        # What changed, or asked to change, a cluster and every denial are on record before
+        # anyone hears of them (the approval card, the thread, the model): written durably.
+        # An allowed read changed nothing: its audit rides with the round's results, which
+        # are committed with the next round's calls or with the answer, itself stored before
+        # the thread shows it. A SIGKILL within the writer's linger (0.5 s) loses that read's
+        # audit with the rest of its round, before any answer built on it was shown.
+        denied = any(step.decision.verdict is Verdict.DENY for step in trail)
+        if call.tool.kind is ToolKind.WRITE or denied:
+            await self._audit.record(entries)
+        else:
+            self._audit.stage(entries)
 
     async def _execute(self, call: ToolInvocation) -> ToolOutcome:
         name = call.tool.name
