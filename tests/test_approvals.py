@@ -111,7 +111,8 @@ async def wait_said(world: World, thread_ts: str, text: str, timeout: float = 20
     return await world.slack.wait_for(said, timeout=timeout)
 
 
-async def test_approve_by_allowed_user_writes_exactly_the_previewed_change(world: World):
+async def test_approve_by_allowed_user_writes_exactly_the_previewed_change(any_db_world: World):
+    world = any_db_world  # on SQLite and on the real PostgreSQL
     await world.start_bot()
     before = world.kube.get("Deployment", "shop", "checkout-api")
     assert before is not None
@@ -308,7 +309,8 @@ async def test_interrupted_after_approval_the_write_completes_and_is_audited(wor
     assert [a.phase for a in audits] == ["intent", "outcome"]
 
 
-async def test_restart_between_card_and_click_still_executes_and_continues(world: World):
+async def test_restart_between_card_and_click_still_executes_and_continues(any_db_world: World):
+    world = any_db_world  # on SQLite and on the real PostgreSQL
     bot = await world.start_bot()
     mention, card = await propose_scale(world, then="Scaled after the restart.")
     await world.stop_bot(bot)

@@ -30,7 +30,8 @@ def pod_lists(world: World) -> list:
     return [r for r in world.kube.requests if r.method == "GET" and r.path.endswith("/pods")]
 
 
-async def test_mention_runs_a_tool_and_answers_in_the_thread(world: World):
+async def test_mention_runs_a_tool_and_answers_in_the_thread(any_db_world: World):
+    world = any_db_world  # on SQLite and on the real PostgreSQL
     world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
     world.model.reply_text("checkout-api has one pod in CrashLoopBackOff (OOMKilled).")
     await world.start_bot()
@@ -79,7 +80,8 @@ async def test_http_mode_signed_event_runs_and_bad_signature_is_refused(world: W
     assert len(world.model.requests) == 1
 
 
-async def test_follow_up_carries_the_earlier_turn_also_after_restart(world: World):
+async def test_follow_up_carries_the_earlier_turn_also_after_restart(any_db_world: World):
+    world = any_db_world  # on SQLite and on the real PostgreSQL
     world.model.reply_text("First answer: 3 replicas.")
     world.model.reply_text("Second answer.")
     world.model.reply_text("Third answer, after a restart.")

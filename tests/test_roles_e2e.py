@@ -176,7 +176,8 @@ async def slash(world: World, channel: str, text: str, user: str = ALICE) -> str
     return str(posts[-1].body.get("text"))
 
 
-async def test_kelpie_role_shows_each_channels_role(world: World):
+async def test_kelpie_role_shows_each_channels_role(any_db_world: World):
+    world = any_db_world  # on SQLite and on the real PostgreSQL
     await world.start_bot()
     viewer = await slash(world, SHOP_CHANNEL, "role")
     assert "`viewer`" in viewer and "`shop`" in viewer and "list_pods" in viewer
