@@ -25,7 +25,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
-from bot.agent.background import BackgroundInvestigations
+from bot.agent.background import BackgroundInvestigations, render_results
 from bot.agent.conversation import (
     ConversationState,
     ConversationStore,
@@ -373,13 +373,14 @@ class Engine:
         turn.partial_text = ""
 
     async def _drain(self, turn: _Turn) -> None:
-        """Append finished background results as one message (nothing when none finished)."""
+        """Append finished background results as one data message (nothing when none
+        finished): marked as kelpie's and escaped, never in the person's voice."""
         if turn.background is None:
             return
         results = turn.background.take()
         if not results:
             return
-        message = Message(Role.USER, "\n\n".join(result.render() for result in results))
+        message = Message(Role.USER, render_results(results))
         self._store.stage(turn.request.session.id, turn.request.turn_id, [message])
         turn.state.add(message)
 

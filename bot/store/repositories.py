@@ -106,6 +106,14 @@ class SessionRepository:
         return await self._db.write(op)
 
 
+def _speaker(message: Message) -> str:
+    """Who said it, for the guardian: a person's message has a Slack user; a user-role
+    message without one is kelpie's own (background results, approval notes)."""
+    if message.role is Role.USER and message.slack_user is None:
+        return "kelpie (not the person)"
+    return str(message.role)
+
+
 class MessageRepository:
     """Implements the agent's ConversationStore port."""
 
@@ -162,7 +170,7 @@ class MessageRepository:
         """The last user/assistant texts of a session, for the guardian's review."""
         messages = await self.history(session_id, 20)
         return [
-            f"{message.role}: {message.content}"
+            f"{_speaker(message)}: {message.content}"
             for message in messages
             if message.role in (Role.USER, Role.ASSISTANT) and message.content
         ]
