@@ -87,6 +87,7 @@ from bot.terminal import (
     TerminalReporters,
     TerminalTurns,
     terminal_binding,
+    terminal_decider,
 )
 from bot.tools.harness import ToolHarness, ToolRegistry
 from bot.tools.investigate import investigation_tool
@@ -338,7 +339,8 @@ class FrontEnd:
     submit: TurnSubmit
     bindings: Bindings
     approvers: Approvers
-    # The terminal: the one person at it asks and decides (no four-eyes peer exists).
+    # `kelpie chat --self-approve`: the person at the terminal may decide their own changes
+    # where the role asks for someone else (four eyes), recorded as self-approved.
     self_approval: bool = False
 
 
@@ -522,10 +524,15 @@ def build_terminal(
     channel_name: str | None,
     *,
     console: Console | None = None,
+    self_approve: bool = False,
 ) -> TerminalChat:
     """`kelpie chat`: the shared core with progress and approvals at a terminal prompt, in the
     role the config gives a channel of that name (no name: the `im: true` mapping). Raises
-    `ChannelNotEnabled` when that channel maps to no role. No Slack client is built."""
+    `ChannelNotEnabled` when that channel maps to no role. No Slack client is built.
+
+    Four eyes hold as in Slack: where the role does not allow the requester, the person at
+    the terminal cannot decide their own change, unless the operator passed
+    `self_approve` (`--self-approve`), which is recorded with every decision."""
     binding = terminal_binding(ChannelRoles(config), channel_name)
     console = console or Console()
     profile = config.models.active_profile
@@ -540,9 +547,17 @@ def build_terminal(
         turns.submit,
         FixedBinding(binding),
         TerminalApprovers(),
-        self_approval=True,
+        self_approval=self_approve,
     )
     core = build_core(config, secrets, front, Metrics())
     return TerminalChat(
-        console, core.agent, binding, channel_name, core, core.approvals, turns, cards
+        console,
+        core.agent,
+        binding,
+        channel_name,
+        core,
+        core.approvals,
+        turns,
+        cards,
+        decider=terminal_decider(self_approve),
     )

@@ -146,7 +146,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         # The log shares the terminal with the conversation: errors only.
         _configure_logging(config, "ERROR")
         channel = args.channel.lstrip("#") if args.channel else None
-        chat = build_terminal(config, Secrets(config), channel)
+        chat = build_terminal(config, Secrets(config), channel, self_approve=args.self_approve)
     except ConfigError as error:
         return _print_config_problems(error)
     except ChannelNotEnabled as error:
@@ -226,6 +226,14 @@ def _parser() -> argparse.ArgumentParser:
         "--channel",
         metavar="ID_OR_NAME",
         help="act with the role the config gives this channel (default: the im: true mapping)",
+    )
+    chat.add_argument(
+        "--self-approve",
+        action="store_true",
+        help=(
+            "decide your own changes where the role asks for someone else (four eyes); "
+            "every such decision is recorded in the audit as self-approved"
+        ),
     )
     chat.set_defaults(handler=cmd_chat)
     manifest = commands.add_parser("manifest", help="print the Slack app manifest")

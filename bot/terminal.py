@@ -9,6 +9,12 @@ and a write asks for approval at the prompt: the answer goes to the approval ser
 unchanged. Only a person's answer typed at the prompt can approve; nothing the model writes
 reaches `decide()`.
 
+Four eyes hold as in Slack: where the role does not let the requester approve, the person
+at the terminal (who asked) is told who may decide and how, and their change is withdrawn,
+never offered a y/N the approval service would refuse. `kelpie chat --self-approve` is the
+operator's explicit exception: they decide their own changes, and each decision is recorded
+(approval, card and write audit) under a name that says it was self-approved.
+
 stdin is read by one reader thread into a queue, so the event loop never blocks on it and a
 prompt that is no longer wanted (an approval that expired) is cancelled cleanly.
 """
@@ -73,6 +79,7 @@ _MENTION = re.compile(r"<@([^<>|]+)(?:\|[^<>]*)?>")
 TERMINAL_USER = _login_name()
 PROMPT = "you> "
 APPROVAL_PROMPT = "Approve this change? [y/N] "
+SELF_APPROVE_FLAG = "--self-approve"
 QUIT_WORDS = frozenset({"/quit", "/exit"})
 
 _STATUS_MARK = {
@@ -81,6 +88,13 @@ _STATUS_MARK = {
     ToolStatus.DENIED: "⛔",
     ToolStatus.PENDING: "⏸",
 }
+
+
+def terminal_decider(self_approve: bool) -> str:
+    """The name a decision at the terminal is recorded under."""
+    if self_approve:
+        return f"{TERMINAL_USER} (self-approved with {SELF_APPROVE_FLAG})"
+    return TERMINAL_USER
 
 
 class ChannelNotEnabled(KelpieError):
@@ -349,13 +363,25 @@ class FixedBinding:
 
 
 class TerminalApprovers:
-    """At the terminal the person running kelpie (with the cluster credentials) decides."""
+    """At the terminal the person running kelpie (with the cluster credentials) decides,
+    within the four-eyes rule the approval service applies before asking this."""
 
     async def is_approver(self, user: str, approval: ApprovalConfig) -> bool:
         return True
 
     def describe(self, approval: ApprovalConfig) -> str:
-        return "the person at the terminal"
+        """Who may decide, and how, seen from a terminal."""
+        people = [f"Slack user {user}" for user in approval.approvers.users]
+        people += [f"members of Slack group {group}" for group in approval.approvers.usergroups]
+        slack = (
+            f"{', '.join(people)}, when it is asked in a Slack channel with this role"
+            if people
+            else "nobody in Slack (this role names no approvers)"
+        )
+        return (
+            f"{slack}; or you, here, if you start `kelpie chat` again with "
+            f"{SELF_APPROVE_FLAG} (recorded in the audit as self-approved)"
+        )
 
 
 class TerminalTurns:
@@ -373,6 +399,8 @@ class Decisions(Protocol):
     async def pending_in(self, session_id: int) -> list[Approval]: ...
 
     async def resume(self, approval_id: str, decision: ApprovalDecision) -> object: ...
+
+    async def may_decide(self, approval: Approval, user: str) -> str | None: ...
 
 
 class Runtime(Protocol):
@@ -397,7 +425,10 @@ class TerminalChat:
         decisions: Decisions,
         turns: TerminalTurns,
         cards: TerminalApprovalCards,
+        *,
+        decider: str = TERMINAL_USER,
     ) -> None:
+        self._decider = decider
         self._decisions = decisions
         self._turns = turns
         self._cards = cards
@@ -500,12 +531,20 @@ class TerminalChat:
 
     async def _decide(self, session_id: int) -> None:
         """The turn ended at its approval cards: ask about each, then run the turns that
-        answer the decisions. Ctrl-C at the question withdraws the card."""
+        answer the decisions. Ctrl-C at the question withdraws the card. A card this person
+        may not decide (four eyes) is never asked about: they are told who may, and since
+        they asked for it, it is withdrawn (a "no" from them would be refused as a rejection
+        and asked again forever)."""
         while True:
             for approval in await self._decisions.pending_in(session_id):
-                kind = await self._ask(approval.id)
+                why = await self._decisions.may_decide(approval, self._decider)
+                if why is not None:
+                    self._console.line(f"  {why}")
+                    kind: DecisionKind | None = DecisionKind.WITHDRAW
+                else:
+                    kind = await self._ask(approval.id)
                 if kind is not None:
-                    decision = ApprovalDecision(kind, TERMINAL_USER)
+                    decision = ApprovalDecision(kind, self._decider)
                     await self._decisions.resume(approval.id, decision)
             if not self._turns.queued:
                 return

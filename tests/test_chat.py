@@ -135,6 +135,7 @@ async def peers(tmp_path: Path) -> AsyncIterator[Peers]:
     config["channels"] = [
         {"match": {"id": "C0ADMIN"}, "role": "operator", "namespace": "platform"},
         {"match": {"name": "shop-ops"}, "role": "operator", "namespace": "shop"},
+        {"match": {"name": "shop-admin"}, "role": "admin", "namespace": "shop"},
         {"match": {"name": "shop-*"}, "role": "viewer", "namespace": "shop"},
         {"match": {"im": True}, "role": "viewer"},
     ]
@@ -158,8 +159,8 @@ async def peers(tmp_path: Path) -> AsyncIterator[Peers]:
 async def open_chat(peers: Peers, tmp_path: Path) -> AsyncIterator[Any]:
     terminals: list[Terminal] = []
 
-    def start(channel: str | None = "shop-ops") -> Terminal:
-        args = ["--config", str(peers.config_path)]
+    def start(channel: str | None = "shop-ops", *more: str) -> Terminal:
+        args = ["--config", str(peers.config_path), *more]
         if channel is not None:
             args += ["--channel", channel]
         terminal = Terminal(args, peers.env, tmp_path)
@@ -224,10 +225,13 @@ async def test_chat_answers_a_question_through_a_pseudo_terminal(peers: Peers, o
 async def test_a_write_asks_for_approval_at_the_prompt(
     peers: Peers, open_chat: Any, answer: str, executed: bool
 ):
+    """#shop-ops's role asks for someone else's approval (four eyes); the operator lifted
+    that explicitly with --self-approve, and every decision says so."""
     args = {"namespace": "shop", "name": "checkout-api", "replicas": 5, "reason": "traffic spike"}
     peers.model.reply_tool_calls([("scale_deployment", args)])
     peers.model.reply_text("Done: see the outcome above.")
-    chat: Terminal = open_chat("shop-ops")
+    chat: Terminal = open_chat("shop-ops", "--self-approve")
+    decider = f"{TERMINAL_USER} (self-approved with --self-approve)"
 
     start = await chat.expect("you> ")
     chat.type("scale checkout-api to 5")
@@ -250,26 +254,77 @@ async def test_a_write_asks_for_approval_at_the_prompt(
         assert [(w.method, w.path) for w in writes] == [("PATCH", SCALE_PATH)]
         assert writes[0].body["spec"] == {"replicas": 5}
         # The person at the terminal by their login name, never Slack's <@…> syntax.
-        assert f"Approved by {TERMINAL_USER}" in chat.text[asked:end]
+        assert f"Approved by {decider}" in chat.text[asked:end]
         assert "<@" not in chat.text
         assert "outcome: scaled shop/checkout-api to 5 replicas" in chat.text[asked:end]
         assert "Scaled deployment shop/checkout-api" in note["content"]
-        audits = rows(peers.db, "SELECT phase, approved_by, ok FROM write_audit ORDER BY id")
-        assert audits == [("intent", TERMINAL_USER, 1), ("outcome", TERMINAL_USER, 1)]
+        audits = rows(
+            peers.db,
+            "SELECT phase, requested_by, approved_by, ok FROM write_audit ORDER BY id",
+        )
+        assert audits == [
+            ("intent", TERMINAL_USER, decider, 1),
+            ("outcome", TERMINAL_USER, decider, 1),
+        ]
     else:
         assert writes == []
         assert "Rejected: not executed." in chat.text[asked:end]
-        assert f"rejected by <@{TERMINAL_USER}>" in note["content"]
+        assert f"rejected by <@{decider}>" in note["content"]
         assert rows(peers.db, "SELECT phase FROM write_audit") == []
     chat.type("/quit")
     assert await chat.wait_exit() == 0
     peers.model.assert_script_consumed()
 
 
-async def test_ctrl_c_at_the_approval_prompt_withdraws_the_write(peers: Peers, open_chat: Any):
+async def test_four_eyes_hold_at_the_terminal(peers: Peers, open_chat: Any):
+    """Without --self-approve the person who asked cannot decide their own change where the
+    role asks for someone else: no y/N is offered (their "no" would be refused as a
+    rejection and asked again), they are told who may and how, and the card is withdrawn."""
     args = {"namespace": "shop", "name": "checkout-api", "replicas": 5, "reason": "load"}
     peers.model.reply_tool_calls([("scale_deployment", args)])
     chat: Terminal = open_chat("shop-ops")
+    start = await chat.expect("you> ")
+    chat.type("scale checkout-api to 5")
+    end = await chat.expect(f"Withdrawn by {TERMINAL_USER}: not executed.", after=start)
+    told = chat.text[start:end]
+    assert "Approval needed:" in told and "Approve this change?" not in told
+    assert "so someone else has to decide it" in told
+    # Who may, from the role's configured approvers, and how.
+    assert "Slack user U0CAROL" in told and "Slack group S0SRE" in told
+    assert "--self-approve" in told
+    prompt = await chat.expect("you> ", after=end)
+    chat.type("/quit")
+    await chat.expect("/quit", after=prompt)
+    assert await chat.wait_exit() == 0
+    assert real_writes(peers.kube) == []
+    assert rows(peers.db, "SELECT status, decided_by FROM approvals") == [
+        ("cancelled", TERMINAL_USER)
+    ]
+    assert rows(peers.db, "SELECT phase FROM write_audit") == []
+    peers.model.assert_script_consumed()
+
+
+async def test_a_role_that_allows_the_requester_asks_at_the_terminal(peers: Peers, open_chat: Any):
+    args = {"namespace": "shop", "name": "checkout-api", "replicas": 4, "reason": "load"}
+    peers.model.reply_tool_calls([("scale_deployment", args)])
+    peers.model.reply_text("Scaled.")
+    chat: Terminal = open_chat("shop-admin")  # admin: allow_requester: true
+    start = await chat.expect("you> ")
+    chat.type("scale checkout-api to 4")
+    asked = await chat.expect("Approve this change? [y/N] ", after=start)
+    chat.type("y")
+    end = await chat.expect("Scaled.", after=asked)
+    assert f"Approved by {TERMINAL_USER} " in chat.text[asked:end]
+    await chat.expect("you> ", after=end)
+    chat.type("/quit")
+    assert await chat.wait_exit() == 0
+    assert [(w.method, w.path) for w in real_writes(peers.kube)] == [("PATCH", SCALE_PATH)]
+
+
+async def test_ctrl_c_at_the_approval_prompt_withdraws_the_write(peers: Peers, open_chat: Any):
+    args = {"namespace": "shop", "name": "checkout-api", "replicas": 5, "reason": "load"}
+    peers.model.reply_tool_calls([("scale_deployment", args)])
+    chat: Terminal = open_chat("shop-admin")
     start = await chat.expect("you> ")
     chat.type("scale checkout-api to 5")
     asked = await chat.expect("Approve this change? [y/N] ", after=start)

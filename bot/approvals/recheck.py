@@ -47,7 +47,8 @@ class CurrentPolicy:
         *,
         self_approval: bool = False,
     ) -> None:
-        # The terminal: the one person at it asks and decides; no four-eyes peer exists.
+        # `kelpie chat --self-approve`: the operator lifts four eyes for their own changes,
+        # explicitly; the terminal records each such decision under a name that says so.
         self._self_approval = self_approval
         self._registry = registry
         self._gate = gate

@@ -390,6 +390,11 @@ class ApprovalService:
     async def pending_in(self, session_id: int) -> list[Approval]:
         return await self._store.pending_in(session_id)
 
+    async def may_decide(self, approval: Approval, user: str) -> str | None:
+        """Why `user` may not approve or reject this change now (one sentence saying who
+        may); None when they may. A front end asks before offering the choice."""
+        return await self._check.may_decide(approval, user)
+
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
