@@ -22,7 +22,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.continuation import DecisionTurns, TurnSubmit
 from bot.agent.engine import Engine, RetryPolicy
 from bot.agent.session import AgentSessions, ReporterFactory
-from bot.agent.turns import TurnScheduler
+from bot.agent.turns import TurnCaps, TurnScheduler
 from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, WriteAuditLog
 from bot.approvals.recheck import Approvers, Bindings, CurrentPolicy
@@ -458,6 +458,7 @@ def build_kelpie(
     scheduler = TurnScheduler(
         interrupt=config.slack.on_new_message is OnNewMessage.INTERRUPT,
         max_running=config.agent.max_concurrent_turns,
+        caps=TurnCaps(config.agent.max_turns_per_person, config.agent.max_turns_per_channel),
     )
     profile = config.models.active_profile
     reporters = SlackReporters(

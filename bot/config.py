@@ -223,6 +223,10 @@ class AgentConfig(_Strict):
     llm_retry_delay_s: float = Field(default=1.0, ge=0)
     # Turns that run at once; more wait (fairly by channel), their threads saying so.
     max_concurrent_turns: int = Field(default=8, ge=1)
+    # Threads one person, or one channel, keeps busy at once; past that, a new question is
+    # told to wait for one to finish (null: no cap).
+    max_turns_per_person: int | None = Field(default=None, ge=1)
+    max_turns_per_channel: int | None = Field(default=None, ge=1)
 
 
 class Approvers(_Strict):

@@ -59,6 +59,7 @@ async def test_config_check_reports_every_mistake_at_once_with_a_suggestion(worl
     data["roles"]["viewer"]["tools"] = ["read/list_pod", "write/list_pods", "read/*"]
     data["firewall"] = {"deny_kinds": ["Secrets", "pod"]}
     data["observability"] = {"prometheus": {"url": "http://prom:9090"}}
+    data["agent"] = {"max_turns_per_person": 0, "max_turns_per_channel": "many"}
     path = world.tmp / "bad.yaml"
     path.write_text(yaml.safe_dump(data))
 
@@ -72,7 +73,9 @@ async def test_config_check_reports_every_mistake_at_once_with_a_suggestion(worl
         '(did you mean "Secret"?)' in lines
     )
     assert any(line.startswith("config: observability: unknown key") for line in lines)
-    assert len(lines) == 3  # the tool names are checked once the schema holds
+    assert "config: agent.max_turns_per_person: Input should be greater than or equal to 1" in lines
+    assert any(line.startswith("config: agent.max_turns_per_channel: ") for line in lines)
+    assert len(lines) == 5  # the tool names are checked once the schema holds
 
 
 async def test_config_check_names_tools_that_do_not_exist(world):

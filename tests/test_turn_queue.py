@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.agent.turns import TurnScheduler
+from bot.agent.turns import Busy, CapReached, TurnCaps, TurnScheduler
+from bot.slack import copy
 from tests.peers.model_server import TextStep
-from tests.world import ALICE, BOB, DEV_CHANNEL, SHOP_CHANNEL, World
+from tests.world import ALICE, BOB, CAROL, DEV_CHANNEL, SHOP_CHANNEL, World
 
 
 class Turns:
@@ -85,3 +86,58 @@ async def test_a_thread_over_the_limit_shows_it_is_queued_then_gets_its_answer(w
     first_replies = await world.wait_bot_replies(SHOP_CHANNEL, first["ts"], 2)
     assert "first answer" in first_replies[-1].text
     assert not any("Queued" in reply.text for reply in first_replies)
+
+
+async def test_caps_per_person_and_per_lane_refuse_new_sessions_only():
+    scheduler = TurnScheduler(interrupt=True, caps=TurnCaps(per_person=1, per_lane=2))
+    turns = Turns()
+    assert scheduler.admit("a1", "alice", "c") is None
+    scheduler.submit("a1", turns.body("a1"), lane="c", person="alice")
+    await turns.until_started(1)
+    # Alice's second thread passes her cap; a new message in her busy thread does not.
+    assert scheduler.admit("a2", "alice", "c") == Busy(CapReached.PERSON, 1)
+    assert scheduler.admit("a1", "alice", "c") is None
+    scheduler.submit("a1", turns.body("a1-again"), lane="c", person="alice")  # interrupts
+    assert scheduler.admit("b1", "bob", "c") is None
+    assert scheduler.admit("c1", "carol", "c") == Busy(CapReached.LANE, 2)
+    assert scheduler.admit("c1", "carol", "other") is None  # another lane is not full
+    scheduler.release("c1", "carol")  # admitted, then never ran
+    scheduler.release("b1", "bob")
+    await turns.until_started(2)
+    turns.release["a1-again"].set()
+    await scheduler.drain()
+    # Every place is free again: the interrupted turn and the finished one both gave theirs.
+    assert scheduler.admit("a2", "alice", "c") is None
+    assert scheduler.admit("x", "bob", "c") is None
+
+
+async def test_a_person_or_channel_over_its_cap_is_told_when_to_ask_again(world: World):
+    world.model.reply_hang(10, then=TextStep("alice's answer"))
+    world.model.reply_hang(8, then=TextStep("bob's answer"))
+    world.model.reply_text("alice's next answer")
+    await world.start_bot({"agent": {"max_turns_per_person": 1, "max_turns_per_channel": 2}})
+    first = await world.mention(SHOP_CHANNEL, ALICE, "first question")
+    await world.model.wait_for_requests(1, timeout=60)  # the first request imports LiteLLM
+
+    second = await world.mention(SHOP_CHANNEL, ALICE, "another thread")
+    (told,) = await world.wait_bot_replies(SHOP_CHANNEL, second["ts"], 1)
+    assert told.text == copy.person_busy(1)
+    await world.mention(SHOP_CHANNEL, BOB, "bob's question")
+    await world.model.wait_for_requests(2, timeout=60)
+    third = await world.mention(SHOP_CHANNEL, CAROL, "carol's question")
+    (told,) = await world.wait_bot_replies(SHOP_CHANNEL, third["ts"], 1)
+    assert told.text == copy.channel_busy(2)
+    assert len(world.model.requests) == 2  # the refused ones never reached the model
+
+    await world.drain()
+    assert any("alice's answer" in text for text in bot_texts(world, first["ts"]))
+    # Her turn has ended: her place is free again.
+    again = await world.mention(SHOP_CHANNEL, ALICE, "now another thread")
+    await world.model.wait_for_requests(3, timeout=60)
+    await world.drain()
+    assert any("alice's next answer" in text for text in bot_texts(world, again["ts"]))
+    world.model.assert_script_consumed()
+
+
+def bot_texts(world: World, thread_ts: str) -> list[str]:
+    return [m.text for m in world.slack.thread(SHOP_CHANNEL, thread_ts) if m.is_bot]

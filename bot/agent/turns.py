@@ -3,6 +3,12 @@ At most `max_running` turns run at once; the others wait their turn fairly by la
 channel): lanes take turns, so one busy channel cannot starve the others. A turn that has
 to wait is told how many run and wait (`on_queued`), so its thread can show it.
 
+Caps per person and per lane (`TurnCaps`) bound how many sessions one person, or one
+channel, keeps busy at once (running or waiting): `admit` reserves a place before the
+message is even stored, so a burst cannot slip past the count, and says which cap a new
+one would pass. A message in a session that is already busy for that person is never
+refused (it interrupts or queues behind in its own thread).
+
 Knows no Slack: a session key, a lane and a coroutine to run are all it needs.
 """
 
@@ -10,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +86,84 @@ class _Slot:
     waiting: int = 0
 
 
+class CapReached(StrEnum):
+    PERSON = "person"
+    LANE = "lane"
+
+
+@dataclass(frozen=True)
+class Busy:
+    """Why a turn was not admitted: the cap it would pass, and that cap's size."""
+
+    cap: CapReached
+    limit: int
+
+
+@dataclass(frozen=True)
+class TurnCaps:
+    """Sessions one person / one lane may keep busy at once; None: no cap."""
+
+    per_person: int | None = None
+    per_lane: int | None = None
+
+
+class _Busy:
+    """Which people keep which sessions busy (turns admitted and not finished), by lane."""
+
+    def __init__(self, caps: TurnCaps) -> None:
+        self._caps = caps
+        self._people: dict[str, Counter[str]] = {}  # session key -> person -> turns
+        self._lanes: dict[str, str] = {}  # session key -> lane
+
+    def over(self, session_key: str, person: str, lane: str) -> Busy | None:
+        people = self._people.get(session_key)
+        if people is not None and people[person]:
+            return None  # already busy there: the new message stays in its thread
+        per_person, per_lane = self._caps.per_person, self._caps.per_lane
+        if per_person is not None:
+            mine = sum(1 for counts in self._people.values() if counts[person])
+            if mine >= per_person:
+                return Busy(CapReached.PERSON, per_person)
+        if per_lane is not None and people is None:
+            if sum(1 for key in self._people if self._lanes[key] == lane) >= per_lane:
+                return Busy(CapReached.LANE, per_lane)
+        return None
+
+    def add(self, session_key: str, person: str, lane: str) -> None:
+        self._people.setdefault(session_key, Counter())[person] += 1
+        self._lanes[session_key] = lane
+
+    def remove(self, session_key: str, person: str) -> None:
+        people = self._people.get(session_key)
+        if people is None or not people[person]:
+            return
+        people[person] -= 1
+        if not +people:
+            del self._people[session_key]
+            del self._lanes[session_key]
+
+
 class TurnScheduler:
-    def __init__(self, *, interrupt: bool, max_running: int = MAX_RUNNING) -> None:
+    def __init__(
+        self, *, interrupt: bool, max_running: int = MAX_RUNNING, caps: TurnCaps | None = None
+    ) -> None:
         self._interrupt = interrupt
         self._slots: dict[str, _Slot] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._gate = _Gate(max_running)
+        self._busy = _Busy(caps or TurnCaps())
+
+    def admit(self, session_key: str, person: str, lane: str) -> Busy | None:
+        """Reserve a place for `person`'s next turn in the session, or say which cap it
+        would pass. An admitted turn is `submit`ted with `person` (its end frees the place)
+        or, if it never runs, `release`d."""
+        over = self._busy.over(session_key, person, lane)
+        if over is None:
+            self._busy.add(session_key, person, lane)
+        return over
+
+    def release(self, session_key: str, person: str) -> None:
+        self._busy.remove(session_key, person)
 
     def submit(
         self,
@@ -94,10 +173,12 @@ class TurnScheduler:
         may_interrupt: bool = True,
         lane: str | None = None,
         on_queued: QueuedNotice | None = None,
+        person: str | None = None,
     ) -> asyncio.Task[None]:
         """Run `body` as the session's next turn. A person's new message may interrupt the
         running turn (per config); a resumed turn (`may_interrupt=False`) always waits.
-        `lane` (default: the session) is what waiting turns take turns by."""
+        `lane` (default: the session) is what waiting turns take turns by; `person` is who
+        `admit` reserved the place for."""
         slot = self._slots.setdefault(session_key, _Slot())
         if self._interrupt and may_interrupt:
             self.interrupt(session_key)
@@ -105,6 +186,8 @@ class TurnScheduler:
         task = asyncio.create_task(run, name=f"turn:{session_key}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if person is not None:
+            task.add_done_callback(lambda _task: self.release(session_key, person))
         return task
 
     def interrupt(self, session_key: str) -> bool:

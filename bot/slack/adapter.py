@@ -19,10 +19,10 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import logs
-from bot.agent.session import AgentSessions, IncomingMessage
-from bot.agent.turns import TurnScheduler
+from bot.agent.session import AcceptedMessage, AgentSessions, IncomingMessage
+from bot.agent.turns import Busy, CapReached, TurnScheduler
 from bot.config import SlackConfig
-from bot.policy.roles import ChannelRoles
+from bot.policy.roles import ChannelBinding, ChannelRoles
 from bot.slack import copy
 from bot.slack.channels import ChannelDirectory
 from bot.slack.payloads import PersonMessage, is_from_a_person, person_message
@@ -162,12 +162,23 @@ class SlackAdapter:
             user=message.user,
             text=_MENTION.sub("", message.text).strip(),
         )
-        session = await self._sessions.find(incoming.session_key)
-        if session is not None:
-            # A requester's new message withdraws their pending cards (before it is stored,
-            # so the turn it starts already knows); anyone else's leaves them alone.
-            await self._withdraw(session.id, incoming.user)
-        accepted = await self._agent.accept(incoming, binding)
+        # A place is reserved before anything is stored: a burst cannot slip past the caps.
+        busy = self._scheduler.admit(incoming.session_key, incoming.user, channel_id)
+        if busy is not None:
+            log.info(
+                "%s in %s: the %s cap (%d) is reached; replied once",
+                incoming.user,
+                channel_id,
+                busy.cap,
+                busy.limit,
+            )
+            await self._reply(channel_id, thread_ts, _busy_sentence(busy))
+            return
+        try:
+            accepted = await self._store(incoming, binding)
+        except BaseException:
+            self._scheduler.release(incoming.session_key, incoming.user)
+            raise
 
         async def queued(running: int, ahead: int) -> None:
             await self._reply(channel_id, thread_ts, copy.queued(running, ahead))
@@ -177,13 +188,28 @@ class SlackAdapter:
             lambda abort: self._agent.run_turn(accepted, abort),
             lane=channel_id,
             on_queued=queued,
+            person=incoming.user,
         )
+
+    async def _store(self, incoming: IncomingMessage, binding: ChannelBinding) -> AcceptedMessage:
+        session = await self._sessions.find(incoming.session_key)
+        if session is not None:
+            # A requester's new message withdraws their pending cards (before it is stored,
+            # so the turn it starts already knows); anyone else's leaves them alone.
+            await self._withdraw(session.id, incoming.user)
+        return await self._agent.accept(incoming, binding)
 
     async def _reply(self, channel: str, thread_ts: str, text: str) -> None:
         try:
             await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text)
         except SlackApiError as error:
             log.error("could not reply in %s: %s", channel, error.response.get("error"))
+
+
+def _busy_sentence(busy: Busy) -> str:
+    if busy.cap is CapReached.PERSON:
+        return copy.person_busy(busy.limit)
+    return copy.channel_busy(busy.limit)
 
 
 def _event_id(body: Any) -> str:

@@ -27,6 +27,22 @@ def queued(running: int, ahead: int) -> str:
     )
 
 
+def person_busy(cap: int) -> str:
+    questions = "question" if cap == 1 else "questions"
+    return (
+        f"You already have {cap} {questions} in progress, the most kelpie takes from one "
+        "person at once; ask again when one of them has answered (or stop one)."
+    )
+
+
+def channel_busy(cap: int) -> str:
+    questions = "question" if cap == 1 else "questions"
+    return (
+        f"kelpie is already answering {cap} {questions} in this channel, the most it takes "
+        "from one channel at once; ask again when one of them has answered."
+    )
+
+
 def error_answer(sentence: str) -> str:
     # The sentence may carry a provider's or the cluster's words: escaped like any other.
     return f":warning: {escape_mrkdwn(sentence)}"
