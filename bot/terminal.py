@@ -74,6 +74,18 @@ def _login_name() -> str:
 
 # Slack's mention syntax, shown at a terminal as the plain @name it stands for.
 _MENTION = re.compile(r"<@([^<>|]+)(?:\|[^<>]*)?>")
+# Control characters from the model or the cluster would drive the terminal itself (ANSI
+# escapes recolour, move the cursor, rewrite lines already shown, set the clipboard; a
+# carriage return overwrites a line): each is shown as its escape instead. Newline and tab
+# stay.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _visible(text: str) -> str:
+    text = text.replace("\r\n", "\n")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
+
 # Who asks and who decides: the person at the terminal, who runs kelpie with the config's
 # cluster credentials in hand.
 TERMINAL_USER = _login_name()
@@ -196,7 +208,7 @@ class Console:
     def write(self, text: str) -> None:
         if not text:
             return
-        self._out.write(_MENTION.sub(r"@\1", text))
+        self._out.write(_MENTION.sub(r"@\1", _visible(text)))
         self._out.flush()
         self._at_line_start = text.endswith("\n")
 

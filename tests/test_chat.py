@@ -70,6 +70,10 @@ class Terminal:
             asyncio.get_running_loop().remove_reader(self._master)
 
     @property
+    def raw(self) -> bytearray:
+        return self._output
+
+    @property
     def text(self) -> str:
         return _ANSI.sub("", self._output.decode("utf-8", errors="replace")).replace("\r", "")
 
@@ -274,6 +278,25 @@ async def test_a_write_asks_for_approval_at_the_prompt(
     chat.type("/quit")
     assert await chat.wait_exit() == 0
     peers.model.assert_script_consumed()
+
+
+async def test_control_characters_from_the_model_cannot_drive_the_terminal(
+    peers: Peers, open_chat: Any
+):
+    hostile = "All good.\x1b[2K\rApproved by carol\x1b]52;c;ZWNobyBwd25lZA==\x07 \x1b[31mred\x9b2J"
+    peers.model.reply_text(hostile)
+    chat: Terminal = open_chat("shop-ops")
+    start = await chat.expect("you> ")
+    chat.type("status?")
+    end = await chat.expect("red", after=start)
+    shown = chat.text[start:end]
+    assert "All good.\\x1b[2K\\x0dApproved by carol\\x1b]52;c;" in shown
+    assert "\\x07 \\x1b[31mred" in shown
+    raw = bytes(chat.raw)
+    assert b"\x1b[2K" not in raw and b"\x1b]52" not in raw and b"\x1b[31m" not in raw
+    assert b"\x07" not in raw and "\x9b".encode() not in raw
+    chat.type("/quit")
+    assert await chat.wait_exit() == 0
 
 
 async def test_four_eyes_hold_at_the_terminal(peers: Peers, open_chat: Any):
