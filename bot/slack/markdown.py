@@ -142,7 +142,8 @@ def _cells(line: str) -> list[str]:
 
 def _plain(text: str) -> str:
     """Cell text without Markdown emphasis, links as "text (url)"."""
-    text = _LINK.sub(lambda m: f"{m.group(1)} ({m.group(2)})", text)
+    if "[" in text:  # RE2 costs a call even where nothing matches: cells are many
+        text = _LINK.sub(lambda m: f"{m.group(1)} ({m.group(2)})", text)
     text = _unbold(text)
     text = _CODE_SPAN.sub(r"\2", text)
     return text
@@ -200,9 +201,11 @@ def _inline(text: str) -> str:
         return f"{_HOLD}{len(held) - 1}{_HOLD}"
 
     text = _CODE_SPAN.sub(lambda m: hold(f"`{escape(m.group(2))}`"), text)
-    text = _IMAGE.sub(lambda m: hold(_link(m.group(2), escape(m.group(1) or m.group(2)))), text)
-    text = _LINK.sub(lambda m: hold(_link(m.group(2), _emphasis(escape(m.group(1))))), text)
-    text = _AUTOLINK.sub(lambda m: hold(f"<{m.group(1)}>"), text)
+    if "[" in text:
+        text = _IMAGE.sub(lambda m: hold(_link(m.group(2), escape(m.group(1) or m.group(2)))), text)
+        text = _LINK.sub(lambda m: hold(_link(m.group(2), _emphasis(escape(m.group(1))))), text)
+    if "<" in text:
+        text = _AUTOLINK.sub(lambda m: hold(f"<{m.group(1)}>"), text)
     text = _emphasis(escape(text))
     pattern = re.compile(f"{_HOLD}(\\d+){_HOLD}")
     # Held pieces never contain placeholders of their own, so one pass restores them.
@@ -240,6 +243,8 @@ def show_link_targets(markdown: str) -> str:
         label, url = match.group(1), match.group(2)
         return f"{label} ({url})" if label and label != url else url
 
+    if "[" not in markdown:
+        return markdown
     return _LINK.sub(plain, _IMAGE.sub(plain, markdown))
 
 
