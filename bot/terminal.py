@@ -495,6 +495,8 @@ class TerminalChat:
         ]
         if binding.namespace:
             parts.append(f"namespace {binding.namespace}")
+        if self._decider != TERMINAL_USER:
+            parts.append(f"{SELF_APPROVE_FLAG}: your decisions are recorded as self-approved")
         return (
             " · ".join(parts)
             + "\nAsk a question. Ctrl-C stops an answer; /quit or Ctrl-D ends the chat."

@@ -238,6 +238,7 @@ async def test_a_write_asks_for_approval_at_the_prompt(
     decider = f"{TERMINAL_USER} (self-approved with --self-approve)"
 
     start = await chat.expect("you> ")
+    assert "--self-approve: your decisions are recorded as self-approved" in chat.text[:start]
     chat.type("scale checkout-api to 5")
     asked = await chat.expect("Approve this change? [y/N] ", after=start)
     card = chat.text[start:asked]
