@@ -92,11 +92,13 @@ async def test_a_streamed_answer_and_progress_lines_are_escaped(world: World):
 
 LYING_LINKS = (
     "Read [the runbook](https://evil.example/phish) or ![status](https://evil.example/i.png) "
-    "or [wiki](https://en.wikipedia.org/wiki/Pod_(k8s)). Cited [E1] stays as written."
+    "or [wiki](https://en.wikipedia.org/wiki/Pod_(k8s)). Cited [E1] stays as written. "
+    "See [the docs][1].\n\n[1]: https://evil.example/ref"
 )
 SHOWN = (
     "Read the runbook (https://evil.example/phish) or status (https://evil.example/i.png) "
-    "or wiki (https://en.wikipedia.org/wiki/Pod_(k8s)). Cited [E1] stays as written."
+    "or wiki (https://en.wikipedia.org/wiki/Pod_(k8s)). Cited [E1] stays as written. "
+    "See [the docs][1].\n\n1: https://evil.example/ref"
 )
 
 

@@ -245,15 +245,22 @@ def show_link_targets(markdown: str) -> str:
 
     if "[" not in markdown:
         return markdown
+    markdown = _REFERENCE.sub(r"\1\2:", markdown)
     return _LINK.sub(plain, _IMAGE.sub(plain, markdown))
 
 
+# A reference definition (`[1]: https://evil`) would make `[safe][1]` a link elsewhere in
+# the text: without its brackets it defines nothing and shows its address as text.
+_REFERENCE = _re2(r"(?m)^( {0,3})\[([^\]\n]+)\]:")
+
+
 # What could still become a link once more text arrives, at the very end of the text:
-# `!` (an image to be), `[label`, `[label]`, `[label](url`, `[label](url "title`. RE2 finds
-# the leftmost such start in one linear pass.
+# `!` (an image to be), `[label`, `[label]`, `[label](url`, `[label](url "title`, and a
+# reference definition up to its line's end (`[1]: https://`). RE2 finds the leftmost such
+# start in one linear pass.
 _PARTIAL_LINK = _re2(
     r"!?(?:\[[^\]\n]*(?:\](?:\((?:[^()\s]|\([^()\s]*\))*(?:\([^()\s]*)?"
-    r"(?:\s+(?:\"[^\"\n]*\"?)?)?)?)?)?\z"
+    r"(?:\s+(?:\"[^\"\n]*\"?)?)?|:[^\n]*)?)?)?\z"
 )
 STREAM_LINK_HOLD = 3000  # characters held back at most while a link may still complete
 
@@ -284,7 +291,7 @@ class StreamLinks:
     def flush(self) -> str:
         """The text held back, now that nothing more follows it (a round or a turn ended)."""
         held, self._held = self._held, ""
-        return held
+        return show_link_targets(held)
 
 
 def _partial_start(text: str) -> int:
