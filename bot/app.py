@@ -466,7 +466,6 @@ def build_kelpie(
         config.slack,
         interrupt=scheduler.interrupt,
         model_name=profile.model,
-        tier=profile.tier.value if profile.tier else None,
     )
     approvers = ApproverDirectory(client)
     channels = ChannelDirectory(client)
@@ -538,9 +537,7 @@ def build_terminal(
     console = console or Console()
     profile = config.models.active_profile
     cards = TerminalApprovalCards(console)
-    reporters = TerminalReporters(
-        console, model_name=profile.model, tier=profile.tier.value if profile.tier else None
-    )
+    reporters = TerminalReporters(console, model_name=profile.model)
     turns = TerminalTurns()
     front = FrontEnd(
         cards,

@@ -43,8 +43,9 @@ from bot.agent.events import (
     TurnEvent,
     TurnFinish,
     TurnFinished,
-    TurnStats,
+    TurnStarted,
     footer_line,
+    seen_stats,
 )
 from bot.agent.session import AgentSessions, IncomingMessage
 from bot.agent.turns import TurnBody
@@ -225,10 +226,10 @@ class Console:
 class TerminalReporter:
     """One turn at the terminal: a line per tool call, the answer streamed, a footer."""
 
-    def __init__(self, console: Console, model_name: str, tier: str | None) -> None:
+    def __init__(self, console: Console, model_name: str) -> None:
         self._console = console
         self._model_name = model_name
-        self._tier = tier
+        self._turn_started: TurnStarted | None = None
         self._args: dict[str, str] = {}
         self._rounds = 0
         self._tool_calls = 0
@@ -237,7 +238,9 @@ class TerminalReporter:
         self._started = time.monotonic()
 
     async def emit(self, event: TurnEvent) -> None:
-        if isinstance(event, RoundStarted):
+        if isinstance(event, TurnStarted):
+            self._turn_started = event
+        elif isinstance(event, RoundStarted):
             self._rounds = max(self._rounds, event.round_index + 1)
             self._in_text = False
         elif isinstance(event, TextDelta):
@@ -278,13 +281,14 @@ class TerminalReporter:
                 console.line("(I used all my tool rounds for this question; this is what I found.)")
         stats = finished.stats
         if not stats.model:  # an interrupted turn reports no stats: show what was seen
-            stats = TurnStats(
-                model=self._model_name,
-                rounds=self._rounds,
-                tool_calls=self._tool_calls,
-                duration_s=time.monotonic() - self._started,
+            stats = seen_stats(
+                self._turn_started,
+                self._model_name,
+                self._rounds,
+                self._tool_calls,
+                time.monotonic() - self._started,
             )
-        console.line(f"  [{footer_line(stats, self._tier, finished.evidence)}]")
+        console.line(f"  [{footer_line(stats, finished.evidence)}]")
 
 
 def _call(name: str, args: str) -> str:
@@ -294,13 +298,12 @@ def _call(name: str, args: str) -> str:
 class TerminalReporters:
     """ReporterFactory port for the terminal."""
 
-    def __init__(self, console: Console, *, model_name: str, tier: str | None) -> None:
+    def __init__(self, console: Console, *, model_name: str) -> None:
         self._console = console
         self._model_name = model_name
-        self._tier = tier
 
     async def open(self, session: SessionInfo, message: IncomingMessage) -> TerminalReporter:
-        return TerminalReporter(self._console, self._model_name, self._tier)
+        return TerminalReporter(self._console, self._model_name)
 
 
 def approval_card(approval: Approval) -> str:

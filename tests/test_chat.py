@@ -23,7 +23,7 @@ from bot.config import load_config
 from bot.policy.roles import ChannelRoles
 from bot.terminal import TERMINAL_USER, ChannelNotEnabled, terminal_binding
 from tests.peers.kube_server import KubeServer
-from tests.peers.model_server import ModelServer
+from tests.peers.model_server import HangStep, ModelServer, TextStep
 from tests.world import MODEL_KEY, base_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -363,6 +363,26 @@ async def test_ctrl_c_at_the_approval_prompt_withdraws_the_write(peers: Peers, o
     assert real_writes(peers.kube) == []
     assert rows(peers.db, "SELECT status FROM approvals") == [("cancelled",)]
     peers.model.assert_script_consumed()
+
+
+async def test_ctrl_c_mid_turn_ends_it_with_the_usual_footer(peers: Peers, open_chat: Any):
+    peers.model.enqueue(HangStep(20, then=TextStep("too late")))
+    chat: Terminal = open_chat("shop-ops")
+    start = await chat.expect("you> ")
+    chat.type("why is checkout-api slow?")
+    await peers.model.wait_for_requests(1, timeout=60)  # the chat imports LiteLLM first
+
+    chat.process.send_signal(signal.SIGINT)
+    stopped = await chat.expect("Interrupted.", after=start)
+    end = await chat.expect("]", after=stopped)
+    # Model, tier and where the tier came from, as under an answered turn.
+    assert (
+        "[openai/test-model · tier low (default) · 1 round · 0 tool calls" in chat.text[stopped:end]
+    )
+    prompt = await chat.expect("you> ", after=end)
+    chat.type("/quit")
+    await chat.expect("/quit", after=prompt)
+    assert await chat.wait_exit() == 0
 
 
 async def test_a_channel_with_no_role_is_refused_in_one_sentence(peers: Peers, tmp_path: Path):

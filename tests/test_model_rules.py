@@ -10,6 +10,7 @@ from bot.agent.engine import ANSWER_CUT_MARK, CONTINUE_NUDGE
 from bot.agent.events import ANSWER_CUT_FOOTER
 from bot.slack import copy
 from bot.store.tables import MessageRow
+from tests.peers.model_server import HangStep, TextStep
 from tests.peers.slack_server import SlackServer
 from tests.test_roles_e2e import slash
 from tests.world import ALICE, SHOP_CHANNEL, World
@@ -18,21 +19,26 @@ from tests.world import ALICE, SHOP_CHANNEL, World
 async def ask(world: World, text: str = "what is wrong in shop?") -> tuple[str, str]:
     """Mention the bot; returns everything the thread shows and the footer line."""
     mention = await world.mention(SHOP_CHANNEL, ALICE, text)
+    footer = await thread_footer(world, mention["ts"])
+    replies = [m for m in world.slack.thread(SHOP_CHANNEL, mention["ts"]) if m.is_bot]
+    return "\n".join(m.text for m in replies), footer
+
+
+async def thread_footer(world: World, thread_ts: str) -> str:
+    """The footer line of the thread's turn, once the turn has ended."""
 
     def footers(server: SlackServer) -> list[str]:
         return [
             block["elements"][0]["text"]
-            for m in server.thread(SHOP_CHANNEL, mention["ts"])
-            if m.is_bot
+            for m in server.thread(SHOP_CHANNEL, thread_ts)
+            if m.is_bot and not m.streaming
             for block in m.blocks
             if block.get("type") == "context"
         ]
 
-    # The footer comes with the end of the turn.
     found = await world.slack.wait_for(footers, timeout=60)
     await world.drain()
-    replies = [m for m in world.slack.thread(SHOP_CHANNEL, mention["ts"]) if m.is_bot]
-    return "\n".join(m.text for m in replies), found[-1]
+    return found[-1]
 
 
 async def stored_answers(world: World) -> list[str | None]:
@@ -114,6 +120,22 @@ async def test_the_footer_names_the_tier_and_where_it_came_from(world: World) ->
     _, footer = await ask(world, "and now?")
     assert "tier high (profile setting)" in footer
     world.model.assert_script_consumed()
+
+
+async def test_a_stopped_turn_has_the_same_footer_as_an_answered_one(world: World) -> None:
+    world.model.reply_text("All pods in shop are running.")
+    world.model.enqueue(HangStep(20, then=TextStep("too late")))
+    await world.start_bot()
+    _, answered = await ask(world)
+
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "and now?")
+    await world.model.wait_for_requests(2)
+    await world.slack.press_session_stop(SHOP_CHANNEL, mention["ts"], ALICE)
+    stopped = await thread_footer(world, mention["ts"])
+
+    same = "openai/test-model · tier low (default) · "
+    assert answered.startswith(same + "1 round · 0 tool calls"), answered
+    assert stopped.startswith(same + "1 round · 0 tool calls"), stopped
 
 
 async def test_kelpie_model_shows_the_tier_and_its_source(world: World) -> None:

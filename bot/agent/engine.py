@@ -39,6 +39,7 @@ from bot.agent.events import (
     TurnEvent,
     TurnFinish,
     TurnFinished,
+    TurnStarted,
     TurnStats,
 )
 from bot.agent.evidence import CitationFilter, EvidenceLedger
@@ -183,7 +184,9 @@ class Engine:
 
     async def run_turn(self, request: TurnRequest, emit: EventSink) -> TurnFinished:
         turn = self._open(request, emit)
-        rounds = request.max_rounds or request.policy.rounds
+        policy = request.policy
+        await emit(TurnStarted(self._gateway.model_name, str(policy.tier), str(policy.tier_source)))
+        rounds = request.max_rounds or policy.rounds
         tools = [tool.openai_schema() for tool in request.tools]
         drains = 0
         try:

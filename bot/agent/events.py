@@ -39,6 +39,16 @@ class ToolFinished:
 
 
 @dataclass(frozen=True)
+class TurnStarted:
+    """The model and tier a turn runs under, first of its events: a turn that ends without
+    stats (an interrupt) still has its footer name them like any other."""
+
+    model: str
+    tier: str
+    tier_source: str
+
+
+@dataclass(frozen=True)
 class RoundStarted:
     round_index: int
 
@@ -69,7 +79,7 @@ class TurnFinished:
     evidence: list[str] = field(default_factory=list)
 
 
-TurnEvent = TextDelta | ToolStarted | ToolFinished | RoundStarted | TurnFinished
+TurnEvent = TurnStarted | TextDelta | ToolStarted | ToolFinished | RoundStarted | TurnFinished
 EventSink = Callable[[TurnEvent], Awaitable[None]]
 
 
@@ -80,9 +90,22 @@ def plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
 
-def footer_line(
-    stats: TurnStats, tier: str | None = None, evidence: list[str] | None = None
-) -> str:
+def seen_stats(
+    started: TurnStarted | None, model: str, rounds: int, tool_calls: int, duration_s: float
+) -> TurnStats:
+    """The stats of a turn that ended without any (an interrupt, a crash): what its reporter
+    saw, under the model and tier the turn announced when it started."""
+    return TurnStats(
+        model=started.model if started else model,
+        rounds=rounds,
+        tool_calls=tool_calls,
+        duration_s=duration_s,
+        tier=started.tier if started else "",
+        tier_source=started.tier_source if started else "",
+    )
+
+
+def footer_line(stats: TurnStats, evidence: list[str] | None = None) -> str:
     """One line under an answer: model, tier and its source, rounds, tool calls, tokens
     (estimates marked), a cut answer, the evidence the answer cites, duration. Slack and
     the terminal show the same line."""
@@ -90,8 +113,6 @@ def footer_line(
     if stats.tier:
         source = f" ({stats.tier_source})" if stats.tier_source else ""
         parts.append(f"tier {stats.tier}{source}")
-    elif tier:
-        parts.append(f"tier {tier}")
     parts += [plural(stats.rounds, "round"), plural(stats.tool_calls, "tool call")]
     if stats.input_tokens or stats.output_tokens:
         tokens = f"{stats.input_tokens:,} in / {stats.output_tokens:,} out tokens"

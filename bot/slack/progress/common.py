@@ -25,9 +25,11 @@ from bot.agent.events import (
     TurnEvent,
     TurnFinish,
     TurnFinished,
+    TurnStarted,
     TurnStats,
     footer_line,
     plural,
+    seen_stats,
 )
 from bot.agent.session import IncomingMessage
 from bot.slack import copy
@@ -390,7 +392,6 @@ class TurnContext:
     sessions: AgentSessions
     interrupt: Interrupt | None
     model_name: str
-    tier: str | None
 
 
 class ThreadReporter:
@@ -405,12 +406,15 @@ class ThreadReporter:
         self._rounds = 0
         self._tool_calls = 0
         self._started = time.monotonic()
+        self._turn_started: TurnStarted | None = None
         self._uploads: set[asyncio.Task[None]] = set()
         self._closing_task: asyncio.Future[None] | None = None
 
     async def emit(self, event: TurnEvent) -> None:
         # Never awaits Slack: the turn must not wait on (or be cancelled inside) a Slack call.
-        if isinstance(event, RoundStarted):
+        if isinstance(event, TurnStarted):
+            self._turn_started = event
+        elif isinstance(event, RoundStarted):
             self._rounds = max(self._rounds, event.round_index + 1)
             self._on_round()
         elif isinstance(event, TextDelta):
@@ -463,17 +467,16 @@ class ThreadReporter:
         if finished.stats.model:
             return finished.stats
         # An interrupted turn reports no stats; show what this reporter saw.
-        return TurnStats(
-            model=self._ctx.model_name,
-            rounds=self._rounds,
-            tool_calls=self._tool_calls,
-            duration_s=time.monotonic() - self._started,
+        return seen_stats(
+            self._turn_started,
+            self._ctx.model_name,
+            self._rounds,
+            self._tool_calls,
+            time.monotonic() - self._started,
         )
 
     def _footer(self, finished: TurnFinished) -> str:
-        stats = self._stats(finished)
-        tier = getattr(stats, "tier", None) or self._ctx.tier
-        return footer_line(stats, str(tier) if tier else None, finished.evidence)
+        return footer_line(self._stats(finished), finished.evidence)
 
     def _ending(self, finished: TurnFinished) -> str | None:
         """The sentence that ends the turn's text, if any."""

@@ -42,13 +42,11 @@ class SlackReporters:
         *,
         interrupt: Interrupt | None = None,
         model_name: str = "",
-        tier: str | None = None,
     ) -> None:
         self._client = client
         self._config = config
         self._interrupt = interrupt
         self._model_name = model_name
-        self._tier = tier
         self._pacer = ThreadPacer()
         self._memory = WorkspaceMemory()
         self.turns = ActiveTurns()
@@ -92,7 +90,6 @@ class SlackReporters:
             sessions=self.sessions,
             interrupt=self._interrupt,
             model_name=self._model_name,
-            tier=self._tier,
         )
         if self.mode_for(message.team_id, session.channel_id) is StreamingMode.NATIVE:
             native = NativeReporter(ctx)
