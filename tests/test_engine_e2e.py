@@ -66,7 +66,8 @@ async def test_round_budget_then_a_final_call_without_tools_and_estimated_usage(
         (1, True),
         (2, True),
     ]
-    assert all(row.input_tokens > 0 for row in rows)
+    assert [(rows[0].input_tokens, rows[0].output_tokens)] == world.model.usage_reported
+    assert all(row.input_tokens > 0 and row.output_tokens > 0 for row in rows)
     world.model.assert_script_consumed()
 
 

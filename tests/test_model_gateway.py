@@ -150,6 +150,8 @@ async def test_usage_is_estimated_when_the_server_sends_none(server: ModelServer
 
     reply = await make_gateway(server.api_base).complete(ModelRequest(MESSAGES, TOOLS), Sink())
 
+    # LiteLLM's final chunk then holds zeros (its token counter is off): kelpie estimates.
+    assert server.usage_reported == []
     assert reply.usage.estimated is True
     assert reply.usage.input_tokens > 0
     assert reply.usage.output_tokens > 0

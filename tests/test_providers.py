@@ -9,6 +9,7 @@ investigation runs in Slack (the whole bot on the Slack, model and Kubernetes pe
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,12 @@ from typing import Any
 
 import pytest
 import yaml
+from sqlmodel import col, select
 
+from bot.app import model_gateway
+from bot.config import Secrets, parse_config
+from bot.model.types import ModelRequest
+from bot.store.tables import UsageRow
 from tests.peers.kube_server import KubeServer
 from tests.peers.model_server import ModelServer, ScriptedPeer
 from tests.peers.provider_servers import (
@@ -38,6 +44,25 @@ ROUNDS = [
     ("list_events", {"namespace": "shop"}, "The events will say why they restart."),
 ]
 THOUGHT = "The events show OOMKilled."
+MESSAGES = [{"role": "user", "content": QUESTION}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "list_pods",
+            "description": "List the pods of a namespace.",
+            "parameters": {
+                "type": "object",
+                "properties": {"namespace": {"type": "string"}},
+                "required": ["namespace"],
+            },
+        },
+    }
+]
+
+
+async def _ignore(_: str) -> None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -147,6 +172,39 @@ async def test_three_round_investigation_in_slack(provider: Provider, tmp_path: 
         assert THOUGHT not in shown and ROUNDS[0][2] not in shown
         check_wire(provider, peer)
         check_cluster(world.kube)
+        # Each round's usage is the provider's own report, stored and added up in the footer.
+        async with world.bots[-1].db.sessions() as session:
+            rows = (await session.exec(select(UsageRow).order_by(col(UsageRow.id)))).all()
+        assert [(r.input_tokens, r.output_tokens, r.estimated) for r in rows] == [
+            (i, o, False) for i, o in peer.usage_reported
+        ]
+        total_in = sum(i for i, _ in peer.usage_reported)
+        total_out = sum(o for _, o in peer.usage_reported)
+        assert f"{total_in:,} in / {total_out:,} out tokens" in shown
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=[p.name for p in PROVIDERS])
+async def test_the_usage_is_what_the_provider_reported(
+    provider: Provider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KELPIE_TEST_MODEL_KEY", MODEL_KEY)
+    async with provider.peer() as peer:
+        peer.reply_tool_calls([("list_pods", {"namespace": "shop"})])
+        peer.reply_text(ANSWER)
+        cfg = parse_config(
+            {
+                "kubernetes": {"clusters": [{"name": "prod", "kubeconfig": "/nonexistent"}]},
+                "models": {"profiles": {"default": provider.profile(peer)}},
+            }
+        )
+        gateway = model_gateway(cfg, Secrets(cfg, dict(os.environ)), "default")
+        usages = []
+        for _ in range(2):  # a tool-call round, then the answer
+            reply = await gateway.complete(ModelRequest(MESSAGES, TOOLS), _ignore)
+            usages.append((reply.usage.input_tokens, reply.usage.output_tokens))
+            assert reply.usage.estimated is False
+        assert usages == peer.usage_reported and len(usages) == 2
+        peer.assert_script_consumed()
 
 
 @pytest.mark.parametrize("provider", PROVIDERS, ids=[p.name for p in PROVIDERS])

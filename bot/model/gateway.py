@@ -160,7 +160,7 @@ class LiteLLMGateway:
             text=think.text,
             tool_calls=assembly.tool_calls(),
             finish_reason=assembly.finish(),
-            usage=self._usage(request, assembly, _provider_usage(stream, assembly)),
+            usage=self._usage(request, assembly),
             model=self._model,
             thinking=assembly.thinking_blocks(),
         )
@@ -208,14 +208,16 @@ class LiteLLMGateway:
             options.setdefault("output_cost_per_token", 0.0)
         return options
 
-    def _usage(
-        self, request: ModelRequest, assembly: _Assembly, provider_usage: Any | None
-    ) -> Usage:
-        if provider_usage is not None:
-            return Usage(
-                input_tokens=int(getattr(provider_usage, "prompt_tokens", 0) or 0),
-                output_tokens=int(getattr(provider_usage, "completion_tokens", 0) or 0),
-            )
+    @staticmethod
+    def _usage(request: ModelRequest, assembly: _Assembly) -> Usage:
+        """The usage of LiteLLM's final stream chunk (`stream_options.include_usage`, its
+        documented way): the provider's own figures. When the provider sent none, that chunk
+        holds zeros (LiteLLM's token counter is off) and kelpie estimates."""
+        reported = assembly.usage
+        input_tokens = int(getattr(reported, "prompt_tokens", 0) or 0)
+        output_tokens = int(getattr(reported, "completion_tokens", 0) or 0)
+        if input_tokens or output_tokens:
+            return Usage(input_tokens, output_tokens)
         calls = "".join(c.arguments for c in assembly.tool_calls())
         return estimate_usage(request, assembly.raw_text, calls)
 
@@ -442,22 +444,6 @@ def _partial_tag(text: str, tag: str) -> int:
         if text.endswith(tag[:size]):
             return size
     return 0
-
-
-def _provider_usage(stream: Any, assembly: _Assembly) -> Any | None:
-    """The usage the provider itself reported, or None.
-
-    LiteLLM always yields a usage chunk when `include_usage` is set, counting tokens
-    itself when the provider sent none; the chunks it kept from the wire tell them apart.
-    """
-    received = getattr(stream, "chunks", None)
-    if not isinstance(received, list):  # a LiteLLM without that list: trust what it yielded
-        return assembly.usage
-    for chunk in reversed(received):
-        usage = getattr(chunk, "usage", None)
-        if usage is not None:
-            return usage
-    return None
 
 
 def _caused_by_os_error(exc: BaseException) -> bool:

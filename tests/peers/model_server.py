@@ -162,6 +162,8 @@ class ScriptedPeer:
         self.exhausted: list[dict[str, Any]] = []
         # Requests the peer refused the way the real provider would (status, message).
         self.rejected: list[tuple[int, str]] = []
+        # (input, output) tokens of each usage report sent, in the provider's own fields.
+        self.usage_reported: list[tuple[int, int]] = []
         self._script = _Script()
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
@@ -287,6 +289,11 @@ class ScriptedPeer:
                 await self._arrived.wait_for(lambda: len(self.requests) >= n)
         return self.requests
 
+    def _report(self, usage: dict[str, int]) -> dict[str, int]:
+        """Record an OpenAI-shaped usage report on its way out."""
+        self.usage_reported.append((usage["prompt_tokens"], usage["completion_tokens"]))
+        return usage
+
     # handling
 
     async def _accept(self, request: web.Request, body: dict[str, Any]) -> Step | None:
@@ -407,7 +414,7 @@ class ModelServer(ScriptedPeer):
         }
         usage_spec = getattr(step, "usage", True)
         if usage_spec is not False:
-            result["usage"] = _usage(body, out_text, usage_spec)
+            result["usage"] = self._report(_usage(body, out_text, usage_spec))
         return result
 
     # streamed
@@ -485,7 +492,7 @@ class ModelServer(ScriptedPeer):
         await send({}, finish_reason)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         if include_usage and usage_spec is not False:
-            await send(None, usage=_usage(body, out_text, usage_spec))
+            await send(None, usage=self._report(_usage(body, out_text, usage_spec)))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response

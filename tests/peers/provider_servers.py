@@ -199,12 +199,14 @@ class AnthropicServer(ScriptedPeer):
                 else:
                     await response.write_eof()
                 return response
+        output_tokens = _tokens(blocks)
+        self.usage_reported.append((message["usage"]["input_tokens"], output_tokens))
         await send(
             "message_delta",
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": self._stop_reason(step), "stop_sequence": None},
-                "usage": {"output_tokens": _tokens(blocks)},
+                "usage": {"output_tokens": output_tokens},
             },
         )
         await send("message_stop", {"type": "message_stop"})
@@ -418,6 +420,7 @@ class GeminiServer(ScriptedPeer):
         last = chunks[-1]["candidates"][0]
         last["finishReason"] = finish
         prompt, answer = _tokens(body.get("contents")), _tokens(parts)
+        self.usage_reported.append((prompt, answer))
         chunks[-1]["usageMetadata"] = {
             "promptTokenCount": prompt,
             "candidatesTokenCount": answer,
@@ -538,12 +541,14 @@ class OllamaServer(ScriptedPeer):
             ]
             lines.append(self._line({"content": "", "tool_calls": calls}))
         final = self._line({"content": ""})
+        prompt, answer = _tokens(body.get("messages")), _tokens([line["message"] for line in lines])
+        self.usage_reported.append((prompt, answer))
         final.update(
             done=True,
             done_reason=done_reason,
             total_duration=1_000_000,
-            prompt_eval_count=_tokens(body.get("messages")),
-            eval_count=_tokens([line["message"] for line in lines]),
+            prompt_eval_count=prompt,
+            eval_count=answer,
         )
         return [*lines, final]
 
