@@ -277,8 +277,9 @@ class Message:
     slack_ts: str | None = None
     # False for a partial answer of a turn that did not finish: kept for the record only.
     complete: bool = True
-    # The provider's signed reasoning behind an assistant turn, sent back with it (in
-    # memory for the turn's rounds; not stored).
+    # The provider's signed reasoning behind an assistant turn, sent back with it, also
+    # after a restart (stored only when the masker finds nothing in it: see
+    # `outbound.storable_thinking`).
     thinking: tuple[ThinkingBlock, ...] = ()
 
     def to_openai(self) -> dict[str, Any]:
@@ -312,6 +313,18 @@ def tool_calls_from_json(text: str | None) -> tuple[ToolCallRequest, ...]:
     if not text:
         return ()
     return tuple(ToolCallRequest(**item) for item in json.loads(text))
+
+
+def thinking_to_json(blocks: tuple[ThinkingBlock, ...]) -> str | None:
+    if not blocks:
+        return None
+    return json.dumps([block.to_openai() for block in blocks])
+
+
+def thinking_from_json(text: str | None) -> tuple[ThinkingBlock, ...]:
+    if not text:
+        return ()
+    return tuple(ThinkingBlock.from_openai(item) for item in json.loads(text))
 
 
 @dataclass(frozen=True)

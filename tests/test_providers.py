@@ -9,6 +9,7 @@ investigation runs in Slack (the whole bot on the Slack, model and Kubernetes pe
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,8 +23,8 @@ from sqlmodel import col, select
 
 from bot.app import model_gateway
 from bot.config import Secrets, parse_config
-from bot.model.types import ModelRequest
-from bot.store.tables import UsageRow
+from bot.model.types import ModelRequest, ThinkingBlock
+from bot.store.tables import MessageRow, PayloadRow, UsageRow
 from tests.peers.kube_server import KubeServer
 from tests.peers.model_server import ModelServer, ScriptedPeer
 from tests.peers.provider_servers import (
@@ -33,8 +34,18 @@ from tests.peers.provider_servers import (
     sign_thinking,
 )
 from tests.peers.slack_server import SlackServer
+from tests.secrets_corpus import SECRETS
+from tests.test_approvals import click, wait_card
 from tests.test_chat import REPO, Terminal
-from tests.world import ALICE, MODEL_KEY, SHOP_CHANNEL, base_config, running_world
+from tests.world import (
+    ALICE,
+    CAROL,
+    MODEL_KEY,
+    OPS_CHANNEL,
+    SHOP_CHANNEL,
+    base_config,
+    running_world,
+)
 
 ANSWER = "checkout-api runs out of memory: its pods are OOMKilled, raise the limit."
 QUESTION = "why is checkout-api crashlooping?"
@@ -248,3 +259,88 @@ async def test_three_round_investigation_in_kelpie_chat(provider: Provider, tmp_
         await chat.close()
         await kube.stop()
         await peer.stop()
+
+
+# --- thinking kept with its turn ---------------------------------------------------------
+
+ANTHROPIC = next(p for p in PROVIDERS if p.name == "anthropic")
+SCALE = {"namespace": "shop", "name": "checkout-api", "replicas": 5, "reason": "traffic spike"}
+SCALE_THOUGHT = "Traffic doubled: five replicas should carry it."
+
+
+async def test_a_turn_resumed_after_a_restart_sends_its_signed_thinking_back(
+    tmp_path: Path,
+) -> None:
+    peer = ANTHROPIC.peer()
+    async with running_world(tmp_path, peer) as world:
+        settings = {"models": {"profiles": {"default": ANTHROPIC.profile(peer)}}}
+        settings["agent"] = ANTHROPIC.agent
+        peer.reply_tool_calls([("scale_deployment", SCALE)], reasoning=SCALE_THOUGHT)
+        peer.reply_text("Scaled to 5 after the restart.")
+        bot = await world.start_bot(settings)
+        mention = await world.mention(OPS_CHANNEL, ALICE, "scale checkout-api to 5")
+        card = await wait_card(world, mention["ts"], 60)
+        await world.stop_bot(bot)
+
+        await world.start_bot(settings)
+        await click(world, CAROL, card)
+
+        def answered(server: SlackServer) -> bool:
+            thread = server.thread(OPS_CHANNEL, mention["ts"])
+            return any(m.is_bot and "Scaled to 5 after the restart." in m.text for m in thread)
+
+        await world.slack.wait_for(answered, timeout=90)
+        await world.drain()
+        # The peer refuses a tool-use turn sent back without the thinking it signed.
+        peer.assert_script_consumed()
+        [turn] = [m for m in peer.requests[-1]["messages"] if m["role"] == "assistant"]
+        assert turn["content"][0] == {
+            "type": "thinking",
+            "thinking": SCALE_THOUGHT,
+            "signature": sign_thinking(SCALE_THOUGHT),
+        }
+
+
+async def test_thinking_with_a_secret_is_sent_back_but_never_kept_or_shown(
+    tmp_path: Path,
+) -> None:
+    _, text, secret = SECRETS[0]
+    thought = f"The pod env shows {text}; I must not repeat it."
+    peer = ANTHROPIC.peer()
+    async with running_world(tmp_path, peer) as world:
+        peer.reply_tool_calls([("list_pods", {"namespace": "shop"})], reasoning=thought)
+        peer.reply_tool_calls([("list_events", {"namespace": "shop"})], reasoning=THOUGHT)
+        peer.reply_text(ANSWER)
+        await world.start_bot(
+            {"models": {"profiles": {"default": ANTHROPIC.profile(peer)}}, "agent": ANTHROPIC.agent}
+        )
+        mention = await world.mention(SHOP_CHANNEL, ALICE, QUESTION)
+        await world.slack.wait_for(
+            lambda s: any(
+                m.is_bot and ANSWER in m.text for m in s.thread(SHOP_CHANNEL, mention["ts"])
+            ),
+            timeout=90,
+        )
+        await world.drain()
+
+        # Within the turn each round's thinking went back to the provider as signed.
+        peer.assert_script_consumed()
+        turns = [m for m in peer.requests[-1]["messages"] if m["role"] == "assistant"]
+        assert [t["content"][0]["thinking"] for t in turns] == [thought, THOUGHT]
+        # Kept: only the clean block, verbatim with its signature; the other is dropped.
+        await world.bots[-1].payloads.drain()
+        async with world.bots[-1].db.sessions() as session:
+            kept = [
+                row.thinking_json
+                for row in (await session.exec(select(MessageRow).order_by(col(MessageRow.id))))
+                if row.thinking_json
+            ]
+            payloads = [row.payload_json for row in await session.exec(select(PayloadRow))]
+        assert [ThinkingBlock.from_openai(b) for k in kept for b in json.loads(k)] == [
+            ThinkingBlock(THOUGHT, sign_thinking(THOUGHT))
+        ]
+        # The payload log (database, `/kelpie payload`) has the thinking masked.
+        [payload] = payloads
+        assert secret not in payload and "thinking_blocks[0]" in payload
+        shown = "\n".join(m.text for m in world.slack.thread(SHOP_CHANNEL, mention["ts"]))
+        assert secret not in shown and THOUGHT not in shown

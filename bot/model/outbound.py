@@ -35,6 +35,7 @@ from bot.model.types import (
     ModelRequest,
     RequestTag,
     TextSink,
+    ThinkingBlock,
 )
 
 log = logging.getLogger(__name__)
@@ -212,7 +213,8 @@ MAX_REQUEST_CHARS = 400_000
 
 @dataclass(frozen=True)
 class SentPayload:
-    """Exactly what was handed to the provider gateway for one request (already masked)."""
+    """Exactly what was handed to the provider gateway for one request (already masked),
+    save the provider's thinking, which is masked here only (see `storable_thinking`)."""
 
     model: str
     messages: list[dict[str, Any]]
@@ -239,6 +241,47 @@ class SentPayload:
             indent=indent,
             ensure_ascii=False,
         )
+
+
+def storable_thinking(blocks: tuple[ThinkingBlock, ...]) -> tuple[ThinkingBlock, ...]:
+    """The thinking blocks that may be kept in the database, each exactly as the provider
+    sent it: the provider refuses a block that differs from what it signed, so a masked one
+    could never be sent back. The model only ever sees masked text, so its reasoning rarely
+    holds anything secret-like; a block in which the masker finds something is dropped
+    (never kept, masked or not), and a turn resumed without it may be refused by the
+    provider. A redacted block is the provider's own ciphertext and is kept."""
+    kept: list[ThinkingBlock] = []
+    for block in blocks:
+        if block.redacted_data is None and mask_text(block.thinking)[0] != block.thinking:
+            log.info("a thinking block the masker changed was not stored")
+            continue
+        kept.append(block)
+    return tuple(kept)
+
+
+def _thinking_for_the_record(
+    messages: list[dict[str, Any]], mask: Masker
+) -> tuple[list[dict[str, Any]], list[Masking]]:
+    """The messages with their thinking masked: they go to the provider verbatim (signed),
+    but the payload log is kept in the database and shown in Slack."""
+    findings: list[Masking] = []
+    recorded: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        blocks = message.get("thinking_blocks")
+        if not blocks:
+            recorded.append(message)
+            continue
+        masked_blocks = []
+        for position, block in enumerate(blocks):
+            text = block.get("thinking")
+            if isinstance(text, str) and text:
+                where = f"messages[{index}].thinking_blocks[{position}]"
+                text, found = mask(text, where)
+                findings += found
+                block = {**block, "thinking": text}
+            masked_blocks.append(block)
+        recorded.append({**message, "thinking_blocks": masked_blocks})
+    return recorded, findings
 
 
 class PayloadSink(Protocol):
@@ -380,12 +423,13 @@ class MaskingGateway:
                 retryable=False,
                 detail=f"request of {size} characters over the limit",
             )
+        recorded, thinking_findings = _thinking_for_the_record(messages, self._memo.mask)
         payload = SentPayload(
             model=self._inner.model_name,
-            messages=messages,
+            messages=recorded,
             tools=list(request.tools),
             reasoning_effort=request.reasoning_effort,
-            maskings=tuple(findings),
+            maskings=tuple(findings + thinking_findings),
             tag=request.tag,
             cut_messages=tuple(cut),
         )

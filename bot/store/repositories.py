@@ -8,7 +8,7 @@ import json
 from sqlmodel import SQLModel, col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from bot.model.outbound import mask_text
+from bot.model.outbound import mask_text, storable_thinking
 from bot.model.types import Usage
 from bot.store.db import Database, insert_ignoring_duplicates, inserting
 from bot.store.tables import (
@@ -24,6 +24,8 @@ from bot.values import (
     Message,
     Role,
     SessionInfo,
+    thinking_from_json,
+    thinking_to_json,
     tool_calls_from_json,
     tool_calls_to_json,
 )
@@ -217,6 +219,8 @@ def _add_messages(session_id: int, turn_id: str, messages: list[Message]) -> Op[
                 role=str(message.role),
                 content=_kept(message.content),
                 tool_calls_json=_kept(tool_calls_to_json(message.tool_calls)),
+                # Verbatim, or not at all: a masked block could not be sent back.
+                thinking_json=thinking_to_json(storable_thinking(message.thinking)),
                 tool_call_id=message.tool_call_id,
                 tool_name=message.tool_name,
                 slack_user=message.slack_user,
@@ -233,6 +237,7 @@ def _message(row: MessageRow) -> Message:
         role=Role(row.role),
         content=row.content,
         tool_calls=tool_calls_from_json(row.tool_calls_json),
+        thinking=thinking_from_json(row.thinking_json),
         tool_call_id=row.tool_call_id,
         tool_name=row.tool_name,
         slack_user=row.slack_user,

@@ -39,6 +39,8 @@ class MessageRow(SQLModel, table=True):
     role: str
     content: str | None = None
     tool_calls_json: str | None = None
+    # The provider's signed reasoning of an assistant turn (`thinking_blocks` JSON).
+    thinking_json: str | None = None
     tool_call_id: str | None = None
     tool_name: str | None = None
     slack_user: str | None = None
