@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from bot.config import AuthMethod
+from bot.model.nocredential import PLACEHOLDER_KEY, no_credential_client
 from bot.model.types import (
     FinishReason,
     ModelCapabilities,
@@ -32,11 +33,6 @@ from bot.values import ThinkingBlock, ToolCallRequest
 
 log = logging.getLogger(__name__)
 
-# `auth: none`: LiteLLM looks a provider's key up in the environment whenever it is given
-# none, so kelpie gives it this placeholder (not a secret) and blanks the credential headers
-# LiteLLM lets a caller override. A provider key in kelpie's environment never leaves.
-NO_CREDENTIAL = "kelpie-auth-none"
-_BLANK_CREDENTIAL_HEADERS = {"Authorization": "", "x-goog-api-key": "", "api-key": ""}
 # Providers whose models run on the operator's own machines (LiteLLM prefixes).
 _LOCAL_PROVIDERS = frozenset({"ollama", "ollama_chat"})
 THINK_OPEN = "<think>"
@@ -96,6 +92,7 @@ class LiteLLMGateway:
         self._timeout_s = timeout_s
         self._extra = dict(extra or {})
         self._profile = profile
+        self._client: Any = None  # `auth: none` only
 
     def __repr__(self) -> str:  # never show the key
         return f"LiteLLMGateway(model={self._model!r}, api_base={self._api_base!r})"
@@ -191,11 +188,9 @@ class LiteLLMGateway:
         if self._api_base:
             options["api_base"] = self._api_base
         if self._auth is AuthMethod.NONE:
-            options["api_key"] = NO_CREDENTIAL
-            options["extra_headers"] = {
-                **(options.get("extra_headers") or {}),
-                **_BLANK_CREDENTIAL_HEADERS,
-            }
+            # A placeholder stops LiteLLM's environment lookup; the client strips it.
+            options["api_key"] = PLACEHOLDER_KEY
+            options["client"] = self._no_credential_client()
         elif self._api_key:
             # environment: exactly the named variable; provider-default may still name one.
             options["api_key"] = self._api_key
@@ -207,6 +202,14 @@ class LiteLLMGateway:
             options.setdefault("input_cost_per_token", 0.0)
             options.setdefault("output_cost_per_token", 0.0)
         return options
+
+    def _no_credential_client(self) -> Any:
+        if self._client is None:
+            provider = _import_litellm().get_llm_provider(self._model)[1]
+            self._client = no_credential_client(
+                provider, api_base=self._api_base, timeout_s=self._timeout_s
+            )
+        return self._client
 
     @staticmethod
     def _usage(request: ModelRequest, assembly: _Assembly) -> Usage:
