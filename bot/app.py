@@ -26,7 +26,7 @@ from bot.agent.turns import TurnCaps, TurnScheduler
 from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, WriteAuditLog
 from bot.approvals.recheck import Approvers, Bindings, CurrentPolicy
-from bot.approvals.service import ApprovalRequests, ApprovalService, ExpiryBell
+from bot.approvals.service import ApprovalRequests, ApprovalService, ExpiryBell, RecordedWrites
 from bot.config import Config, OnNewMessage, Secrets, SlackMode
 from bot.health import health_app, serve
 from bot.metrics import (
@@ -96,6 +96,17 @@ from bot.tools.kube.read import read_tools
 from bot.tools.kube.readback import KubeReadback
 from bot.tools.kube.write import write_tools
 from bot.tools.present import present_tools
+from bot.tools.tail import (
+    ApprovalPort,
+    ApprovalStage,
+    ApprovedWrites,
+    AuditLog,
+    AuditStage,
+    ExecuteStage,
+    MaskStage,
+    PostHook,
+    PostHookStage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +183,8 @@ def config_problems(config: Config) -> list[str]:
 
 
 def security_stages(config: Config, secrets: Secrets, messages: MessageRepository) -> list[Stage]:
-    """The pipeline's stages in the design brief's order (execution and PostToolUse hooks
-    follow in the harness)."""
+    """The pipeline's checks in the design brief's order (its tail follows: see
+    `call_pipeline`)."""
     stages: list[Stage] = [
         AbortStage(),
         ProviderNativeStage(),
@@ -193,6 +204,30 @@ def security_stages(config: Config, secrets: Secrets, messages: MessageRepositor
         )
     stages.append(PermissionStage())
     return stages
+
+
+def call_pipeline(
+    checks: list[Stage],
+    *,
+    timeout_s: float,
+    approvals: ApprovalPort,
+    writes: ApprovedWrites,
+    post_hooks: list[PostHook],
+    audit: AuditLog,
+) -> Pipeline:
+    """Every call's one ordered list: the checks, then approval → execute with timeout →
+    mask → PostToolUse hooks → audit. An approved write resumed after its click passes
+    the same list."""
+    return Pipeline(
+        checks,
+        [
+            ApprovalStage(approvals, audit, timeout_s),
+            ExecuteStage(writes, timeout_s),
+            MaskStage(),
+            PostHookStage(post_hooks),
+            AuditStage(audit),
+        ],
+    )
 
 
 class Drainable(Protocol):
@@ -360,16 +395,21 @@ def build_core(
     registry = tool_registry(kube)
     post_hooks = PostToolUseHooks(config.hooks.post_tool_use)
     session_hooks = SessionHooks(config.hooks.session_start, config.hooks.session_end)
-    pipeline = Pipeline(security_stages(config, secrets, messages), post_hooks=[post_hooks])
     approval_store = MeteredApprovalRepository(db, metrics)
     bell = ExpiryBell()
-    harness = ToolHarness(
-        registry,
-        pipeline,
-        ToolAuditRepository(db),
-        ApprovalRequests(approval_store, front.cards, bell),
-        timeout_s=config.agent.tool_timeout_s,
+    tool_audit = ToolAuditRepository(db)
+    coordinator = WriteCoordinator(
+        registry, write_audit or WriteAuditRepository(db), WriteReservationRepository(db)
     )
+    pipeline = call_pipeline(
+        security_stages(config, secrets, messages),
+        timeout_s=config.agent.tool_timeout_s,
+        approvals=ApprovalRequests(approval_store, front.cards, bell),
+        writes=RecordedWrites(coordinator, approval_store),
+        post_hooks=[post_hooks],
+        audit=tool_audit,
+    )
+    harness = ToolHarness(registry, pipeline, tool_audit)
     payloads = PayloadLog(db)
     router = ModelRouter(config, probe_capabilities)
     engine = Engine(
@@ -396,12 +436,9 @@ def build_core(
     approvals = ApprovalService(
         approval_store,
         front.cards,
-        WriteCoordinator(
-            registry, write_audit or WriteAuditRepository(db), WriteReservationRepository(db)
-        ),
+        pipeline,
         CurrentPolicy(
             registry,
-            pipeline,
             sessions,
             front.bindings,
             front.approvers,

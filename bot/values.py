@@ -165,6 +165,17 @@ class AuditEntry:
     slack_user: str
 
 
+@dataclass(frozen=True)
+class WriteOutcome:
+    """What an approved write did (the write coordinator's result)."""
+
+    executed: bool
+    ok: bool
+    message: str  # what the model is told
+    summary: str  # one line for the card and the timeline
+    outcome_audit_failed: bool = False
+
+
 # --- The approval: a decision point that ends the turn ---
 
 

@@ -33,12 +33,13 @@ from bot.agent.events import TextDelta, ToolFinished, TurnEvent, TurnFinish
 from bot.agent.evidence import EvidenceLedger
 from bot.agent.prompt import SAFETY_CONTRACT, PromptContext, system_prompt
 from bot.agent.toolround import REPEATED_NOTE, cut_result
+from bot.app import call_pipeline
 from bot.config import RoleConfig, Thinking, Tier, parse_config
 from bot.model.outbound import MaskingGateway, SentPayload, mask_messages
 from bot.model.router import ModelRouter, ResolvedAgentPolicy, resolve_policy
 from bot.model.types import ModelCapabilities, ModelError, ModelRequest
 from bot.policy.decision import CallScope, ToolInvocation
-from bot.policy.pipeline import AbortStage, PermissionStage, Pipeline, RoleGateStage
+from bot.policy.pipeline import AbortStage, PermissionStage, RoleGateStage
 from bot.store.db import Database
 from bot.store.payloads import PayloadLog
 from bot.store.repositories import MessageRepository, SessionRepository, ToolAuditRepository
@@ -48,12 +49,14 @@ from bot.tools.investigate import investigation_tool
 from bot.tools.present import present_tools
 from bot.tools.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
 from bot.values import (
+    Approval,
     Message,
     Role,
     SessionInfo,
     ToolCallRequest,
     ToolOutcome,
     ToolStatus,
+    WriteOutcome,
     WritePlan,
     WriteTarget,
 )
@@ -187,6 +190,12 @@ class ApproveAll:
         result = await call.tool.write.execute(plan, call.scope.tool_context)
         return ToolOutcome(ToolStatus.OK, result.text, result.summary)
 
+    async def executing(self, approval: Approval) -> None:
+        raise AssertionError("approved at once: no card waits")
+
+    async def execute(self, approval: Approval) -> WriteOutcome:
+        raise AssertionError("approved at once: no card waits")
+
 
 @pytest.fixture
 async def db(tmp_path):
@@ -217,10 +226,16 @@ class Rig:
         self.tools = tools
         self.approvals = approvals or ApproveAll()
         registry = ToolRegistry(registry_tools if registry_tools is not None else tools)
-        pipeline = Pipeline([AbortStage(), RoleGateStage(), PermissionStage()])
-        self.harness = ToolHarness(
-            registry, pipeline, ToolAuditRepository(db), self.approvals, timeout_s=10
+        audit = ToolAuditRepository(db)
+        pipeline = call_pipeline(
+            [AbortStage(), RoleGateStage(), PermissionStage()],
+            timeout_s=10,
+            approvals=self.approvals,
+            writes=self.approvals,
+            post_hooks=[],
+            audit=audit,
         )
+        self.harness = ToolHarness(registry, pipeline, audit)
         self.messages = MessageRepository(db)
         self.engine = Engine(gateway, self.harness, self.messages, RetryPolicy(2, 0.0))
 

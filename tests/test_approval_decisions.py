@@ -5,10 +5,16 @@ decision per card under races, and outcomes that land whatever Slack or the data
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
+import sys
+from pathlib import Path
 from typing import Any
 
+from sqlmodel import col, select
+
 from bot.store.approvals import ApprovalRepository, WriteAuditRepository
+from bot.store.tables import ToolAuditRow
 from bot.values import ApprovalDecision, DecisionKind
 from tests.test_approvals import (
     approval_id,
@@ -177,7 +183,7 @@ async def test_a_click_racing_the_expiry_decides_once(world: World):
 
 async def test_the_pipeline_order_as_wired_in_the_running_app(world: World):
     bot = await world.start_bot({"guardian": {"enabled": True, "model_profile": "default"}})
-    assert [stage.name for stage in bot.core.pipeline.stages] == [
+    assert bot.core.pipeline.order == [
         "abort",
         "provider-native",
         "channel role",
@@ -185,4 +191,55 @@ async def test_the_pipeline_order_as_wired_in_the_running_app(world: World):
         "firewall",
         "guardian",
         "permission",
+        "approval",
+        "execute",
+        "mask",
+        "post-tool-use hook",
+        "audit",
     ]
+
+
+POST_HOOK = """
+import sys
+from pathlib import Path
+with Path(sys.argv[1]).open("a") as f:
+    f.write(sys.stdin.read().replace("\\n", " ") + "\\n")
+"""
+
+
+async def test_an_approved_write_passes_the_same_tail_post_hook_and_audit(
+    world: World, tmp_path: Path
+):
+    script, seen = tmp_path / "post.py", tmp_path / "post.jsonl"
+    script.write_text(POST_HOOK)
+    hook = {"match": "write/*", "command": [sys.executable, str(script), str(seen)]}
+    bot = await world.start_bot({"hooks": {"post_tool_use": [hook]}})
+    mention, card = await propose_scale(world, then="Scaled.")
+    await click(world, CAROL, card)
+    await wait_said(world, mention["ts"], "Scaled.")
+    await world.drain()
+    for background in bot.core.background:
+        await background.drain()
+    documents = [json.loads(line) for line in seen.read_text().splitlines()]
+    # The proposal (the card is up) and the approved call's own result (hooks run in the
+    # background, so in either order).
+    by_status = {d["result"]["status"]: d for d in documents}
+    assert len(documents) == 2 and sorted(by_status) == ["ok", "pending"]
+    assert by_status["ok"]["tool"] == "scale_deployment"
+    assert by_status["ok"]["result"]["summary"] == "scaled shop/checkout-api to 5 replicas"
+    assert len(real_writes(world)) == 1 and replicas(world) == 5
+    # The audit holds both passes through the pipeline: up to the card, then from the
+    # re-check at the click to the write.
+    async with bot.db.sessions() as session:
+        audit = (await session.exec(select(ToolAuditRow).order_by(col(ToolAuditRow.id)))).all()
+    trail = [(row.stage, row.decision) for row in audit]
+    card_up = trail.index(("approval", "pending"))
+    assert trail[card_up - 1] == ("permission", "needs_approval")
+    resumed = trail[card_up + 1 :]
+    assert [stage for stage, _ in resumed][:3] == ["abort", "provider-native", "channel role"]
+    assert resumed[-3:] == [
+        ("permission", "needs_approval"),
+        ("approval", "allow"),
+        ("execute", "ok"),
+    ]
+    assert audit[-2].reason == f"approved by {CAROL}"

@@ -9,14 +9,15 @@ import pytest
 
 from bot.agent.engine import INTERRUPTED_RESULT, Engine, RetryPolicy, TurnRequest
 from bot.agent.events import TextDelta, ToolFinished, ToolStarted, TurnEvent, TurnFinish
+from bot.app import call_pipeline
 from bot.config import RoleConfig
 from bot.policy.decision import CallScope
-from bot.policy.pipeline import AbortStage, PermissionStage, Pipeline, RoleGateStage
+from bot.policy.pipeline import AbortStage, PermissionStage, RoleGateStage
 from bot.store.db import Database
 from bot.store.repositories import MessageRepository, SessionRepository, ToolAuditRepository
 from bot.tools.harness import ToolHarness, ToolRegistry
 from bot.tools.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
-from bot.values import Message, Role, SessionInfo, ToolOutcome, ToolStatus
+from bot.values import Message, Role, SessionInfo, ToolOutcome, ToolStatus, WriteOutcome
 from tests import scripted_gateway as script
 
 
@@ -25,6 +26,12 @@ class NoApprovals:
 
     async def request(self, call, plan) -> ToolOutcome:
         return ToolOutcome(ToolStatus.DENIED, "Not executed: rejected by <@U0SRE>.", "rejected")
+
+    async def executing(self, approval) -> None:
+        raise AssertionError("nobody approves here")
+
+    async def execute(self, approval) -> WriteOutcome:
+        raise AssertionError("nobody approves here")
 
 
 class Recorder:
@@ -82,8 +89,16 @@ def build(
     sleep: Any = asyncio.sleep,
 ):
     registry = ToolRegistry(tools)
-    pipeline = Pipeline([AbortStage(), RoleGateStage(), PermissionStage()])
-    harness = ToolHarness(registry, pipeline, ToolAuditRepository(db), NoApprovals(), timeout_s=5)
+    audit = ToolAuditRepository(db)
+    pipeline = call_pipeline(
+        [AbortStage(), RoleGateStage(), PermissionStage()],
+        timeout_s=5,
+        approvals=NoApprovals(),
+        writes=NoApprovals(),
+        post_hooks=[],
+        audit=audit,
+    )
+    harness = ToolHarness(registry, pipeline, audit)
     engine = Engine(
         gateway, harness, MessageRepository(db), retry or RetryPolicy(2, 0.0), sleep=sleep
     )

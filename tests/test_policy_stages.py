@@ -20,6 +20,7 @@ from bot.policy.guardian import GuardianStage
 from bot.policy.hooks import PostToolUseHooks, PreToolUseStage, SessionHooks
 from bot.policy.pipeline import (
     AbortStage,
+    CallFlow,
     PermissionStage,
     Pipeline,
     ProviderNativeStage,
@@ -27,6 +28,7 @@ from bot.policy.pipeline import (
 )
 from bot.policy.roles import ChannelRoles, namespace_allowed, tool_allowed
 from bot.tools.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
+from bot.tools.tail import PostHookStage
 from bot.values import Decision, ToolOutcome, ToolStatus, Verdict
 from tests import scripted_gateway as script
 
@@ -454,11 +456,10 @@ async def test_failing_post_hooks_change_nothing(
     slow = hook_script(tmp_path, "slow.sh", "sleep 30")
     missing = str(tmp_path / "missing.sh")
     hooks = PostToolUseHooks([hook(crash), hook(slow, timeout_s=0.5), hook(missing)])
-    pipeline = Pipeline([], post_hooks=[hooks])
     result = outcome()
-    await pipeline.after(CALL, result)
+    flow = await PostHookStage([hooks]).run(CallFlow(CALL, outcome=result, final="ok"))
     await hooks.drain()
-    assert result == outcome()
+    assert flow.outcome == outcome()
     logged = caplog.text
     assert f"{crash} for tool restart_deployment failed (exit code 1)" in logged
     assert "timed out after 0.5 s" in logged

@@ -11,24 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from bot.approvals.model import WriteAuditLog, WriteReservations
 from bot.approvals.retry import retrying
 from bot.tools.harness import ToolRegistry
 from bot.tools.spec import ToolContext, ToolFailure, WriteConflict, WriteOperation
-from bot.values import Approval, WriteAudit, WritePlan
+from bot.values import Approval, WriteAudit, WriteOutcome, WritePlan
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class WriteOutcome:
-    executed: bool
-    ok: bool
-    message: str  # what the model is told
-    summary: str  # one line for the card and the timeline
-    outcome_audit_failed: bool = False
 
 
 class WriteCoordinator:

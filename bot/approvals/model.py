@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
+from bot.policy.decision import ToolInvocation
 from bot.values import Approval, ApprovalState, WriteAudit
 
 
@@ -75,11 +76,12 @@ class ApprovalCards(Protocol):
 
 
 class CallCheck(Protocol):
-    """The proposed call against the *current* configuration (role, firewall, hooks) and
-    who may decide it now (approvers, four eyes). A card is a request, not a capability."""
+    """The proposed call under the *current* configuration, and who may decide it now
+    (approvers, four eyes). A card is a request, not a capability."""
 
-    async def refusal(self, approval: Approval) -> str | None:
-        """Why the call may no longer run; None when it still may (with approval)."""
+    async def invocation(self, approval: Approval) -> ToolInvocation | str:
+        """The call as the channel would make it now, for the pipeline to judge again; or
+        why it cannot be made at all (kelpie disabled here, another cluster, tool gone)."""
         ...
 
     async def may_decide(self, approval: Approval, user: str) -> str | None:

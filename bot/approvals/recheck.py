@@ -1,7 +1,8 @@
-"""A card is a request, not a capability: at the click the proposed call is evaluated again
-against the *current* configuration (the channel's role, PreToolUse hooks, the firewall,
-every stage of the pipeline as wired now), and the clicker against the current approvers
-and the four-eyes rule, with every requester of the card counted as the one who asked."""
+"""A card is a request, not a capability: at the click the proposed call is rebuilt under
+the *current* configuration (the channel's binding: role, cluster, offered tools), so the
+pipeline as wired now (role, PreToolUse hooks, firewall, …) judges it again; and the clicker
+is checked against the current approvers and the four-eyes rule, with every requester of
+the card counted as the one who asked."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from typing import Protocol
 from bot.config import ApprovalConfig
 from bot.policy.decision import CallScope, ToolInvocation
 from bot.policy.roles import ChannelBinding, offered_tools
-from bot.tools.harness import Gate, ToolRegistry
+from bot.tools.harness import ToolRegistry
 from bot.tools.spec import REASON_ARG, ToolContext
-from bot.values import Approval, SessionInfo, Verdict
+from bot.values import Approval, SessionInfo
 
 
 class Bindings(Protocol):
@@ -40,7 +41,6 @@ class CurrentPolicy:
     def __init__(
         self,
         registry: ToolRegistry,
-        gate: Gate,
         sessions: Sessions,
         bindings: Bindings,
         approvers: Approvers,
@@ -51,7 +51,6 @@ class CurrentPolicy:
         # explicitly; the terminal records each such decision under a name that says so.
         self._self_approval = self_approval
         self._registry = registry
-        self._gate = gate
         self._sessions = sessions
         self._bindings = bindings
         self._approvers = approvers
@@ -63,7 +62,7 @@ class CurrentPolicy:
         binding = await self._bindings.current(session)
         return (session, binding) if binding is not None else None
 
-    async def refusal(self, approval: Approval) -> str | None:
+    async def invocation(self, approval: Approval) -> ToolInvocation | str:
         found = await self._binding(approval)
         if found is None:
             return "kelpie is no longer enabled in this channel"
@@ -88,13 +87,7 @@ class CurrentPolicy:
             turn_id=approval.turn_id,
         )
         args = {**plan.args, REASON_ARG: approval.reason} if approval.reason else dict(plan.args)
-        trail = await self._gate.decide(ToolInvocation(approval.tool_call_id, tool, args, scope))
-        if not trail:
-            return "no policy stage is configured"
-        final = trail[-1]
-        if final.decision.verdict is Verdict.DENY:
-            return f"the {final.stage} check now refuses it ({final.decision.reason})"
-        return None
+        return ToolInvocation(approval.tool_call_id, tool, args, scope)
 
     async def may_decide(self, approval: Approval, user: str) -> str | None:
         found = await self._binding(approval)

@@ -7,10 +7,11 @@ the turn ends there and the thread's lock is released.
 
 `resume` is used by a click (on any process sharing the database), the expiry sweeper, a
 withdrawal and start-up reconciliation. It claims the row by compare-and-set, so each
-decision happens once; re-checks an approval against the current configuration; runs the
-write coordinator; records the outcome whatever Slack does; hands the outcome to the
-conversation (a new turn answers in the thread); and updates the card last, best effort,
-posting the outcome in the thread when the card cannot be updated.
+decision happens once; an approved call then passes the whole pipeline again (its checks
+under the current configuration, then the same tail as any call: approval → execute via
+the write coordinator → mask → PostToolUse hooks → audit); the outcome is recorded whatever
+Slack does; the conversation learns it (a new turn answers in the thread); and the card is
+updated last, best effort, with the outcome posted in the thread when it cannot be.
 
 Knows no Slack: cards go through the `ApprovalCards` port, checks through `CallCheck`.
 The model can never approve: nothing the model writes reaches `resume()`.
@@ -26,12 +27,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from typing import Protocol
 
-from bot.approvals.coordinator import WriteCoordinator, WriteOutcome
+from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, ApprovalStore, CallCheck, Continuation
 from bot.approvals.readback import Readback
 from bot.approvals.retry import RETRY_DELAYS, retrying
 from bot.policy.decision import ToolInvocation
+from bot.policy.pipeline import CallFlow
 from bot.values import (
     DECISION_STATE,
     Approval,
@@ -40,6 +43,8 @@ from bot.values import (
     DecisionKind,
     ToolOutcome,
     ToolStatus,
+    Verdict,
+    WriteOutcome,
     WritePlan,
 )
 
@@ -139,6 +144,58 @@ class ApprovalRequests:
         card_ts = await self._cards.post(approval)
         await self._store.set_card(approval.id, card_ts)
 
+    async def executing(self, approval: Approval) -> None:
+        """The approved call passed its re-check: the card says it runs (best effort)."""
+        try:
+            await self._cards.update(approval, note="Executing…")
+        except Exception:
+            log.warning("could not show approval %s as executing", approval.id)
+
+
+async def record_outcome(
+    store: ApprovalStore, approval: Approval, outcome: str, delays: Sequence[float]
+) -> None:
+    """The approval's outcome, retried while the store is locked; a failure is logged (the
+    outcome still reaches the thread; start-up reconciliation finds the row without one)."""
+    try:
+        await retrying(
+            f"recording the outcome of approval {approval.id}",
+            lambda: store.set_outcome(approval.id, outcome),
+            delays,
+        )
+    except Exception:
+        log.exception("the outcome of approval %s could not be recorded", approval.id)
+
+
+class RecordedWrites:
+    """The execute stage's port for an approved write: the coordinator runs it, and the
+    outcome is recorded on the approval in a `finally`, before any later stage can fail."""
+
+    def __init__(
+        self,
+        coordinator: WriteCoordinator,
+        store: ApprovalStore,
+        delays: Sequence[float] = RETRY_DELAYS,
+    ) -> None:
+        self._coordinator = coordinator
+        self._store = store
+        self._delays = delays
+
+    async def execute(self, approval: Approval) -> WriteOutcome:
+        write: WriteOutcome | None = None
+        try:
+            write = await self._coordinator.execute(approval, approval.decided_by or "?")
+        finally:
+            if write is not None:
+                await record_outcome(self._store, approval, write.summary, self._delays)
+        return write
+
+
+class ApprovedCalls(Protocol):
+    """The pipeline, as a resumed approval uses it: the checks again, then the tail."""
+
+    async def run(self, call: ToolInvocation, approved: Approval | None = None) -> CallFlow: ...
+
 
 class ResumeResult(StrEnum):
     DECIDED = "decided"
@@ -171,7 +228,7 @@ class ApprovalService:
         self,
         store: ApprovalStore,
         cards: ApprovalCards,
-        coordinator: WriteCoordinator,
+        pipeline: ApprovedCalls,
         check: CallCheck,
         continuation: Continuation,
         readback: Readback,
@@ -181,7 +238,7 @@ class ApprovalService:
     ) -> None:
         self._store = store
         self._cards = cards
-        self._coordinator = coordinator
+        self._pipeline = pipeline
         self._check = check
         self._continuation = continuation
         self._readback = readback
@@ -241,8 +298,18 @@ class ApprovalService:
 
     async def _approved(self, approval: Approval) -> _Ending:
         by = approval.decided_by or "?"
-        refusal = await self._check.refusal(approval)
-        if refusal is not None:
+        call = await self._check.invocation(approval)
+        flow: CallFlow | None = None
+        refusal = call if isinstance(call, str) else ""
+        if not isinstance(call, str):
+            try:
+                flow = await self._pipeline.run(call, approval)
+            except Exception:
+                # The pipeline never raises once a write ran, so nothing was changed.
+                log.exception("approval %s failed before its write ran", approval.id)
+                refusal = "an internal error stopped it before it ran (logged)"
+        if flow is None or flow.write is None:
+            refusal = refusal or _refusal(flow)
             outcome = f"not executed: {refusal}"
             await self._record_outcome(approval, outcome)
             return _Ending(
@@ -253,39 +320,24 @@ class ApprovalService:
                 card_note=f":no_entry_sign: Not executed: {refusal}.",
                 announce=f"{approval.plan.description}: not executed, {refusal}.",
             )
-        try:
-            await self._cards.update(approval, note="Executing…")
-        except Exception:
-            log.warning("could not show approval %s as executing", approval.id)
-        write: WriteOutcome | None = None
-        try:
-            write = await self._coordinator.execute(approval, by)
-        finally:
-            if write is not None:
-                await self._record_outcome(approval, write.summary)
+        write = flow.write
         note = ""
         if write.outcome_audit_failed:
             note = ":warning: The change ran, but its outcome audit could not be written."
         verb = "executed" if write.executed and write.ok else "not executed"
         if write.executed and not write.ok:
             verb = "attempted and failed"
+        result = flow.outcome.content if flow.outcome is not None else write.message
         return _Ending(
             write.summary,
             f"Approval {approval.id[:8]} ({approval.plan.description}) was approved by "
-            f"<@{by}>; the change was {verb}. Result: {write.message}",
+            f"<@{by}>; the change was {verb}. Result: {result}",
             answer=True,
             card_note=note,
         )
 
     async def _record_outcome(self, approval: Approval, outcome: str) -> None:
-        try:
-            await retrying(
-                f"recording the outcome of approval {approval.id}",
-                lambda: self._store.set_outcome(approval.id, outcome),
-                self._delays,
-            )
-        except Exception:
-            log.exception("the outcome of approval %s could not be recorded", approval.id)
+        await record_outcome(self._store, approval, outcome, self._delays)
 
     async def _finish(self, approval: Approval, ending: _Ending) -> None:
         """The conversation learns the outcome; then the card, best effort; if Slack will
@@ -422,6 +474,16 @@ def _not_run(approval: Approval, decision: ApprovalDecision) -> _Ending:
         f"{what}: not executed, withdrawn by <@{decision.by}> before anyone decided.",
         answer=False,
     )
+
+
+def _refusal(flow: CallFlow | None) -> str:
+    """Why the pipeline ran no write for an approved call (a check refuses it now)."""
+    last = flow.trail[-1] if flow is not None and flow.trail else None
+    if last is None:
+        return "no policy stage is configured"
+    if last.decision.verdict is Verdict.DENY:
+        return f"the {last.stage} check now refuses it ({last.decision.reason})"
+    return f"the pipeline stopped at its {last.stage} stage"
 
 
 def _thread_line(approval: Approval, ending: _Ending) -> str:

@@ -1,21 +1,37 @@
-"""The security pipeline in front of every tool call, in the design brief's order.
+"""The pipeline every tool call passes, as one ordered list of stages.
 
 abort → provider-native skip → channel role → PreToolUse hooks → firewall → guardian →
-permission (approval) → [execute with timeout, in the harness] → PostToolUse hooks.
+permission, then the tail: approval → execute with timeout → mask → PostToolUse hooks →
+audit.
 
-Stages run in list order; the first decision that is not "allow" stops the call, so a call
-denied at stage N never reaches stage N+1.
+The checks run in list order; the first decision that is not "allow" stops the call, so a
+call denied at stage N never reaches stage N+1. The tail then acts on what they decided:
+it asks a person, runs the call, and tells the hooks and the audit log, a denial included.
+An approved write resumed after its card was clicked passes the very same list: the checks
+again (the current configuration), then the tail with the person's approval attached.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from bot.policy.decision import Stage, ToolInvocation
 from bot.policy.roles import namespace_allowed, tool_allowed
 from bot.tools.spec import ToolKind
-from bot.values import Decision, StageDecision, ToolOutcome, Verdict
+from bot.values import (
+    Approval,
+    Decision,
+    StageDecision,
+    ToolOutcome,
+    ToolStatus,
+    Verdict,
+    WriteOutcome,
+)
+
+log = logging.getLogger(__name__)
 
 
 class AbortStage:
@@ -72,17 +88,56 @@ class PermissionStage:
         return Decision.allow()
 
 
-class PostHook(Protocol):
-    async def fire(self, call: ToolInvocation, outcome: ToolOutcome) -> None: ...
+@dataclass(frozen=True)
+class CallFlow:
+    """One call on its way through the pipeline: what each stage decided so far and, once a
+    stage produced it, the outcome the model will read."""
+
+    call: ToolInvocation
+    trail: tuple[StageDecision, ...] = ()
+    outcome: ToolOutcome | None = None
+    # What the audit records as the last stage's decision when a tail stage produced the
+    # outcome ("ok", "failed", "pending"…); None when a check decided.
+    final: str | None = None
+    # Set when a person approved this call (the approval's resume): the approval stage
+    # passes it on and the execute stage runs the approved write.
+    approved: Approval | None = None
+    # What the approved write did, once the execute stage ran it.
+    write: WriteOutcome | None = None
+    # How many steps of the trail are already on record (the approval stage records the
+    # decision to ask before the card is posted).
+    audited: int = 0
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.trail[-1].decision.verdict if self.trail else Verdict.DENY
+
+    def decided(self, stage: str, outcome: ToolOutcome) -> CallFlow:
+        """The flow once `stage` produced the outcome."""
+        step = StageDecision(stage, _decision_of(outcome))
+        return replace(self, trail=(*self.trail, step), outcome=outcome, final=str(outcome.status))
+
+
+class TailStage(Protocol):
+    """A stage after the checks: it acts on the flow (asks, runs, tells) and passes it on."""
+
+    name: str
+
+    async def run(self, flow: CallFlow) -> CallFlow: ...
 
 
 class Pipeline:
-    def __init__(self, stages: Sequence[Stage], post_hooks: Sequence[PostHook] = ()) -> None:
+    def __init__(self, stages: Sequence[Stage], tail: Sequence[TailStage] = ()) -> None:
         self.stages = list(stages)
-        self._post_hooks = list(post_hooks)
+        self.tail = list(tail)
+
+    @property
+    def order(self) -> list[str]:
+        """Every stage's name, in the order a call meets them."""
+        return [stage.name for stage in self.stages] + [stage.name for stage in self.tail]
 
     async def decide(self, call: ToolInvocation) -> list[StageDecision]:
-        """Each stage's decision in order, up to and including the first that is not allow."""
+        """Each check's decision in order, up to and including the first that is not allow."""
         trail: list[StageDecision] = []
         for stage in self.stages:
             decision = await stage.check(call)
@@ -91,6 +146,43 @@ class Pipeline:
                 break
         return trail
 
-    async def after(self, call: ToolInvocation, outcome: ToolOutcome) -> None:
-        for hook in self._post_hooks:
-            await hook.fire(call, outcome)
+    async def run(self, call: ToolInvocation, approved: Approval | None = None) -> CallFlow:
+        """The call through every stage; `approved` when a person approved it (resume)."""
+        trail = await self.decide(call)
+        flow = CallFlow(call, tuple(trail), approved=approved)
+        if not trail:
+            flow = replace(flow, trail=(StageDecision("pipeline", Decision.deny("no stages")),))
+        if flow.verdict is Verdict.DENY:
+            flow = replace(flow, outcome=_denied(flow.trail[-1]))
+        for stage in self.tail:
+            flow = await self._step(stage, flow)
+        return flow
+
+    async def _step(self, stage: TailStage, flow: CallFlow) -> CallFlow:
+        try:
+            return await stage.run(flow)
+        except Exception:
+            if flow.write is None or not flow.write.executed:
+                raise
+            # The change was made: a later stage failing must not hide it from the person
+            # who approved it (the approval's outcome is already recorded).
+            log.exception("stage %s failed after an approved change ran", stage.name)
+            return flow
+
+
+def _denied(step: StageDecision) -> ToolOutcome:
+    reason = step.decision.reason or "not allowed"
+    return ToolOutcome(
+        ToolStatus.DENIED,
+        f"Denied by {step.stage}: {reason}. The call was not run.",
+        f"denied by {step.stage}: {reason}",
+        stage=step.stage,
+    )
+
+
+def _decision_of(outcome: ToolOutcome) -> Decision:
+    # The audit names the identity the cluster saw (a role's impersonated one, or kelpie's).
+    seen = f" (as {outcome.acting_as})" if outcome.acting_as else ""
+    if outcome.status is ToolStatus.OK:
+        return Decision.allow(f"ok{seen}")
+    return Decision.deny(f"{outcome.summary}{seen}")
