@@ -211,7 +211,7 @@ def run_cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedP
         text=True,
         env={"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", **env},
         cwd=cwd,
-        timeout=120,
+        timeout=300,  # a safety net for a hung CLI, not a speed check (2 loaded cores)
         check=False,
     )
 

@@ -119,13 +119,15 @@ async def appended_in_progress(world: World, channel: str) -> RecordedCall:
 
 async def test_native_stream_shows_tasks_in_order_then_the_answer_and_a_footer(world: World):
     world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
-    # A slow tool, so progress is appended while it runs (a quick turn ends in one write).
-    world.kube.delay(r"/namespaces/shop/pods$", 1.5)
+    # The tool runs until its progress was appended (a quick turn ends in one write).
+    pods_listed = world.kube.hold(r"/namespaces/shop/pods$")
     world.model.reply_tool_calls([("list_deployments", {"namespace": "shop"})])
     answer = "**checkout-api** has one pod in `CrashLoopBackOff`:\n\n- OOMKilled\n- 7 restarts"
     world.model.reply_text(answer)
     await world.start_bot(NATIVE)
     mention = await world.mention(SHOP_CHANNEL, ALICE, "why is checkout-api crashlooping?")
+    await world.slack.wait_for_call("chat.appendStream", timeout=TURN_S)
+    pods_listed.set()
     await world.slack.wait_for_call("chat.stopStream", timeout=TURN_S)
     await world.drain()
 

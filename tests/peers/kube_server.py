@@ -472,6 +472,7 @@ class KubeServer:
         self._faults: list[_Fault] = []
         self._delays: list[tuple[re.Pattern[str], float]] = []
         self._response_delays: list[tuple[re.Pattern[str], float]] = []
+        self._holds: list[tuple[re.Pattern[str], asyncio.Event]] = []
         self._deny_rules: list[dict[str, str]] = []
         # Bearer token -> identity; empty: no authentication, everything allowed.
         self._tokens: dict[str, Identity] = {}
@@ -539,6 +540,13 @@ class KubeServer:
     def delay(self, path_regex: str, seconds: float) -> None:
         self._delays.append((re.compile(path_regex), seconds))
 
+    def hold(self, path_regex: str) -> asyncio.Event:
+        """Keep matching requests waiting until the returned event is set (a tool that runs
+        exactly as long as a test needs, whatever the machine's load)."""
+        released = asyncio.Event()
+        self._holds.append((re.compile(path_regex), released))
+        return released
+
     def delay_response(self, path_regex: str, seconds: float) -> None:
         """Apply matching requests at once but answer them `seconds` later (a slow network
         after the server committed: the change is in, the client does not know yet)."""
@@ -590,6 +598,9 @@ class KubeServer:
         self._faults.clear()
         self._delays.clear()
         self._response_delays.clear()
+        for _, released in self._holds:
+            released.set()
+        self._holds.clear()
         self._deny_rules.clear()
 
     def writes(self) -> list[RecordedRequest]:
@@ -1194,6 +1205,9 @@ class KubeServer:
             if pattern.search(request.path):
                 await asyncio.sleep(seconds)
                 break
+        for pattern, released in self._holds:
+            if pattern.search(request.path):
+                await released.wait()
         response = self._fault_response(request)
         if response is None:
             try:
