@@ -432,6 +432,7 @@ def build_core(
         session_hooks,
         router=router,
         openings=SessionOpenings(db),
+        waiting=approval_store,
     )
     approvals = ApprovalService(
         approval_store,

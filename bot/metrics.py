@@ -127,6 +127,9 @@ class MeteredReporters:
     async def open(self, session: SessionInfo, message: IncomingMessage) -> Reporter:
         return _MeteredReporter(await self._inner.open(session, message), self._metrics)
 
+    async def settle(self, session: SessionInfo, *, awaiting_approval: bool) -> None:
+        await self._inner.settle(session, awaiting_approval=awaiting_approval)
+
 
 class MeteredApprovalRepository(ApprovalRepository):
     """Counts a decision when its transition wins: exactly once per approval, whoever

@@ -305,6 +305,9 @@ class TerminalReporters:
     async def open(self, session: SessionInfo, message: IncomingMessage) -> TerminalReporter:
         return TerminalReporter(self._console, self._model_name)
 
+    async def settle(self, session: SessionInfo, *, awaiting_approval: bool) -> None:
+        """The prompt itself shows whether anything waits: nothing to update."""
+
 
 def approval_card(approval: Approval) -> str:
     plan = approval.plan

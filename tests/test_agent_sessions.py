@@ -12,7 +12,8 @@ import pytest
 
 from bot.slack.manifest import BOT_EVENTS, BOT_SCOPES
 from tests.peers.model_server import HangStep, TextStep
-from tests.world import ALICE, BOB, DAVE, OPS_CHANNEL, SHOP_CHANNEL, World
+from tests.test_approvals import click, propose_scale, wait_said
+from tests.world import ALICE, BOB, CAROL, DAVE, OPS_CHANNEL, SHOP_CHANNEL, World
 
 NATIVE = {"slack": {"streaming": "native"}}
 TURN_S = 30
@@ -129,3 +130,75 @@ async def test_a_workspace_that_refuses_agent_sessions_still_gets_answers(world:
     assert len(world.slack.calls_to("agents.sessions.setStatus")) == 1  # remembered
     texts = [bot_messages(world, SHOP_CHANNEL, t["ts"])[0].text for t in threads]
     assert texts == ["First.", "Second."]
+
+
+async def statuses_once(world: World, thread_ts: str, status: str) -> list[str]:
+    """The session's statuses so far, once it shows `status`."""
+    await world.slack.wait_for(
+        lambda s: s.session_status(OPS_CHANNEL, thread_ts) == status, timeout=TURN_S
+    )
+    return world.slack.agent_sessions[(OPS_CHANNEL, thread_ts)].statuses
+
+
+async def test_a_session_is_suspended_while_its_card_waits_and_processing_once_decided(
+    world: World,
+):
+    await world.start_bot(NATIVE)
+    mention, card = await propose_scale(world, then="Scaled checkout-api to 5.")
+    # The turn ended at the card: the thread waits on a person, with no stop button.
+    assert await statuses_once(world, mention["ts"], "suspended") == ["processing", "suspended"]
+    with pytest.raises(AssertionError):
+        await world.slack.press_session_stop(OPS_CHANNEL, mention["ts"], ALICE)
+
+    await click(world, CAROL, card)
+    await wait_said(world, mention["ts"], "Scaled checkout-api to 5.")
+    await world.drain()
+    assert await statuses_once(world, mention["ts"], "active") == [
+        "processing",
+        "suspended",
+        "processing",  # the decision resumed the turn: it answers in the thread
+        "active",
+    ]
+
+
+async def test_a_card_still_waiting_after_another_turn_keeps_the_session_suspended(
+    world: World,
+):
+    await world.start_bot(NATIVE)
+    mention, card = await propose_scale(world, then="It waits for an approver.")
+    await statuses_once(world, mention["ts"], "suspended")
+    # A bystander's question is answered; the card (not his to withdraw) still waits.
+    world.model.reply_text("Scaled.")
+    question = world.slack.message(OPS_CHANNEL, BOB, "is it done?", thread_ts=mention["ts"])
+    await world.slack.deliver_event(question)
+    await wait_said(world, mention["ts"], "It waits for an approver.")
+    await world.drain()
+    assert world.slack.agent_sessions[(OPS_CHANNEL, mention["ts"])].statuses == [
+        "processing",
+        "suspended",
+        "processing",
+        "suspended",
+    ]
+    await click(world, CAROL, card)
+    await wait_said(world, mention["ts"], "Scaled.")
+    await world.drain()
+    assert (await statuses_once(world, mention["ts"], "active"))[-2:] == ["processing", "active"]
+
+
+async def test_a_requesters_new_message_withdraws_the_card_and_the_session_ends_active(
+    world: World,
+):
+    await world.start_bot(NATIVE)
+    mention, _card = await propose_scale(world, then="Understood, standing down.")
+    await statuses_once(world, mention["ts"], "suspended")
+    follow_up = world.slack.message(OPS_CHANNEL, ALICE, "stop, don't", thread_ts=mention["ts"])
+    await world.slack.deliver_event(follow_up)
+    await wait_said(world, mention["ts"], "Understood, standing down.")
+    await world.drain()
+    # No flicker: the withdrawal leaves the status to the turn her message started.
+    assert await statuses_once(world, mention["ts"], "active") == [
+        "processing",
+        "suspended",
+        "processing",
+        "active",
+    ]

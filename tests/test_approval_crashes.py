@@ -106,6 +106,10 @@ async def test_killed_after_the_click_was_recorded_the_write_is_reported_not_exe
     bot = await crashable()
     mention, card = await propose_scale(world, timeout=120)  # a fresh process imports LiteLLM
     identifier = approval_id(card)
+    # The turn ended at the card: the session waits on a person.
+    await world.slack.wait_for(
+        lambda s: s.session_status(OPS_CHANNEL, mention["ts"]) == "suspended", timeout=30
+    )
     world.kube.delay(r"/deployments/checkout-api$", 30)  # the pre-write re-read hangs
     await click(world, CAROL, card)
     await wait_db(
@@ -121,6 +125,12 @@ async def test_killed_after_the_click_was_recorded_the_write_is_reported_not_exe
     final = await card_settled(world, card)
     assert not has_buttons(final) and "not executed" in card_text(final)
     assert real_writes(world) == [] and replicas(world) == 3
+    # No turn follows this decision: the session stops waiting on its own.
+    await world.slack.wait_for(
+        lambda s: s.session_status(OPS_CHANNEL, mention["ts"]) == "active", timeout=30
+    )
+    statuses = world.slack.agent_sessions[(OPS_CHANNEL, mention["ts"])].statuses
+    assert statuses == ["processing", "suspended", "active"]
 
 
 async def test_killed_after_the_write_reached_the_cluster_the_change_is_confirmed(

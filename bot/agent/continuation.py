@@ -11,7 +11,7 @@ from typing import Protocol
 from bot.agent.conversation import ConversationStore
 from bot.agent.session import AgentSessions
 from bot.agent.turns import TurnBody
-from bot.values import Approval, Message, Role
+from bot.values import Approval, ApprovalState, Message, Role
 
 DECISION_PREFIX = "[kelpie, not a person: the decision on a proposed change] "
 
@@ -39,9 +39,14 @@ class DecisionTurns:
         message = Message(Role.USER, DECISION_PREFIX + note)
         await self._conversation.append(approval.session_id, turn_id, [message])
         if not answer:
+            # A withdrawal comes with its own turn (the requester's new message, or the
+            # stopped turn's end), which shows the thread's status; anything else does not.
+            if approval.status is not ApprovalState.CANCELLED:
+                await self._agent.settle(approval.session_id)
             return
         accepted = await self._agent.resumable(approval.session_id, turn_id, approval.requested_by)
         if accepted is None:
+            await self._agent.settle(approval.session_id)
             return
         self._submit(
             accepted.session.session_key,

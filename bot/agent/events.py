@@ -77,6 +77,9 @@ class TurnFinished:
     # One sentence for the person when finish is ERROR.
     error: str | None = None
     evidence: list[str] = field(default_factory=list)
+    # An approval card in the session (this turn's or an earlier one's) still waits for a
+    # person when the turn ends: the thread waits on them, not on kelpie.
+    awaiting_approval: bool = False
 
 
 TurnEvent = TurnStarted | TextDelta | ToolStarted | ToolFinished | RoundStarted | TurnFinished

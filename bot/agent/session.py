@@ -12,8 +12,8 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from bot import logs
@@ -57,6 +57,11 @@ class Reporter(Protocol):
 class ReporterFactory(Protocol):
     async def open(self, session: SessionInfo, message: IncomingMessage) -> Reporter: ...
 
+    async def settle(self, session: SessionInfo, *, awaiting_approval: bool) -> None:
+        """No turn follows what just happened in the session (a decision recorded without
+        an answer): show it idle, or waiting for a person if a card still waits."""
+        ...
+
 
 class SessionLifecycleHooks(Protocol):
     async def session_start(self, info: dict[str, object]) -> None: ...
@@ -86,6 +91,12 @@ class SessionOpenings(Protocol):
     async def first_user_message(self, session_id: int) -> Message | None: ...
 
 
+class WaitingApprovals(Protocol):
+    """The session's approval cards still waiting for a person."""
+
+    async def pending_in(self, session_id: int) -> Sequence[object]: ...
+
+
 class AgentSessions:
     def __init__(
         self,
@@ -99,6 +110,7 @@ class AgentSessions:
         *,
         router: ModelRouter | None = None,
         openings: SessionOpenings | None = None,
+        waiting: WaitingApprovals | None = None,
     ) -> None:
         self._config = config
         self._sessions = sessions
@@ -109,6 +121,7 @@ class AgentSessions:
         self._hooks = hooks
         self._router = router
         self._openings = openings
+        self._waiting = waiting
 
     async def _policy(self, tools: list[Tool]) -> ResolvedAgentPolicy:
         """The turn's policy from the router; without one, from the config alone."""
@@ -270,14 +283,15 @@ class AgentSessions:
             ),
         )
         try:
-            await self._run(request, reporter)
+            await self._run(request, reporter, session.id)
         finally:
             await self._hooks.session_end(_hook_info(session, message.user, accepted.turn_id))
 
-    async def _run(self, request: TurnRequest, reporter: Reporter) -> None:
+    async def _run(self, request: TurnRequest, reporter: Reporter, session_id: int) -> None:
         try:
             # An interruption (CancelledError) passes through: `_reporting` closes for it.
             finished = await self._engine.run_turn(request, reporter.emit)
+            finished = replace(finished, awaiting_approval=await self._awaiting(session_id))
         except Exception:
             log.exception("turn %s failed", request.turn_id)
             failed = TurnFinished(
@@ -299,6 +313,24 @@ class AgentSessions:
             stats.duration_s,
         )
         await reporter.close(finished)
+
+    async def settle(self, session_id: int) -> None:
+        """Nothing runs in the session after a decision: the front end shows it idle (or
+        still waiting, when another card waits)."""
+        session = await self._sessions.get(session_id)
+        if session is not None:
+            awaiting = await self._awaiting(session_id)
+            await self._reporters.settle(session, awaiting_approval=awaiting)
+
+    async def _awaiting(self, session_id: int) -> bool:
+        if self._waiting is None:
+            return False
+        try:
+            return bool(await self._waiting.pending_in(session_id))
+        except Exception:
+            # Only the thread's status depends on it: the answer still goes out.
+            log.exception("could not look up the approvals waiting in session %s", session_id)
+            return False
 
 
 def _hook_info(session: SessionInfo, user: str, turn_id: str | None = None) -> dict[str, object]:

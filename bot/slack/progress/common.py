@@ -451,7 +451,9 @@ class ThreadReporter:
             await self._finish(finished)
         finally:
             await self._ctx.status.finish(finished.finish)
-            await self._ctx.sessions.end_turn(self._ctx.turn)
+            await self._ctx.sessions.end_turn(
+                self._ctx.turn, awaiting_approval=finished.awaiting_approval
+            )
 
     # hooks for the renderings
     def _on_round(self) -> None: ...

@@ -21,7 +21,7 @@ from bot.slack.progress.common import (
     WorkspaceMemory,
 )
 from bot.slack.progress.native import NativeReporter
-from bot.slack.progress.sessions import AgentSessions
+from bot.slack.progress.sessions import AgentSessions, idle
 from bot.slack.progress.update import UpdateReporter
 from bot.values import SessionInfo
 
@@ -100,6 +100,13 @@ class SlackReporters:
         update = UpdateReporter(ctx)
         await update.start()
         return update
+
+    async def settle(self, session: SessionInfo, *, awaiting_approval: bool) -> None:
+        if self.turns.by_thread(session.channel_id, session.thread_ts) is not None:
+            return  # the running turn shows the status when it ends
+        await self.sessions.set(
+            session.team_id, session.channel_id, session.thread_ts, idle(awaiting_approval)
+        )
 
     def _remember_refusal(self, message: IncomingMessage, channel_id: str, code: str) -> None:
         log.warning("chat.startStream refused (%s); using chat.update for this turn", code)

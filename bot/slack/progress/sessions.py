@@ -1,12 +1,13 @@
 """Each thread kelpie works in is a Slack agent session; its stop button stops the turn.
 
-The session is `processing` (titled with the question's first line) while a turn runs and
-`active` once the turn has answered, failed, been stopped or handed its write to an
-approval card (the turn ends there; the decision resumes it as a new turn). While it is
-`processing` Slack shows its own stop button; a press stops the session's streams on
-Slack's side and sends `agent_session_stopped`, which stops the turn exactly like kelpie's
-Stop button (same permission check, same sentence in the thread). Slack does not change
-the status by itself, so the turn's end moves it off `processing`.
+The session is `processing` (titled with the question's first line) while a turn runs,
+`suspended` once a turn ends with an approval card waiting for a person (the turn ends at
+the card; the decision resumes it as a new turn, `processing` again), and `active` once a
+turn ends with nothing waiting. While it is `processing` Slack shows its own stop button; a
+press stops the session's streams on Slack's side and sends `agent_session_stopped`, which
+stops the turn exactly like kelpie's Stop button (same permission check, same sentence in
+the thread). Slack does not change the status by itself, so the turn's end moves it off
+`processing`, and a decision that starts no turn (a restart's reconciliation) settles it.
 
 A workspace whose app is not declared as an agent refuses `agents.sessions.setStatus`: the
 turn goes on without a session (and without a stop button), remembered for the workspace.
@@ -101,8 +102,14 @@ class AgentSessions:
             initiator_user_id=message.user,
         )
 
-    async def end_turn(self, turn: ActiveTurn) -> None:
-        await self.set(turn.team_id, turn.channel_id, turn.thread_ts, SessionStatus.ACTIVE)
+    async def end_turn(self, turn: ActiveTurn, *, awaiting_approval: bool) -> None:
+        await self.set(turn.team_id, turn.channel_id, turn.thread_ts, idle(awaiting_approval))
+
+
+def idle(awaiting_approval: bool) -> SessionStatus:
+    """A session no turn works in: `suspended` while a card waits for a person (Slack
+    shows no stop button: there is nothing of kelpie's to stop), else `active`."""
+    return SessionStatus.SUSPENDED if awaiting_approval else SessionStatus.ACTIVE
 
 
 # Asks the Stop button's owner to stop a turn for `user` (who-may-stop check, the refusal
