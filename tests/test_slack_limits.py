@@ -9,8 +9,10 @@ from __future__ import annotations
 import re
 
 from bot.slack.markdown import open_fence, to_mrkdwn
+from bot.slack.safe_text import escape_mrkdwn
 from tests.peers.slack_server import Message
-from tests.world import ALICE, SHOP_CHANNEL, World
+from tests.test_approvals import card_text, click, has_buttons, wait_card, wait_said
+from tests.world import ALICE, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World
 
 NATIVE = {"slack": {"streaming": "native"}}
 TURN_S = 60
@@ -156,3 +158,77 @@ async def test_a_huge_answer_goes_up_as_a_file_with_a_short_summary(world: World
     summary = messages[-1]
     assert len(summary.text) < 2_000
     assert "*Finding 0*" in summary.text and "in the file" in summary.text
+
+
+# --------------------------------------------------------------------------- approval cards
+
+
+def scale_with_reason(world: World, reason: str) -> None:
+    args = {"namespace": "shop", "name": "checkout-api", "replicas": 5, "reason": reason}
+    # Large deltas: LiteLLM's per-chunk cost would otherwise dominate the test's time.
+    world.model.reply_tool_calls([("scale_deployment", args)], chunk_size=500)
+
+
+def received(world: World, thread_ts: str) -> str:
+    """Everything the thread shows a person: block texts of kelpie's messages, and files."""
+    texts = [
+        str(block.get("text", {}).get("text", ""))
+        for message in world.slack.thread(OPS_CHANNEL, thread_ts)
+        if message.is_bot
+        for block in message.blocks or []
+    ]
+    return "\n".join(texts + [f.text for f in world.slack.files.values()])
+
+
+def assert_all_shown(reason: str, shown: str) -> None:
+    """Every line of the reason shows (escaped, whole), in order."""
+    at = 0
+    for line in reason.splitlines():
+        if line.strip():
+            found = shown.find(escape_mrkdwn(line.strip()), at)
+            assert found >= 0, f"not shown: {line[:80]!r}"
+            at = found
+
+
+async def test_a_card_with_a_30000_character_reason_shows_all_of_it(world: World):
+    reason = mixed_answer(32_000) + "\n\n<!channel> <@U0BOB> & co"
+    assert len(reason) > 30_000
+    scale_with_reason(world, reason)
+    world.model.reply_text("Scaled.")
+    await world.start_bot()
+    mention = await world.mention(OPS_CHANNEL, ALICE, "scale checkout-api to 5")
+    card = await wait_card(world, mention["ts"], timeout=TURN_S)
+    await world.drain()
+
+    # Slack refused nothing; the full text is in the thread above the card, which shows
+    # its opening and says where the rest is; nothing of it is live markup.
+    assert not [c.error for c in world.slack.calls if not c.ok]
+    thread = [m.ts for m in world.slack.thread(OPS_CHANNEL, mention["ts"]) if m.is_bot]
+    details = [
+        m for m in world.slack.thread(OPS_CHANNEL, mention["ts"]) if "full preview" in m.text
+    ]
+    assert details and details[0].ts < card.ts and len(thread) >= 5
+    assert "in the thread just above" in card_text(card) and has_buttons(card)
+    shown = received(world, mention["ts"])
+    assert_all_shown(reason, shown)
+    assert "<!channel>" not in shown and "<@U0BOB>" not in shown
+
+    # The decided card (same layout, updated) is accepted too.
+    await click(world, CAROL, card)
+    await wait_said(world, mention["ts"], "Scaled.")
+    await world.drain()
+    final = world.slack.get_message(OPS_CHANNEL, card.ts)
+    assert "Approved by" in card_text(final) and not has_buttons(final)
+    assert not [c.error for c in world.slack.calls if not c.ok and c.method.startswith("chat.")]
+
+
+async def test_a_reason_longer_than_a_section_is_split_on_the_card_not_cut(world: World):
+    reason = mixed_answer(6_000)
+    scale_with_reason(world, reason)
+    await world.start_bot()
+    mention = await world.mention(OPS_CHANNEL, ALICE, "scale checkout-api to 5")
+    card = await wait_card(world, mention["ts"], timeout=TURN_S)
+    await world.drain()
+    assert not [c.error for c in world.slack.calls if not c.ok]
+    assert "just above" not in card_text(card)
+    assert_all_shown(reason, card_text(card))

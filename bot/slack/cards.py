@@ -5,6 +5,11 @@ requester) and when it expires, with Approve / Reject buttons whose value is onl
 approval id. A click is acked at once and handed to `ApprovalService.resume`, which loads the
 approval from the database (never trusting the payload) and checks the clicker against the
 current approvers. Once decided, a card never shows buttons again.
+
+Nothing on a card is cut: text longer than a section goes in several, and a preview and
+reason too long for one message (Slack refuses ~12,000 characters of blocks) are posted in
+full just above the card (as messages, or a file past that), the card showing their opening
+and saying where the rest is.
 """
 
 from __future__ import annotations
@@ -17,14 +22,20 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.approvals.service import ApprovalService, ResumeResult
 from bot.slack import copy
+from bot.slack.markdown import SECTION_LIMIT, split_text
+from bot.slack.progress.common import ThreadWriter
 from bot.slack.replies import whisper
-from bot.slack.safe_text import escape_mrkdwn, plain_text
+from bot.slack.safe_text import PLAIN_TEXT_LIMIT, escape_mrkdwn, plain_text
 from bot.values import Approval, ApprovalDecision, ApprovalState, DecisionKind
 
 log = logging.getLogger(__name__)
 
 APPROVE_ACTION = "kelpie_approve"
 REJECT_ACTION = "kelpie_reject"
+# Preview and reason on the card itself; the rest of the card stays well under Slack's
+# ~12,000 characters of blocks a message. Longer ones go in full above the card.
+CARD_DETAILS_CHARS = 8_000
+OPENING_CHARS = 1_500
 
 _STATE_LINE = {
     ApprovalState.PENDING: ":hourglass_flowing_sand: Waiting for approval",
@@ -40,13 +51,48 @@ def _when(moment: Any) -> str:
     return f"<!date^{epoch}^{{date_short_pretty}} {{time}}|{moment.isoformat(timespec='seconds')}>"
 
 
-def _text_block(text: str) -> dict[str, Any]:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
+def _text_blocks(text: str) -> list[dict[str, Any]]:
+    return [
+        {"type": "section", "text": {"type": "mrkdwn", "text": part}}
+        for part in split_text(text, SECTION_LIMIT)
+    ]
 
 
-def _plain_block(text: str) -> dict[str, Any]:
+def _plain_blocks(text: str) -> list[dict[str, Any]]:
     """Text from the model or the cluster: shown literally, never as markup."""
-    return {"type": "section", "text": plain_text(text)}
+    return [
+        {"type": "section", "text": plain_text(part)} for part in split_text(text, PLAIN_TEXT_LIMIT)
+    ]
+
+
+def _details(approval: Approval) -> list[str]:
+    """The preview, and the model's reason if it gave one: untrusted, shown literally."""
+    changes = "\n".join(change.render() for change in approval.plan.changes)
+    details = [changes or "(no field changes)"]
+    if approval.reason:
+        details.append(f"Reason given by the model: {approval.reason}")
+    return details
+
+
+def details_fit(approval: Approval) -> bool:
+    return sum(len(text) for text in _details(approval)) <= CARD_DETAILS_CHARS
+
+
+def details_mrkdwn(approval: Approval) -> str:
+    """The whole preview (a code block) and reason for the thread, escaped: no markup of
+    theirs becomes live (the reason may hold fences of its own, so it is not fenced)."""
+    title = f"*{copy.card_details_title(approval.id[:8])} (server-side dry run):*"
+    preview, *reason = _details(approval)
+    return "\n\n".join([title, f"```\n{escape_mrkdwn(preview)}\n```", *map(escape_mrkdwn, reason)])
+
+
+def _detail_blocks(approval: Approval) -> list[dict[str, Any]]:
+    details = _details(approval)
+    if details_fit(approval):
+        return [block for text in details for block in _plain_blocks(text)]
+    opening = split_text(details[0], OPENING_CHARS)[0]
+    chars = sum(len(text) for text in details)
+    return [*_plain_blocks(opening), *_text_blocks(copy.card_details_above(chars))]
 
 
 def card_blocks(approval: Approval, note: str = "") -> list[dict[str, Any]]:
@@ -55,15 +101,12 @@ def card_blocks(approval: Approval, note: str = "") -> list[dict[str, Any]]:
     where = escape_mrkdwn(
         f"cluster `{plan.cluster}` · {target.kind} `{target.namespace or '-'}/{target.name}`"
     )
-    preview = "\n".join(change.render() for change in plan.changes) or "(no field changes)"
     blocks: list[dict[str, Any]] = [
-        _text_block(f"*Approval needed:* {escape_mrkdwn(plan.description)}"),
-        _text_block(f"*Where:* {where}\n*Tool:* `{escape_mrkdwn(plan.tool)}`"),
-        _text_block("*Preview (server-side dry run):*"),
-        _plain_block(preview),
+        *_text_blocks(f"*Approval needed:* {escape_mrkdwn(plan.description)}"),
+        *_text_blocks(f"*Where:* {where}\n*Tool:* `{escape_mrkdwn(plan.tool)}`"),
+        *_text_blocks("*Preview (server-side dry run):*"),
+        *_detail_blocks(approval),
     ]
-    if approval.reason:
-        blocks.append(_plain_block(f"Reason given by the model: {approval.reason}"))
     blocks.append(
         {
             "type": "context",
@@ -86,7 +129,7 @@ def card_blocks(approval: Approval, note: str = "") -> list[dict[str, Any]]:
         state += f"\n*Outcome:* {escape_mrkdwn(approval.outcome)}"
     if note:
         state += f"\n{escape_mrkdwn(note)}"  # may quote a hook's or the firewall's reason
-    blocks.append(_text_block(state))
+    blocks.extend(_text_blocks(state))
     if approval.status is ApprovalState.PENDING:
         blocks.append(
             {
@@ -129,6 +172,15 @@ class SlackApprovalCards:
         self._client = client
 
     async def post(self, approval: Approval) -> str:
+        if not details_fit(approval):
+            writer = ThreadWriter(
+                self._client,
+                approval.channel_id,
+                approval.thread_ts,
+                filename=f"approval-{approval.id[:8]}-preview.txt",
+                title=copy.card_details_title(approval.id[:8]),
+            )
+            await writer.post(details_mrkdwn(approval))
         response = await self._client.chat_postMessage(
             channel=approval.channel_id,
             thread_ts=approval.thread_ts,

@@ -95,8 +95,21 @@ ANSWER_FILE_NAME = "answer.md"
 ANSWER_FILE_TITLE = "The full answer"
 
 
-def answer_in_file(chars: int) -> str:
-    return f"_The full answer ({chars:,} characters) is too long for messages; it is in the file._"
+def in_file(title: str, chars: int) -> str:
+    """Said in the thread of a text uploaded because it is too long for messages."""
+    return f"_{title} ({chars:,} characters) is too long for messages; it is in the file._"
+
+
+def card_details_above(chars: int) -> str:
+    """On an approval card whose preview and reason are too long for one message."""
+    return (
+        f"_The preview and reason are too long for this card ({chars:,} characters): "
+        "the whole text is in the thread just above. The card shows their opening._"
+    )
+
+
+def card_details_title(approval_id: str) -> str:
+    return f"The full preview of approval {approval_id}"
 
 
 # `/kelpie` (bot/slack/commands.py).

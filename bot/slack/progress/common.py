@@ -554,16 +554,26 @@ class ThreadWriter:
     boundaries. A part Slack still refuses for its size is retried in halves, then as plain
     text; an answer too long for messages goes up as a file with a short summary."""
 
-    def __init__(self, client: AsyncWebClient, channel: str, thread_ts: str) -> None:
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        channel: str,
+        thread_ts: str,
+        *,
+        filename: str = copy.ANSWER_FILE_NAME,
+        title: str = copy.ANSWER_FILE_TITLE,
+    ) -> None:
         self._client = client
         self._channel = channel
         self._thread_ts = thread_ts
+        self._filename = filename
+        self._title = title
 
     async def post(
         self, mrkdwn: str, markdown: str | None = None, extra_blocks: list[Json] | None = None
     ) -> None:
         if len(mrkdwn) > ANSWER_FILE_CHARS and await self._upload(mrkdwn, markdown or mrkdwn):
-            mrkdwn = summary(mrkdwn)
+            mrkdwn = summary(mrkdwn, self._title)
         messages = answer_messages(mrkdwn)
         for index, (text, blocks) in enumerate(messages):
             last = index == len(messages) - 1
@@ -621,8 +631,8 @@ class ThreadWriter:
                 channel=self._channel,
                 thread_ts=self._thread_ts,
                 content=markdown,
-                filename=copy.ANSWER_FILE_NAME,
-                title=copy.ANSWER_FILE_TITLE,
+                filename=self._filename,
+                title=self._title,
             )
         except SLACK_FAILURES as error:
             log.warning("could not upload the long answer (%s); posting it", error_code(error))
@@ -630,7 +640,7 @@ class ThreadWriter:
         return True
 
 
-def summary(mrkdwn: str) -> str:
-    """The opening of a long answer (whole paragraphs where they fit) and where the rest is."""
+def summary(mrkdwn: str, title: str = copy.ANSWER_FILE_TITLE) -> str:
+    """The opening of a long text (whole paragraphs where they fit) and where the rest is."""
     opening = split_text(mrkdwn, SUMMARY_CHARS)[0]
-    return f"{opening}\n\n{copy.answer_in_file(len(mrkdwn))}"
+    return f"{opening}\n\n{copy.in_file(title, len(mrkdwn))}"
