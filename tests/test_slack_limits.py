@@ -7,6 +7,7 @@ refuses oversized messages with Slack's own error codes."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from bot.slack.markdown import open_fence, to_mrkdwn
 from bot.slack.safe_text import escape_mrkdwn
@@ -232,3 +233,49 @@ async def test_a_reason_longer_than_a_section_is_split_on_the_card_not_cut(world
     assert not [c.error for c in world.slack.calls if not c.ok]
     assert "just above" not in card_text(card)
     assert_all_shown(reason, card_text(card))
+
+
+# --------------------------------------------------------------------------- command replies
+
+
+def squeezed(text: str) -> str:
+    """Text without whitespace or fences: what survives splitting at lines and re-fencing."""
+    return re.sub(r"\s+", "", text.replace("```", ""))
+
+
+async def test_a_long_command_reply_arrives_whole_in_pieces_only_the_asker_sees(world: World):
+    world.model.reply_text("Read it.")
+    world.model.reply_text("Read that too.")
+    approver = {"roles": {"viewer": {"approval": {"approvers": {"users": [CAROL]}}}}}
+    bot = await world.start_bot(approver)
+    mention = await world.mention(SHOP_CHANNEL, ALICE, mixed_answer(36_000))
+    await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 1)
+    follow_up = world.slack.message(
+        SHOP_CHANNEL, ALICE, mixed_answer(36_000, code_lines=30), thread_ts=mention["ts"]
+    )
+    await world.slack.deliver_event(follow_up)
+    await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 2)
+    await world.drain()
+    session = await bot.core.sessions.find(f"T0TEST:{SHOP_CHANNEL}:{mention['ts']}")
+    assert session is not None
+    payload = await bot.core.payloads.last_for_session(session.id)
+    assert payload is not None and len(payload) > 60_000
+
+    command = world.slack.slash_command("/kelpie", "payload", CAROL, SHOP_CHANNEL)
+    await world.slack.deliver("slash_commands", command)
+    wanted = squeezed(escape_mrkdwn(payload))
+
+    def whole(server: Any) -> list[Any] | None:
+        pieces = server.ephemerals(SHOP_CHANNEL, CAROL)
+        return pieces if wanted in squeezed("".join(p.text for p in pieces)) else None
+
+    pieces = await world.slack.wait_for(whole, timeout=TURN_S)
+    await world.drain()
+    assert len(pieces) > 5 and all(len(p.text) <= 12_000 for p in pieces)
+    assert [p.source for p in pieces[:5]] == ["response_url"] * 5  # its five uses
+    assert {p.source for p in pieces[5:]} == {"api"}  # the rest: chat.postEphemeral
+    assert all(open_fence(p.text) is None for p in pieces)  # each piece renders alone
+    assert "secrets masked" in pieces[0].text
+    assert not [r.status for r in world.slack.response_posts if r.status != 200]
+    assert not [c.error for c in world.slack.calls if not c.ok]
+    assert not world.slack.ephemerals(SHOP_CHANNEL, ALICE)

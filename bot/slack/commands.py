@@ -14,8 +14,8 @@ from bot.model.router import ResolvedAgentPolicy
 from bot.policy.roles import ChannelBinding, ChannelRoles, offered_tools
 from bot.slack import copy
 from bot.slack.channels import ChannelDirectory
-from bot.slack.markdown import split_text
 from bot.slack.people import ApproverDirectory, describe_approvers
+from bot.slack.replies import CommandReply
 from bot.slack.safe_text import escape_mrkdwn
 from bot.tools.harness import ToolRegistry
 from bot.tools.spec import Tool, ToolKind
@@ -24,10 +24,6 @@ from bot.values import SessionInfo
 log = logging.getLogger(__name__)
 
 COMMAND = "/kelpie"
-# The payload as ephemeral messages: pieces under Slack's text limit, and at most three of
-# them (a response_url takes five posts).
-PAYLOAD_PIECE_CHARS = 11_000
-PAYLOAD_PIECES = 3
 
 
 class PayloadSource(Protocol):
@@ -133,8 +129,9 @@ class SlashCommands:
         is_im = channel_id.startswith("D") or body.get("channel_name") == "directmessage"
         name = None if is_im else await self._channels.name(channel_id)
         binding = self._roles.bind(channel_id, name, is_im)
+        reply = CommandReply(respond, self._app.client, channel_id, user)
         if binding is None:
-            await respond(response_type="ephemeral", text=copy.NOT_ENABLED)
+            await reply.send(copy.NOT_ENABLED)
             return
         if sub == "role":
             text = describe_role(binding, self._registry)
@@ -144,38 +141,31 @@ class SlashCommands:
             tools = offered_tools(binding.role, self._registry.all())
             text = describe_model(await self._models.resolve(tools))
         elif sub == "payload":
-            for text in await self._payload(channel_id, user, binding):
-                await respond(response_type="ephemeral", text=text)
-            return
+            text = await self._payload(channel_id, user, binding)
         else:
             text = copy.unknown_subcommand(escape_mrkdwn(sub))
-        await respond(response_type="ephemeral", text=text)
+        await reply.send(text)
 
-    async def _payload(self, channel_id: str, user: str, binding: ChannelBinding) -> list[str]:
+    async def _payload(self, channel_id: str, user: str, binding: ChannelBinding) -> str:
         """The last payload as ephemeral messages, for an approver of this channel only:
         it holds what people asked and what the cluster answered (masked, but still)."""
         if not any(
             tool.kind is ToolKind.READ for tool in offered_tools(binding.role, self._registry.all())
         ):
-            return ["This channel's role may not read what kelpie sent to the model."]
+            return "This channel's role may not read what kelpie sent to the model."
         if not await self._approvers.is_approver(user, binding.role.approval):
             log.info("user %s asked for a payload in %s and is not an approver", user, channel_id)
-            return [copy.PAYLOAD_APPROVERS_ONLY]
+            return copy.PAYLOAD_APPROVERS_ONLY
         session = await self._sessions.latest_in_channel(channel_id)
         payload = await self._payloads.last_for_session(session.id) if session else None
         if session is None or payload is None:
-            return ["kelpie has not sent anything to the model from this channel yet."]
+            return "kelpie has not sent anything to the model from this channel yet."
         log.info("user %s fetched the payload of session %s", user, session.id)
-        return payload_messages(payload)
+        return payload_reply(payload)
 
 
-def payload_messages(payload: str) -> list[str]:
-    """The payload escaped, in code blocks of at most PAYLOAD_PIECE_CHARS, at most
-    PAYLOAD_PIECES of them (a response_url takes five posts), then a note of what was cut."""
-    masked, _ = mask_text(payload)  # masked when sent; masked again at this exit
-    pieces = split_text(f"```\n{escape_mrkdwn(masked)}\n```", PAYLOAD_PIECE_CHARS)
-    shown = pieces[:PAYLOAD_PIECES]
-    messages = [copy.PAYLOAD_TITLE, *shown]
-    if len(pieces) > len(shown):
-        messages.append(copy.payload_cut(sum(len(piece) for piece in pieces[len(shown) :])))
-    return messages
+def payload_reply(payload: str) -> str:
+    """The payload, masked again at this exit, escaped, in a code block (the reply splits it
+    into pieces, each fenced again)."""
+    masked, _ = mask_text(payload)
+    return f"{copy.PAYLOAD_TITLE}\n\n```\n{escape_mrkdwn(masked)}\n```"

@@ -119,10 +119,6 @@ PAYLOAD_APPROVERS_ONLY = (
 )
 
 
-def payload_cut(characters: int) -> str:
-    return f"_(cut: {characters:,} more characters are not shown)_"
-
-
 def unknown_subcommand(escaped_word: str) -> str:
     return (
         f"Unknown subcommand `{escaped_word}`. Try `/kelpie help`, `/kelpie role`, `/kelpie model`."

@@ -1320,17 +1320,24 @@ class SlackServer:
             body = {"text": await request.text()}
         target = self._response_targets.get(response_id)
         status = 200
+        # Slack refuses an oversized message here as on chat.postMessage.
+        too_long = _size_error(body, _MAX_TEXT, _MAX_BLOCKS_TEXT)
         if target is None:
             status = 404
         elif target.uses >= _RESPONSE_URL_USES:
             status = 404
+        elif too_long is not None:
+            status = 400
         post = ResponseUrlPost(
             response_id=response_id, body=body, time=time.monotonic(), status=status
         )
         self.response_posts.append(post)
         self._notify()
         if target is None or status != 200:
-            return web.Response(status=status, text="expired_url" if target else "invalid_url")
+            reason = (
+                "invalid_url" if target is None else too_long if status == 400 else "expired_url"
+            )
+            return web.Response(status=status, text=reason)
         target.uses += 1
         self._apply_response(target, body)
         self._notify()
