@@ -8,13 +8,14 @@ features, and prints one line each. Nothing here starts the bot.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import Config, ConfigError, Secrets, SlackMode
 from bot.model.types import ModelError
-from bot.slack.manifest import BOT_SCOPES
+from bot.slack.manifest import BOT_EVENTS, BOT_SCOPES
 from bot.tools.spec import ToolFailure
 
 
@@ -117,16 +118,57 @@ async def slack_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     return results
 
 
-def slack_features(config: Config) -> CheckResult:
-    # A bot token cannot read the app's event subscriptions, so this one is a reminder.
-    return CheckResult(
-        "slack events",
-        True,
-        "not readable with a bot token: the app's event subscriptions must match "
-        f"`kelpie manifest --mode {config.slack.mode.value}`; Slack's stop button needs the "
-        "app declared as an agent (features.agent_view) and the agent_session_stopped "
-        "event (without them kelpie works without it and logs what is missing)",
-    )
+async def slack_features(config: Config, secrets: Secrets) -> CheckResult:
+    """The app's event subscriptions and agent declaration, read from its manifest with an
+    app configuration token: a bot token cannot read them, and the only other sign (the
+    warning on agents.sessions.setStatus) comes from a real thread while kelpie runs."""
+    name = "slack events"
+    expected = f"`kelpie manifest --mode {config.slack.mode.value}`"
+    token = secrets.config_token
+    if token is None:
+        return CheckResult(
+            name,
+            True,
+            f"not checked: a bot token cannot read the app's event subscriptions; they must "
+            f"match {expected}. Slack's stop button needs the app declared as an agent "
+            "(features.agent_view) and the agent_session_stopped event (without them kelpie "
+            "works without it and logs what is missing). To check them, set "
+            f"{config.slack.config_token_env} to an app configuration token",
+        )
+    try:
+        bot = AsyncWebClient(token=secrets.bot_token, base_url=config.slack.api_url)
+        app_id = str((await bot.auth_test()).get("app_id") or "")
+        tooling = AsyncWebClient(token=token, base_url=config.slack.api_url)
+        exported = (await tooling.apps_manifest_export(app_id=app_id)).get("manifest") or {}
+    except ConfigError as error:
+        return CheckResult(name, False, str(error))
+    except SlackApiError as error:
+        return CheckResult(
+            name,
+            False,
+            f"slack.config_token_env: Slack refused reading the app's manifest with the token "
+            f"in {config.slack.config_token_env} ({error.response.get('error')}); configuration "
+            "tokens expire after 12 hours: create a new one, or unset it to skip this check",
+        )
+    except Exception as error:
+        return CheckResult(name, False, _unreachable(config, error))
+    return _manifest_features(exported, expected)
+
+
+def _manifest_features(exported: dict[str, Any], expected: str) -> CheckResult:
+    settings = exported.get("settings") or {}
+    subscribed = set((settings.get("event_subscriptions") or {}).get("bot_events") or [])
+    missing = [event for event in BOT_EVENTS if event not in subscribed]
+    if "agent_view" not in (exported.get("features") or {}):
+        missing.append("features.agent_view (the app declared as an agent)")
+    if missing:
+        return CheckResult(
+            "slack events",
+            False,
+            f"the app lacks {', '.join(missing)}; update it from {expected} (App Manifest) "
+            "and reinstall the app",
+        )
+    return CheckResult("slack events", True, f"all {len(BOT_EVENTS)} subscribed, agent app")
 
 
 async def cluster_checks(config: Config) -> list[CheckResult]:
@@ -196,6 +238,6 @@ async def startup_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
 async def run_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     results = [CheckResult("config", True, "valid")]
     results += await startup_checks(config, secrets)
-    results.append(slack_features(config))
+    results.append(await slack_features(config, secrets))
     results.append(await model_check(config, secrets))
     return results

@@ -89,6 +89,9 @@ class SlackConfig(_Strict):
     bot_token_env: str = "SLACK_BOT_TOKEN"
     app_token_env: str = "SLACK_APP_TOKEN"
     signing_secret_env: str = "SLACK_SIGNING_SECRET"
+    # Optional, read only by `kelpie check`: an app configuration token (xoxe.xoxp-…) lets
+    # it read the app's manifest and see its event subscriptions, which no bot token can.
+    config_token_env: str = "SLACK_CONFIG_TOKEN"
     api_url: str = "https://slack.com/api/"
     http: HttpListen = HttpListen()
     streaming: StreamingMode = StreamingMode.AUTO
@@ -522,6 +525,11 @@ class Secrets:
     @property
     def signing_secret(self) -> str:
         return self._need(self._config.slack.signing_secret_env, "slack.signing_secret_env")
+
+    @property
+    def config_token(self) -> str | None:
+        """The optional app configuration token (`kelpie check` only)."""
+        return self._environ.get(self._config.slack.config_token_env) or None
 
     def model_api_key(self, profile_name: str) -> str | None:
         auth = self._config.models.profiles[profile_name].auth

@@ -19,6 +19,8 @@ BOT = ROOT / "bot"
 METHOD_SCOPES: dict[str, set[str]] = {
     "auth.test": set(),
     "apps.connections.open": set(),
+    # `kelpie check` only, with an app configuration token (no bot scope).
+    "apps.manifest.export": set(),
     "chat.postMessage": {"chat:write"},
     "chat.postEphemeral": {"chat:write"},
     "chat.update": {"chat:write"},

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from tests.peers.slack_server import CONFIG_TOKEN
 from tests.world import World, environ, merge
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -187,9 +188,39 @@ async def test_check_reports_each_dependency_and_missing_scopes(world):
     assert lines[3] == "ok   slack app token (apps.connections.open): socket mode ready"
     assert lines[4].startswith("ok   database: ")
     assert lines[5].startswith("ok   kubernetes prod (/version): server v")
-    assert lines[6].startswith("ok   slack events: ")
+    # Without a configuration token the events cannot be read: it says so, and how.
+    assert lines[6].startswith("ok   slack events: not checked: a bot token cannot read")
+    assert lines[6].endswith("set SLACK_CONFIG_TOKEN to an app configuration token")
     assert lines[7] == "ok   model default (openai/test-model): answered a one-token request"
     assert world.model.requests[-1]["max_tokens"] == 1
+
+
+async def test_check_reads_the_apps_event_subscriptions_with_a_configuration_token(world):
+    config = str(write_config(world))
+    env = {**environ(world.slack), "SLACK_CONFIG_TOKEN": CONFIG_TOKEN}
+    world.model.reply_text("OK")
+    ran = await kelpie("check", "--config", config, env=env)
+    assert ran.code == 0, ran.out + ran.err
+    assert "ok   slack events: all 6 subscribed, agent app" in ran.out.splitlines()
+
+    # The app's configuration lost the stop event and the agent declaration.
+    world.slack.session_stop_subscribed = False
+    world.slack.agent_view = False
+    world.model.reply_text("OK")
+    ran = await kelpie("check", "--config", config, env=env)
+    assert ran.code == 1
+    assert (
+        "FAIL slack events: the app lacks agent_session_stopped, features.agent_view (the app "
+        "declared as an agent); update it from `kelpie manifest --mode socket` (App Manifest) "
+        "and reinstall the app"
+    ) in ran.out.splitlines()
+
+    # An expired configuration token is named, with what to do.
+    world.model.reply_text("OK")
+    ran = await kelpie("check", "--config", config, env={**env, "SLACK_CONFIG_TOKEN": "xoxe-old"})
+    assert ran.code == 1
+    assert "slack.config_token_env: Slack refused reading the app's manifest" in ran.out
+    assert "xoxe-old" not in ran.out + ran.err
 
 
 async def test_manifest_url_honours_the_configured_events_path(world):

@@ -44,7 +44,7 @@ import aiohttp
 from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
 
-from bot.slack.manifest import BOT_SCOPES
+from bot.slack.manifest import BOT_SCOPES, manifest
 
 TEAM_ID = "T0TEST"
 TEAM_DOMAIN = "kelpie-test"
@@ -56,6 +56,9 @@ BOT_ID = "B0KELPIE"
 BOT_NAME = "kelpie"
 BOT_TOKEN = "xoxb-test-token"
 APP_TOKEN = "xapp-test-token"
+# An app configuration token (created per developer under "Your App Configuration Tokens";
+# it reads and writes app manifests and expires after 12 hours).
+CONFIG_TOKEN = "xoxe.xoxp-1-test-config-token"
 SIGNING_SECRET = "kelpie-test-signing-secret"
 VERIFICATION_TOKEN = "kelpie-test-verification-token"
 
@@ -288,6 +291,7 @@ class _ResponseTarget:
 _TIER_CALLS = {1: 1, 2: 20, 3: 50, 4: 100}
 _METHOD_TIERS = {
     "apps.connections.open": 3,
+    "apps.manifest.export": 3,
     "chat.postEphemeral": 4,
     "chat.update": 3,
     "chat.delete": 3,
@@ -439,6 +443,7 @@ class SlackServer:
 
     # Methods that take the app-level token; every other method takes the bot token.
     _APP_TOKEN_METHODS: ClassVar[frozenset[str]] = frozenset({"apps.connections.open"})
+    _CONFIG_TOKEN_METHODS: ClassVar[frozenset[str]] = frozenset({"apps.manifest.export"})
 
     def __init__(self) -> None:
         self.calls: list[RecordedCall] = []
@@ -454,6 +459,8 @@ class SlackServer:
         # Whether the app subscribed to `agent_session_stopped` (Slack shows a stop button on
         # a processing agent session only then).
         self.session_stop_subscribed = True
+        # Whether the app is declared an agent (features.agent_view in its configuration).
+        self.agent_view = True
         # Agent sessions by (channel, thread_ts): the status history, title and initiator.
         self.agent_sessions: dict[tuple[str, str], AgentSession] = {}
         self.statuses: dict[tuple[str, str], list[str]] = {}
@@ -483,6 +490,7 @@ class SlackServer:
         self._handlers: dict[str, Handler] = {
             "auth.test": SlackServer._auth_test,
             "apps.connections.open": SlackServer._apps_connections_open,
+            "apps.manifest.export": SlackServer._apps_manifest_export,
             "chat.postMessage": SlackServer._chat_post_message,
             "chat.update": SlackServer._chat_update,
             "chat.delete": SlackServer._chat_delete,
@@ -889,10 +897,14 @@ class SlackServer:
     def _check_token(self, call: RecordedCall) -> str | None:
         if not call.token:
             return "not_authed"
-        expected = APP_TOKEN if call.method in self._APP_TOKEN_METHODS else BOT_TOKEN
+        expected = BOT_TOKEN
+        if call.method in self._APP_TOKEN_METHODS:
+            expected = APP_TOKEN
+        elif call.method in self._CONFIG_TOKEN_METHODS:
+            expected = CONFIG_TOKEN
         if call.token == expected:
             return None
-        if call.token in (APP_TOKEN, BOT_TOKEN):
+        if call.token in (APP_TOKEN, BOT_TOKEN, CONFIG_TOKEN):
             return "not_allowed_token_type"
         return "invalid_auth"
 
@@ -934,8 +946,23 @@ class SlackServer:
             "team_id": TEAM_ID,
             "user_id": BOT_USER_ID,
             "bot_id": BOT_ID,
+            "app_id": APP_ID,
             "is_enterprise_install": False,
         }
+
+    def _apps_manifest_export(self, call: RecordedCall) -> Json:
+        """The app's configuration as it stands: the scopes granted, the events subscribed
+        and whether it is declared an agent."""
+        if call.params.get("app_id") != APP_ID:
+            return _error("invalid_app_id")
+        current = manifest("socket")
+        current["oauth_config"]["scopes"]["bot"] = list(self.granted_scopes)
+        events = current["settings"]["event_subscriptions"]
+        if not self.session_stop_subscribed:
+            events["bot_events"].remove("agent_session_stopped")
+        if not self.agent_view:
+            current["features"].pop("agent_view")
+        return {"ok": True, "manifest": current}
 
     def _apps_connections_open(self, call: RecordedCall) -> Json:
         self.connections_opened += 1
