@@ -279,3 +279,13 @@ async def test_a_long_command_reply_arrives_whole_in_pieces_only_the_asker_sees(
     assert not [r.status for r in world.slack.response_posts if r.status != 200]
     assert not [c.error for c in world.slack.calls if not c.ok]
     assert not world.slack.ephemerals(SHOP_CHANNEL, ALICE)
+
+
+async def test_a_reply_the_response_url_refuses_comes_as_an_ephemeral_message(world: World):
+    await world.start_bot()
+    command = world.slack.slash_command("/kelpie", "help", ALICE, SHOP_CHANNEL)
+    command["response_url"] = command["response_url"].rsplit("/", 1)[0] + "/expired"
+    await world.slack.deliver("slash_commands", command)
+    shown = await world.slack.wait_for(lambda s: s.ephemerals(SHOP_CHANNEL, ALICE))
+    assert [r.status for r in world.slack.response_posts] == [404]
+    assert shown[0].source == "api" and "answers questions about your Kubernetes" in shown[0].text

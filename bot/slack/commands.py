@@ -120,7 +120,7 @@ class SlashCommands:
     def register(self) -> None:
         self._app.command(COMMAND)(self._on_command)
 
-    async def _on_command(self, ack: Any, body: dict[str, Any], respond: Any) -> None:
+    async def _on_command(self, ack: Any, body: dict[str, Any]) -> None:
         await ack()
         channel_id = str(body.get("channel_id") or "")
         user = str(body.get("user_id") or "")
@@ -129,7 +129,9 @@ class SlashCommands:
         is_im = channel_id.startswith("D") or body.get("channel_name") == "directmessage"
         name = None if is_im else await self._channels.name(channel_id)
         binding = self._roles.bind(channel_id, name, is_im)
-        reply = CommandReply(respond, self._app.client, channel_id, user)
+        reply = CommandReply(
+            str(body.get("response_url") or ""), self._app.client, channel_id, user
+        )
         if binding is None:
             await reply.send(copy.NOT_ENABLED)
             return

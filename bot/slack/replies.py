@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot.slack.markdown import split_text
+from bot.slack.progress.common import SLACK_FAILURES
 
 log = logging.getLogger(__name__)
 
@@ -33,24 +33,28 @@ async def whisper(
 
 class CommandReply:
     """A slash command's reply, split like answers (at paragraphs, code blocks re-fenced in
-    each piece): the first pieces through the command's `respond` (its response_url, which
-    works where kelpie is no member), any beyond its five uses as ephemeral messages."""
+    each piece): the first pieces through the command's response_url (it works where kelpie
+    is no member; Slack takes five posts on one), over the Web API client's kept-alive
+    session, and any beyond its five uses, or one it refuses, as ephemeral messages."""
 
-    def __init__(
-        self,
-        respond: Callable[..., Awaitable[Any]],
-        client: AsyncWebClient,
-        channel: str,
-        user: str,
-    ) -> None:
-        self._respond = respond
+    def __init__(self, response_url: str, client: AsyncWebClient, channel: str, user: str) -> None:
+        self._webhook = AsyncWebhookClient(response_url, session=client.session)
         self._client = client
         self._channel = channel
         self._user = user
 
     async def send(self, text: str) -> None:
         for index, piece in enumerate(split_text(text, REPLY_PIECE_CHARS)):
-            if index < RESPONSE_URL_USES:
-                await self._respond(response_type="ephemeral", text=piece)
-            else:
-                await whisper(self._client, self._channel, self._user, piece)
+            if index < RESPONSE_URL_USES and await self._respond(piece):
+                continue
+            await whisper(self._client, self._channel, self._user, piece)
+
+    async def _respond(self, piece: str) -> bool:
+        try:
+            sent = await self._webhook.send(text=piece, response_type="ephemeral")
+        except SLACK_FAILURES as error:
+            log.warning("response_url post failed (%s); replying ephemerally", error)
+            return False
+        if sent.status_code != 200:
+            log.warning("response_url refused a reply (%s %s)", sent.status_code, sent.body)
+        return sent.status_code == 200
