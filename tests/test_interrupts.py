@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from tests.peers.model_server import TextStep
 from tests.world import ALICE, SHOP_CHANNEL, World
 
 NATIVE = {"slack": {"streaming": "native"}}
@@ -16,7 +17,9 @@ NATIVE = {"slack": {"streaming": "native"}}
 async def test_an_interrupt_in_the_first_milliseconds_finishes_every_stream(
     world: World, gap_s: float
 ):
-    world.model.reply_text("First answer.")
+    # The first answer takes a while, so the follow-up finds its turn still running (a
+    # quick turn could answer before the follow-up arrives and start no interrupt).
+    world.model.reply_hang(2.0, then=TextStep("First answer."))
     world.model.reply_text("Answer to the second message.")
     bot = await world.start_bot(NATIVE)
     mention = world.slack.mention(SHOP_CHANNEL, ALICE, "pods?")
