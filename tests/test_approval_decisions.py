@@ -13,9 +13,11 @@ from typing import Any
 
 from sqlmodel import col, select
 
+from bot.agent.continuation import DECISION_PREFIX
 from bot.store.approvals import ApprovalRepository, WriteAuditRepository
-from bot.store.tables import ToolAuditRow
-from bot.values import ApprovalDecision, DecisionKind
+from bot.store.tables import MessageRow, ToolAuditRow
+from bot.values import ApprovalDecision, ApprovalState, DecisionKind
+from tests.peers.model_server import HangStep, TextStep
 from tests.test_approvals import (
     approval_id,
     card_now,
@@ -30,6 +32,9 @@ from tests.test_approvals import (
     wait_said,
 )
 from tests.world import ALICE, BOB, CAROL, DAVE, OPS_CHANNEL, World
+
+NATIVE = {"slack": {"streaming": "native"}}
+TURN_S = 30
 
 
 def scale_call(replicas: int = 5) -> tuple[str, dict[str, Any]]:
@@ -167,14 +172,27 @@ async def test_a_click_racing_the_expiry_decides_once(world: World):
         bot.approvals.sweep(),
     )
     decided = [r for r in results[:2] if r.result.value == "decided"]
-    assert len(decided) <= 1
+    assert len(decided) <= 1  # the sweep may be the one that decided
     await wait_said(world, mention["ts"], "Decided.")
     await world.drain()
+    # Exactly one decision: one state on the row, one note in the conversation, one on the
+    # card, and the cluster agrees with it.
+    approval = await ApprovalRepository(bot.db).get(identifier)
+    assert approval is not None and approval.outcome
+    async with bot.db.sessions() as session:
+        rows = (await session.exec(select(MessageRow))).all()
+    notes = [r.content or "" for r in rows if (r.content or "").startswith(DECISION_PREFIX)]
+    assert len(notes) == 1
     final = await card_now(world, card)
+    shown = [label for label in ("Approved", "Expired") if label in card_text(final)]
     assert not has_buttons(final)
     wrote = len(real_writes(world))
-    assert (wrote == 1) == ("Approved" in card_text(final))
-    assert wrote in (0, 1)
+    if approval.status is ApprovalState.APPROVED:
+        assert (shown, wrote) == (["Approved"], 1) and f"approved by <@{CAROL}>" in notes[0]
+        assert replicas(world) == 5
+    else:
+        assert approval.status is ApprovalState.EXPIRED
+        assert (shown, wrote) == (["Expired"], 0) and "expired" in notes[0]
     # Exactly one decision turn ran: the second scripted answer was never asked for.
     assert not any(
         "Decided again?" in (m.text or "") for m in world.slack.thread(OPS_CHANNEL, mention["ts"])
@@ -243,3 +261,62 @@ async def test_an_approved_write_passes_the_same_tail_post_hook_and_audit(
         ("execute", "ok"),
     ]
     assert audit[-2].reason == f"approved by {CAROL}"
+
+
+async def ask_in_thread_while_a_card_waits(world: World, thread_ts: str, user: str) -> None:
+    """`user` asks in the thread; the model holds the answer, so the turn runs (processing)."""
+    asked = len(world.model.requests)
+    reply = world.slack.message(OPS_CHANNEL, user, "what would that change?", thread_ts=thread_ts)
+    await world.slack.deliver_event(reply)
+    await world.model.wait_for_requests(asked + 1, timeout=TURN_S)
+    await world.slack.wait_for(
+        lambda s: s.session_status(OPS_CHANNEL, thread_ts) == "processing", timeout=TURN_S
+    )
+
+
+async def test_a_stop_withdraws_the_waiting_card_only_for_an_approver(world: World):
+    world.model.reply_tool_calls([scale_call()])
+    world.model.enqueue(HangStep(20, then=TextStep("never shown")))
+    world.model.enqueue(HangStep(20, then=TextStep("never shown either")))
+    await world.start_bot(NATIVE)
+    mention = await world.mention(OPS_CHANNEL, ALICE, "scale checkout-api to 5")
+    card = await wait_card(world, mention["ts"])
+    identifier = approval_id(card)
+
+    # BOB neither asked for the change nor approves: his stop ends his own question's turn
+    # and leaves the card alone.
+    await ask_in_thread_while_a_card_waits(world, mention["ts"], BOB)
+    await world.slack.press_session_stop(OPS_CHANNEL, mention["ts"], BOB)
+    await wait_said(world, mention["ts"], f"Stopped by <@{BOB}>", timeout=TURN_S)
+    assert has_buttons(await card_now(world, card))
+
+    # CAROL approves writes in this channel: her stop withdraws the card too.
+    await ask_in_thread_while_a_card_waits(world, mention["ts"], BOB)
+    await world.slack.press_session_stop(OPS_CHANNEL, mention["ts"], CAROL)
+    await world.slack.wait_for(
+        lambda s: "Withdrawn" in card_text(s.get_message(OPS_CHANNEL, card.ts)), timeout=TURN_S
+    )
+    await world.drain()
+    final = await card_now(world, card)
+    assert f"by <@{CAROL}>" in card_text(final) and not has_buttons(final)
+    assert real_writes(world) == [] and replicas(world) == 3
+    approval = await ApprovalRepository(world.bots[0].db).get(identifier)
+    assert approval is not None and approval.outcome == f"not executed: withdrawn by <@{CAROL}>"
+
+
+async def test_the_requesters_stop_withdraws_her_card_even_in_someone_elses_turn(world: World):
+    world.model.reply_tool_calls([scale_call()])
+    world.model.enqueue(HangStep(3, then=TextStep("Bob's answer.")))
+    await world.start_bot(NATIVE)
+    mention = await world.mention(OPS_CHANNEL, ALICE, "scale checkout-api to 5")
+    card = await wait_card(world, mention["ts"])
+    await ask_in_thread_while_a_card_waits(world, mention["ts"], BOB)
+    # ALICE may not stop BOB's question, but the card waiting in her name is hers to withdraw.
+    await world.slack.press_session_stop(OPS_CHANNEL, mention["ts"], ALICE)
+    await world.slack.wait_for(
+        lambda s: "Withdrawn" in card_text(s.get_message(OPS_CHANNEL, card.ts)), timeout=TURN_S
+    )
+    await world.drain()
+    final = await card_now(world, card)
+    assert f"by <@{ALICE}>" in card_text(final) and not has_buttons(final)
+    assert real_writes(world) == [] and replicas(world) == 3

@@ -4,7 +4,8 @@ button on the thread's agent session (`progress.sessions`) goes through `stop` t
 Who may stop: the person who asked, or anyone allowed to approve writes in the channel's
 role. A permitted click records who stopped the turn (the reporter says so in the thread),
 interrupts it through the scheduler and withdraws the thread's pending approval cards that
-this person asked for or may approve; anyone else gets an ephemeral reply naming who may.
+this person asked for or may approve. A requester of a waiting card who may not stop the
+running turn still withdraws the card; anyone else gets an ephemeral reply naming who may.
 The click is acked at once, before any lookup.
 
 Does not own: the registry of running turns (`progress.ActiveTurns`) or what the thread
@@ -82,6 +83,10 @@ class StopHandler:
         `progress.sessions`): anyone but who may stop it is told who may. True when the
         turn was interrupted."""
         if not await self.may_stop(user, turn):
+            # Who asked for a waiting change may withdraw it, even from a turn they may not
+            # stop (someone else's question in the same thread): the card says who did.
+            if await self._withdraw_cards(turn.session_key, user):
+                return False
             approval = self._approval(turn)
             approvers = approver_mentions(approval) if approval is not None else []
             text = copy.who_may_stop(turn.asker, approvers)
@@ -96,10 +101,12 @@ class StopHandler:
         await self._withdraw_cards(turn.session_key, user)
         return stopped
 
-    async def _withdraw_cards(self, session_key: str, user: str) -> None:
+    async def _withdraw_cards(self, session_key: str, user: str) -> int:
+        """Withdraws the session's pending cards this person asked for or may approve."""
         session = await self._sessions.find(session_key)
-        if session is not None:
-            await self._withdraw(session.id, user, stop=True)
+        if session is None:
+            return 0
+        return await self._withdraw(session.id, user, stop=True)
 
     async def may_stop(self, user: str, turn: ActiveTurn) -> bool:
         if user == turn.asker:
