@@ -472,6 +472,7 @@ class SlackServer:
         self._users: dict[str, _User] = {}
         self._usergroups: dict[str, list[str]] = {}
         self._faults: dict[str, list[_Fault]] = {}
+        self._delays: dict[str, float] = {}
         self._response_targets: dict[str, _ResponseTarget] = {}
         self._sockets: list[web.WebSocketResponse] = []
         self._socket_cursor = itertools.count()
@@ -647,10 +648,15 @@ class SlackServer:
             _Fault(kind="error", remaining=times, error=error)
         )
 
+    def delay(self, method: str, seconds: float) -> None:
+        """Answer `method` only after `seconds` (a slow Slack), until `clear_faults`."""
+        self._delays[method] = seconds
+
     def clear_faults(self, method: str | None = None) -> None:
         """Remove injected faults for `method`, or for every method."""
         if method is None:
             self._faults.clear()
+            self._delays.clear()
         else:
             self._faults.pop(method, None)
 
@@ -838,6 +844,9 @@ class SlackServer:
         params.pop("token", None)
         call = RecordedCall(method=method, params=params, time=time.monotonic(), token=token)
         self.calls.append(call)
+        if method in self._delays:
+            self._notify()  # the call is seen while it waits
+            await asyncio.sleep(self._delays[method])
         response = self._dispatch(call)
         call.response = response
         self._notify()
