@@ -22,6 +22,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.continuation import DecisionTurns, TurnSubmit
 from bot.agent.engine import Engine, RetryPolicy
 from bot.agent.session import AgentSessions, ReporterFactory
+from bot.agent.takeover import LeaseKeeper, Takeover
 from bot.agent.turns import TurnCaps, TurnScheduler
 from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, WriteAuditLog
@@ -61,6 +62,7 @@ from bot.slack.pacing import PacingLimits, SlackPacer
 from bot.slack.people import ApproverDirectory
 from bot.slack.progress import SlackReporters
 from bot.slack.progress.sessions import SessionStopEvents
+from bot.slack.recovery import SlackOrphanNotices, SlackRedelivery
 from bot.slack.safe_client import SafeWebClient
 from bot.slack.stop import StopHandler
 from bot.store.approvals import (
@@ -78,6 +80,7 @@ from bot.store.repositories import (
     ToolAuditRepository,
 )
 from bot.store.retention import Pruner, Retention
+from bot.store.turns import Replica, TurnRepository
 from bot.terminal import (
     Console,
     FixedBinding,
@@ -246,6 +249,8 @@ class Kelpie:
     app_token: str | None
     metrics: Metrics
     signing_secret: str
+    # The heartbeat of this replica's leases, and the takeover of what dead ones left.
+    keeper: LeaseKeeper
     _socket: AsyncSocketModeHandler | None = None
     _runner: web.AppRunner | None = None
     http_port: int | None = None
@@ -292,6 +297,8 @@ class Kelpie:
             log.info("connected to Slack in socket mode")
         else:
             await self._start_http()
+        # After Slack: what a dead process left may need a reply in its thread.
+        self.keeper.start()
         self._started = True
 
     async def _readiness(self) -> str | None:
@@ -318,6 +325,7 @@ class Kelpie:
         )
 
     async def stop(self) -> None:
+        await self.keeper.stop()
         if self._socket is not None:
             await self._socket.close_async()
         for runner in (self._runner, self._health):
@@ -351,6 +359,8 @@ class AgentCore:
     router: ModelRouter
     # Prunes old conversations (and audits, when configured) in the background.
     retention: Pruner
+    # Each turn's state and lease (Slack only: the terminal runs no heartbeat).
+    turns: TurnRepository | None = None
 
     async def start(self) -> None:
         await self.db.upgrade()
@@ -386,9 +396,12 @@ def build_core(
     metrics: Metrics,
     *,
     write_audit: WriteAuditLog | None = None,
+    replica: Replica | None = None,
 ) -> AgentCore:
-    """The shared core, with approval cards and progress going to the given front end."""
+    """The shared core, with approval cards and progress going to the given front end.
+    With a `replica`, every turn is recorded with its state and this replica's lease."""
     db = Database(config.database.url)
+    turns = TurnRepository(db, replica) if replica is not None else None
     messages = MessageRepository(db)
     sessions = SessionRepository(db)
     kube = kube_clients(config)
@@ -433,6 +446,7 @@ def build_core(
         router=router,
         openings=SessionOpenings(db),
         waiting=approval_store,
+        ledger=turns,
     )
     approvals = ApprovalService(
         approval_store,
@@ -471,6 +485,7 @@ def build_core(
         pipeline,
         router,
         retention,
+        turns,
     )
 
 
@@ -515,7 +530,9 @@ def build_kelpie(
         ChannelBindings(channels, roles),
         approvers,
     )
-    core = build_core(config, secrets, front, metrics, write_audit=write_audit)
+    replica = Replica.this_process(config.database.lease_s)
+    core = build_core(config, secrets, front, metrics, write_audit=write_audit, replica=replica)
+    assert core.turns is not None
     agent = core.agent
     ApprovalClicks(slack_app, core.approvals).register()
     stop = StopHandler(
@@ -529,7 +546,7 @@ def build_kelpie(
     )
     stop.register()
     SessionStopEvents(slack_app, reporters.turns, reporters.sessions, stop.stop).register()
-    inbox = Inbox(core.db)
+    inbox = Inbox(core.db, replica)
     # Registered first: every request is stored before Bolt acknowledges it.
     slack_app.middleware(InboxMiddleware(inbox).process)
     SlashCommands(
@@ -551,9 +568,21 @@ def build_kelpie(
         agent,
         scheduler,
         core.approvals.withdraw_for,
+        inbox.handled,
     ).register()
+    takeover = Takeover(
+        core.turns,
+        inbox,
+        SlackOrphanNotices(client, reporters.sessions),
+        SlackRedelivery(slack_app),
+        agent,
+        scheduler.submit,
+    )
+    keeper = LeaseKeeper(takeover, config.database.lease_s / 3)
     app_token = secrets.app_token if config.slack.mode is SlackMode.SOCKET else None
-    return Kelpie(config, core, slack_app, scheduler, inbox, app_token, metrics, signing_secret)
+    return Kelpie(
+        config, core, slack_app, scheduler, inbox, app_token, metrics, signing_secret, keeper
+    )
 
 
 def build_terminal(

@@ -105,6 +105,9 @@ class SlackConfig(_Strict):
 
 class DatabaseConfig(_Strict):
     url: str = "sqlite:///./kelpie.db"
+    # How long a replica's hold on its turns outlives its last heartbeat (one every third of
+    # it): after a crash, its turns are taken over (closed or run) about this much later.
+    lease_s: float = Field(default=15.0, ge=2, le=600)
 
 
 class StoreConfig(_Strict):

@@ -111,6 +111,10 @@ class _MeteredReporter:
             self._metrics.tool_calls.labels(event.name, event.status.value).inc()
         await self._inner.emit(event)
 
+    @property
+    def message_ts(self) -> str | None:
+        return self._inner.message_ts
+
     async def close(self, finished: TurnFinished) -> None:
         self._metrics.turns.labels(finished.finish.value).inc()
         self._metrics.rounds.inc(finished.stats.rounds)

@@ -236,6 +236,7 @@ class TerminalReporter:
         self._any_text = False
         self._in_text = False
         self._started = time.monotonic()
+        self.message_ts: str | None = None  # nothing to close after a crash
 
     async def emit(self, event: TurnEvent) -> None:
         if isinstance(event, TurnStarted):
@@ -527,6 +528,8 @@ class TerminalChat:
             self._console.line(
                 "⚠ kelpie could not record the question; the details are in its log."
             )
+            return
+        if accepted is None:  # only a replayed Slack delivery is refused; never here
             return
         await self._run(lambda abort: self._agent.run_turn(accepted, abort))
         await self._decide(accepted.session.id)

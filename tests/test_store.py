@@ -22,6 +22,7 @@ from bot.store.db import Database, executing
 from bot.store.inbox import Inbox
 from bot.store.repositories import MessageRepository, SessionRepository
 from bot.store.schema import head_revision
+from bot.store.turns import Replica
 from bot.values import Role, SessionInfo
 from tests.postgres import PostgresServer, free_port
 from tests.world import World, environ, merge
@@ -44,7 +45,10 @@ async def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path: Pa
             (Role.ASSISTANT, "It runs out of memory (OOMKilled)."),
         ]
         # An event handled just before the upgrade is still recognised as a repeat.
-        assert await Inbox(db).record("Ev0OLD00001", "app_mention", "{}") is False
+        assert (
+            await Inbox(db, Replica.this_process(15)).record("Ev0OLD00001", "app_mention", "{}")
+            is False
+        )
         async with db.sessions() as read:
             usage = (await read.exec(text("SELECT input_tokens FROM usage"))).all()  # type: ignore[call-overload]
         assert [row[0] for row in usage] == [120]

@@ -158,6 +158,7 @@ class _Turn:
     partial_text: str = ""
     # The text of an answer cut at the output limit, while the model is asked to go on.
     cut_text: str = ""
+    awaiting_approval: bool = False
 
 
 class Engine:
@@ -364,6 +365,7 @@ class Engine:
         turn.rounds.mark_recorded()
         turn.state.add(*outcome.results)
         if outcome.awaiting_approval:
+            turn.awaiting_approval = True
             return AWAITING_APPROVAL_ANSWER
         return PRESENTED_ANSWER if outcome.yielded is not None else None
 
@@ -478,7 +480,14 @@ class Engine:
             tier_source=str(policy.tier_source),
             cut=cut,
         )
-        return TurnFinished(finish, answer, stats, error, evidence=evidence or [])
+        return TurnFinished(
+            finish,
+            answer,
+            stats,
+            error,
+            evidence=evidence or [],
+            awaiting_approval=turn.awaiting_approval,
+        )
 
     async def _store_partial(self, turn: _Turn) -> None:
         if turn.cut_text or turn.partial_text:

@@ -27,6 +27,7 @@ from bot.policy.decision import CallScope
 from bot.policy.roles import ChannelBinding, offered_tools
 from bot.tools.harness import ToolRegistry
 from bot.tools.spec import KubeIdentity, Tool, ToolContext
+from bot.turn_state import TurnState
 from bot.values import Message, Role, SessionInfo
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ class IncomingMessage:
     ts: str  # this message
     user: str
     text: str
+    # The Slack delivery it came in (its inbox key): accepted once, however often delivered.
+    event_key: str | None = None
 
     @property
     def session_key(self) -> str:
@@ -49,6 +52,11 @@ class IncomingMessage:
 
 
 class Reporter(Protocol):
+    # The message the turn shows in (None: none posted), closed by whoever takes over the
+    # turn if this process dies.
+    @property
+    def message_ts(self) -> str | None: ...
+
     async def emit(self, event: TurnEvent) -> None: ...
 
     async def close(self, finished: TurnFinished) -> None: ...
@@ -87,6 +95,29 @@ class AcceptedMessage:
     user_message: Message | None = None
 
 
+class TurnLedger(Protocol):
+    """Where each turn's state is kept, shared by every replica (`bot.store.turns`)."""
+
+    async def accept(
+        self,
+        session_id: int,
+        turn_id: str,
+        asker: str,
+        messages: list[Message],
+        event_key: str | None = None,
+    ) -> bool: ...
+
+    async def claim(self, session_id: int, turn_id: str, asker: str) -> bool: ...
+
+    async def stream_posted(self, turn_id: str, stream_ts: str) -> None: ...
+
+    async def finish(self, turn_id: str, state: TurnState) -> None: ...
+
+
+# How often a turn waiting for its thread asks again (another replica runs a turn there).
+CLAIM_POLL_S = 0.5
+
+
 class SessionOpenings(Protocol):
     async def first_user_message(self, session_id: int) -> Message | None: ...
 
@@ -111,6 +142,7 @@ class AgentSessions:
         router: ModelRouter | None = None,
         openings: SessionOpenings | None = None,
         waiting: WaitingApprovals | None = None,
+        ledger: TurnLedger | None = None,
     ) -> None:
         self._config = config
         self._sessions = sessions
@@ -122,6 +154,7 @@ class AgentSessions:
         self._router = router
         self._openings = openings
         self._waiting = waiting
+        self._ledger = ledger
 
     async def _policy(self, tools: list[Tool]) -> ResolvedAgentPolicy:
         """The turn's policy from the router; without one, from the config alone."""
@@ -136,8 +169,11 @@ class AgentSessions:
             tools=tools,
         )
 
-    async def accept(self, message: IncomingMessage, binding: ChannelBinding) -> AcceptedMessage:
-        """Record the session and the user's message before anything else can fail."""
+    async def accept(
+        self, message: IncomingMessage, binding: ChannelBinding
+    ) -> AcceptedMessage | None:
+        """Record the session, the user's message and the turn before anything else can
+        fail; None when this delivery was accepted before (replayed after a crash)."""
         session = await self._sessions.get_or_create(
             SessionInfo(
                 id=0,
@@ -164,17 +200,67 @@ class AgentSessions:
             slack_user=message.user,
         )
         user = Message(Role.USER, text, slack_user=message.user, slack_ts=message.ts)
-        await self._conversation.append(session.id, turn_id, [user])
+        if self._ledger is None:
+            await self._conversation.append(session.id, turn_id, [user])
+        elif not await self._ledger.accept(
+            session.id, turn_id, message.user, [user], message.event_key
+        ):
+            log.info("delivery %s was accepted before; not answered twice", message.event_key)
+            return None
         return AcceptedMessage(session, message, binding, turn_id, user)
 
     async def run_turn(self, accepted: AcceptedMessage, abort: asyncio.Event) -> None:
         session = accepted.session
-        async with self._reporting(accepted) as reporter:
+        async with self._owning(accepted, abort) as ending, self._reporting(accepted) as reporter:
+            await self._posted(accepted, reporter)
             # Turns that began before this one, then this turn's own (already stored) message.
             history = await self._conversation.history(
                 session.id, self._config.agent.history_messages, before_turn=accepted.turn_id
             )
-            await self._turn(accepted, reporter, history, accepted.user_message, abort)
+            ending.state = await self._turn(
+                accepted, reporter, history, accepted.user_message, abort
+            )
+
+    @contextlib.asynccontextmanager
+    async def _owning(
+        self, accepted: AcceptedMessage, abort: asyncio.Event
+    ) -> AsyncIterator[_Ending]:
+        """The turn's row: claimed as running here once no other turn of its thread runs
+        (on any replica), and given its final state when the turn ends. A shutdown (a
+        cancel without an abort) leaves it live: its lease expires and whoever takes it over
+        (another replica, or this one restarted) closes it in the thread."""
+        ending = _Ending()
+        ledger = self._ledger
+        if ledger is None:
+            yield ending
+            return
+        turn_id, user = accepted.turn_id, accepted.message.user
+        try:
+            # Polled: the turn it waits for may run in another process; the table decides.
+            while not await ledger.claim(accepted.session.id, turn_id, user):  # noqa: ASYNC110
+                await asyncio.sleep(CLAIM_POLL_S)
+            yield ending
+        except asyncio.CancelledError:
+            if not abort.is_set():
+                raise
+            ending.state = TurnState.INTERRUPTED
+            await asyncio.shield(self._finish(ledger, turn_id, ending.state))
+            raise
+        except Exception:
+            await self._finish(ledger, turn_id, TurnState.FAILED)
+            raise
+        await self._finish(ledger, turn_id, ending.state)
+
+    @staticmethod
+    async def _finish(ledger: TurnLedger, turn_id: str, state: TurnState) -> None:
+        try:
+            await ledger.finish(turn_id, state)
+        except Exception:  # its lease runs out; whoever takes it over closes it
+            log.exception("could not record that turn %s ended (%s)", turn_id, state)
+
+    async def _posted(self, accepted: AcceptedMessage, reporter: Reporter) -> None:
+        if self._ledger is not None and reporter.message_ts is not None:
+            await self._ledger.stream_posted(accepted.turn_id, reporter.message_ts)
 
     @contextlib.asynccontextmanager
     async def _reporting(self, accepted: AcceptedMessage) -> AsyncIterator[Reporter]:
@@ -221,11 +307,12 @@ class AgentSessions:
     async def resume_turn(self, accepted: AcceptedMessage, abort: asyncio.Event) -> None:
         """Continue a turn from the stored conversation alone (its last message is a tool
         result recorded after kelpie restarted, e.g. an approval decided meanwhile)."""
-        async with self._reporting(accepted) as reporter:
+        async with self._owning(accepted, abort) as ending, self._reporting(accepted) as reporter:
+            await self._posted(accepted, reporter)
             history = await self._conversation.history(
                 accepted.session.id, self._config.agent.history_messages
             )
-            await self._turn(accepted, reporter, history, None, abort)
+            ending.state = await self._turn(accepted, reporter, history, None, abort)
 
     async def _turn(
         self,
@@ -234,7 +321,7 @@ class AgentSessions:
         history: list[Message],
         user: Message | None,
         abort: asyncio.Event,
-    ) -> None:
+    ) -> TurnState:
         session, message, binding = accepted.session, accepted.message, accepted.binding
         logs.bind(session_id=session.id, turn_id=accepted.turn_id)  # this turn's task only
         tools = offered_tools(binding.role, self._registry.all())
@@ -283,14 +370,17 @@ class AgentSessions:
             ),
         )
         try:
-            await self._run(request, reporter, session.id)
+            return await self._run(request, reporter, session.id)
         finally:
             await self._hooks.session_end(_hook_info(session, message.user, accepted.turn_id))
 
-    async def _run(self, request: TurnRequest, reporter: Reporter, session_id: int) -> None:
+    async def _run(self, request: TurnRequest, reporter: Reporter, session_id: int) -> TurnState:
         try:
             # An interruption (CancelledError) passes through: `_reporting` closes for it.
             finished = await self._engine.run_turn(request, reporter.emit)
+            # The engine says whether this turn ended at its own card (its stored state);
+            # the thread's status waits on any card of the session.
+            ended_at_card = finished.awaiting_approval
             finished = replace(finished, awaiting_approval=await self._awaiting(session_id))
         except Exception:
             log.exception("turn %s failed", request.turn_id)
@@ -301,7 +391,7 @@ class AgentSessions:
                 error="Something went wrong on kelpie's side; the details are in its log.",
             )
             await reporter.close(failed)
-            return
+            return TurnState.FAILED
         stats = finished.stats
         log.info(
             "turn finished: %s, %d rounds, %d tool calls, %d/%d tokens, %.1f s",
@@ -313,6 +403,9 @@ class AgentSessions:
             stats.duration_s,
         )
         await reporter.close(finished)
+        if ended_at_card:
+            return TurnState.AWAITING_APPROVAL
+        return _FINAL_STATES[finished.finish]
 
     async def settle(self, session_id: int) -> None:
         """Nothing runs in the session after a decision: the front end shows it idle (or
@@ -331,6 +424,21 @@ class AgentSessions:
             # Only the thread's status depends on it: the answer still goes out.
             log.exception("could not look up the approvals waiting in session %s", session_id)
             return False
+
+
+_FINAL_STATES = {
+    TurnFinish.STOP: TurnState.DONE,
+    TurnFinish.MAX_ITERATIONS: TurnState.DONE,
+    TurnFinish.INTERRUPTED: TurnState.INTERRUPTED,
+    TurnFinish.ERROR: TurnState.FAILED,
+}
+
+
+@dataclass
+class _Ending:
+    """How the turn ended, filled in by its body."""
+
+    state: TurnState = TurnState.DONE
 
 
 def _hook_info(session: SessionInfo, user: str, turn_id: str | None = None) -> dict[str, object]:

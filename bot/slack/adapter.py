@@ -34,6 +34,8 @@ _MENTION = re.compile(r"<@[A-Z0-9]+>")
 
 # Withdraws the session's pending approval cards that this person asked for.
 Withdraw = Callable[[int, str], Awaitable[int]]
+# Tells the inbox a delivery (by key) was handled: no replica takes it over after a crash.
+Handled = Callable[[str], Awaitable[None]]
 
 
 class SlackAdapter:
@@ -47,6 +49,7 @@ class SlackAdapter:
         agent: AgentSessions,
         scheduler: TurnScheduler,
         withdraw: Withdraw,
+        handled: Handled,
     ) -> None:
         self._app = app
         self._config = config
@@ -56,6 +59,7 @@ class SlackAdapter:
         self._agent = agent
         self._scheduler = scheduler
         self._withdraw = withdraw
+        self._handled = handled
 
     def register(self) -> None:
         self._app.event("app_mention")(self._on_mention)
@@ -75,6 +79,7 @@ class SlackAdapter:
                     await self._handle(message, is_dm=False)
         except Exception:
             log.exception("app_mention listener failed for event %s", _event_id(body))
+        await self._done(body)
 
     async def _on_message(
         self, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]
@@ -83,6 +88,17 @@ class SlackAdapter:
             await self._message(body, event, context)
         except Exception:
             log.exception("message listener failed for event %s", _event_id(body))
+        await self._done(body)
+
+    async def _done(self, body: dict[str, Any]) -> None:
+        """The delivery is handled (a turn accepted, or nothing to do): no replica takes it
+        over. A turn's acceptance marks it in the same transaction; this covers the rest."""
+        event_id = body.get("event_id")
+        if isinstance(event_id, str):
+            try:
+                await self._handled(event_id)
+            except Exception as error:  # taken over later, and accepted at most once
+                log.error("could not mark event %s handled: %s", event_id, error)
 
     async def _message(
         self, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]
@@ -161,6 +177,7 @@ class SlackAdapter:
             ts=message.ts,
             user=message.user,
             text=_MENTION.sub("", message.text).strip(),
+            event_key=message.event_id or None,
         )
         # A place is reserved before anything is stored: a burst cannot slip past the caps.
         busy = self._scheduler.admit(incoming.session_key, incoming.user, channel_id)
@@ -179,6 +196,9 @@ class SlackAdapter:
         except BaseException:
             self._scheduler.release(incoming.session_key, incoming.user)
             raise
+        if accepted is None:  # accepted before this delivery was replayed: its turn exists
+            self._scheduler.release(incoming.session_key, incoming.user)
+            return
 
         async def queued(running: int, ahead: int) -> None:
             await self._reply(channel_id, thread_ts, copy.queued(running, ahead))
@@ -191,7 +211,9 @@ class SlackAdapter:
             person=incoming.user,
         )
 
-    async def _store(self, incoming: IncomingMessage, binding: ChannelBinding) -> AcceptedMessage:
+    async def _store(
+        self, incoming: IncomingMessage, binding: ChannelBinding
+    ) -> AcceptedMessage | None:
         session = await self._sessions.find(incoming.session_key)
         if session is not None:
             # A requester's new message withdraws their pending cards (before it is stored,

@@ -17,6 +17,13 @@ INTERNAL_ERROR = "Something went wrong on kelpie's side; the details are in its 
 EMPTY_ANSWER = "_(The model returned an empty answer.)_"
 MAX_ITERATIONS_NOTE = "_I used all my tool rounds for this question; this is what I found._"
 ANSWER_CUT_NOTE = "_The answer was cut at the output limit; ask me to go on for the rest._"
+# A turn whose process died mid-answer (crash, kill, node loss), closed by the replica or
+# restart that took it over.
+TURN_LOST_HEADER = "_Stopped: kelpie restarted before this answer was finished._"
+TURN_LOST = (
+    "kelpie restarted while answering this, so the answer above is unfinished. "
+    "Ask again and it will start over."
+)
 
 
 def queued(running: int, ahead: int) -> str:

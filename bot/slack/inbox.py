@@ -21,6 +21,9 @@ from slack_bolt.response import BoltResponse
 
 from bot.store.inbox import Inbox
 
+# Set in the context of a delivery dispatched again after a replica died (bot.slack.recovery).
+REPLAYED = "kelpie_replayed_delivery"
+
 log = logging.getLogger(__name__)
 
 # Never stored: the legacy verification token is a credential.
@@ -37,6 +40,8 @@ class InboxMiddleware:
         resp: BoltResponse,
         next: Callable[[], Awaitable[BoltResponse | None]],
     ) -> BoltResponse | None:
+        if req.context.get(REPLAYED):
+            return await next()  # taken over from a replica that died: recorded already
         body = req.body if isinstance(req.body, dict) else {}
         key, kind = delivery_key(body)
         content = {k: v for k, v in body.items() if k not in _SECRET_FIELDS}

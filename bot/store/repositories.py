@@ -124,13 +124,13 @@ class MessageRepository:
 
     async def append(self, session_id: int, turn_id: str, messages: list[Message]) -> None:
         if messages:
-            await self._db.write(_add_messages(session_id, turn_id, messages))
+            await self._db.write(adding_messages(session_id, turn_id, messages))
 
     def stage(self, session_id: int, turn_id: str, messages: list[Message]) -> None:
         """Queue messages to be committed with the turn's next durable write (a round's tool
         results ride along with the next round's commit). Order is kept."""
         if messages:
-            self._db.defer(_add_messages(session_id, turn_id, messages))
+            self._db.defer(adding_messages(session_id, turn_id, messages))
 
     async def history(
         self, session_id: int, limit: int, before_turn: str | None = None
@@ -210,7 +210,7 @@ def _kept(text: str | None) -> str | None:
     return mask_text(text)[0] if text else text
 
 
-def _add_messages(session_id: int, turn_id: str, messages: list[Message]) -> Op[None]:
+def adding_messages(session_id: int, turn_id: str, messages: list[Message]) -> Op[None]:
     return inserting(
         *[
             MessageRow(

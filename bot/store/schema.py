@@ -14,7 +14,7 @@ from alembic.command import stamp, upgrade
 from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, inspect
+from sqlalchemy import Connection, inspect, text
 
 from bot.errors import StoreError
 
@@ -25,6 +25,8 @@ logging.getLogger("alembic").setLevel(logging.WARNING)
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The schema as released before migrations existed.
 BASELINE = "0001"
+# The advisory lock migrations run under on PostgreSQL (any fixed 64-bit number; "kelpie").
+MIGRATION_LOCK = 0x6B656C706965
 
 
 def alembic_config(connection: Connection | None = None) -> AlembicConfig:
@@ -58,7 +60,11 @@ def refuse_newer(connection: Connection) -> str | None:
 
 
 def bring_up_to_date(connection: Connection) -> None:
-    """Upgrade to the head revision (run with `AsyncConnection.run_sync`, in a transaction)."""
+    """Upgrade to the head revision (run with `AsyncConnection.run_sync`, in a transaction).
+    On PostgreSQL, replicas starting together take turns: a transaction-scoped advisory
+    lock, so the second one finds the schema up to date instead of racing the first."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
     config = alembic_config(connection)
     current = refuse_newer(connection)
     if current is None and inspect(connection).has_table("sessions"):

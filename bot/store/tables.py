@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from sqlalchemy import Index, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 
@@ -57,10 +58,52 @@ class InboundEventRow(SQLModel, table=True):
 
     __tablename__ = "inbound_events"
 
+    __table_args__ = (Index("ix_inbound_events_unhandled", "handled_at", "lease_expires_at"),)
+
     key: str = Field(primary_key=True)
     kind: str
     body_json: str
     received_at: datetime = Field(default_factory=utcnow, index=True)
+    # The replica that acknowledged it holds it (lease renewed by its heartbeat) until its
+    # listener has handled it; a delivery whose replica died is taken over by another.
+    owner: str | None = None
+    lease_expires_at: datetime | None = None
+    handled_at: datetime | None = None
+
+
+_RUNNING = text("state = 'running'")
+
+
+class TurnRow(SQLModel, table=True):
+    """One turn: its state (`bot.turn_state.TurnState`), the replica that owns it and that
+    replica's lease (renewed by its heartbeat; expired once it died), and the stream message
+    it shows in, so whoever takes over a dead turn can close that message."""
+
+    __tablename__ = "turns"
+    __table_args__ = (
+        UniqueConstraint("event_key", name="uq_turns_event_key"),
+        Index("ix_turns_lease", "state", "lease_expires_at"),
+        # One running turn per thread, whatever replica runs it.
+        Index(
+            "ux_turns_one_running_per_session",
+            "session_id",
+            unique=True,
+            sqlite_where=_RUNNING,
+            postgresql_where=_RUNNING,
+        ),
+    )
+
+    turn_id: str = Field(primary_key=True)
+    session_id: int = Field(foreign_key="sessions.id", index=True)
+    state: str
+    asker: str
+    event_key: str | None = None  # the Slack delivery that started it: accepted once
+    owner: str
+    heartbeat_at: datetime
+    lease_expires_at: datetime
+    stream_ts: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    ended_at: datetime | None = None
 
 
 class UsageRow(SQLModel, table=True):

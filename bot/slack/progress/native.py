@@ -55,6 +55,10 @@ class NativeReporter(ThreadReporter):
         self._lost = False  # some answer text may not have reached Slack
         self._links = StreamLinks()  # a link shows its real address here too
 
+    @property
+    def message_ts(self) -> str | None:
+        return self._ts
+
     async def start(self) -> str | None:
         """Start the stream; the Slack error code when the workspace refuses it."""
         try:

@@ -44,6 +44,10 @@ class UpdateReporter(ThreadReporter):
         self._closing = False
         self._flusher: asyncio.Task[None] | None = None
 
+    @property
+    def message_ts(self) -> str | None:
+        return self._progress_ts
+
     async def start(self) -> None:
         text, blocks = self._render(None)
         try:

@@ -1,0 +1,123 @@
+"""Turns and deliveries left behind by a process that died, taken over by a live one.
+
+Every replica (a single one included, after a restart) runs the same loop: renew its own
+leases (the heartbeat), then claim what a dead replica left, whose leases expired:
+- a turn that was running: closed in its thread with a short note (it is not run again:
+  it may have been half way through its tool calls);
+- a turn accepted but not started yet: run here, from the stored conversation;
+- a delivery acknowledged but never handled: handled here.
+Claims are compare-and-set in the store, so each is taken over by exactly one replica.
+
+Knows no Slack: the notices and the redelivery are ports `app.py` fills in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Protocol
+
+from bot.agent.continuation import TurnSubmit
+from bot.agent.session import AgentSessions
+from bot.turn_state import OrphanDelivery, OrphanTurn, TurnState
+
+log = logging.getLogger(__name__)
+
+
+class Leases(Protocol):
+    async def renew(self) -> None: ...
+
+    async def take_orphans(self) -> list[OrphanTurn]: ...
+
+    async def finish(self, turn_id: str, state: TurnState) -> None: ...
+
+
+class Deliveries(Protocol):
+    async def take_orphans(self) -> list[OrphanDelivery]: ...
+
+
+class OrphanNotices(Protocol):
+    async def close(self, turn: OrphanTurn) -> None: ...
+
+
+class Redelivery(Protocol):
+    async def redeliver(self, delivery: OrphanDelivery) -> None: ...
+
+
+class Takeover:
+    def __init__(
+        self,
+        leases: Leases,
+        deliveries: Deliveries,
+        notices: OrphanNotices,
+        redelivery: Redelivery,
+        agent: AgentSessions,
+        submit: TurnSubmit,
+    ) -> None:
+        self._leases = leases
+        self._deliveries = deliveries
+        self._notices = notices
+        self._redelivery = redelivery
+        self._agent = agent
+        self._submit = submit
+
+    async def tick(self) -> None:
+        await self._leases.renew()
+        for turn in await self._leases.take_orphans():
+            try:
+                await self._take(turn)
+            except Exception:
+                log.exception("could not take over turn %s", turn.turn_id)
+        for delivery in await self._deliveries.take_orphans():
+            try:
+                await self._redelivery.redeliver(delivery)
+            except Exception:
+                log.exception("could not take over delivery %s", delivery.key)
+
+    async def _take(self, turn: OrphanTurn) -> None:
+        if turn.state is TurnState.QUEUED and await self._resume(turn):
+            log.warning("running turn %s: the replica that accepted it stopped", turn.turn_id)
+            return
+        log.warning("closing turn %s: the replica running it stopped", turn.turn_id)
+        await self._notices.close(turn)
+        await self._leases.finish(turn.turn_id, TurnState.INTERRUPTED)
+
+    async def _resume(self, turn: OrphanTurn) -> bool:
+        accepted = await self._agent.resumable(turn.session_id, turn.turn_id, turn.asker)
+        if accepted is None:
+            return False
+        self._submit(
+            accepted.session.session_key,
+            lambda abort: self._agent.resume_turn(accepted, abort),
+            may_interrupt=False,
+        )
+        return True
+
+
+class LeaseKeeper:
+    """Runs the takeover's tick at start and then every third of the lease's lifetime, so
+    a lease is renewed twice before it could expire."""
+
+    def __init__(self, takeover: Takeover, interval_s: float) -> None:
+        self._takeover = takeover
+        self._interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="kelpie-lease-keeper")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._takeover.tick()
+            except Exception as error:  # the store is down: try again next time
+                log.error("lease heartbeat failed (retrying): %s", error)
+            await asyncio.sleep(self._interval_s)

@@ -1,0 +1,74 @@
+"""What a dead process left in Slack, put right by the replica (or restart) that took over.
+
+- A turn that was running: its stream (or progress message) is closed and the thread is
+  told, in one sentence, that the answer is unfinished; the session leaves `processing`.
+- A delivery acknowledged but never handled: dispatched again through Bolt, marked as a
+  replay so the inbox lets it through (its key is already recorded). The turn ledger makes
+  sure it is accepted at most once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack import copy
+from bot.slack.inbox import REPLAYED
+from bot.slack.markdown import section_blocks
+from bot.slack.progress.common import SLACK_FAILURES, error_code
+from bot.slack.progress.sessions import AgentSessions, SessionStatus
+from bot.turn_state import OrphanDelivery, OrphanTurn
+
+log = logging.getLogger(__name__)
+
+
+class SlackOrphanNotices:
+    """Implements the takeover's `OrphanNotices` port."""
+
+    def __init__(self, client: AsyncWebClient, sessions: AgentSessions) -> None:
+        self._client = client
+        self._sessions = sessions
+
+    async def close(self, turn: OrphanTurn) -> None:
+        channel, thread_ts = turn.channel_id, turn.thread_ts
+        if turn.stream_ts is not None:
+            await self._close_message(channel, turn.stream_ts)
+        await self._sessions.set(turn.team_id, channel, thread_ts, SessionStatus.ACTIVE)
+        await self._client.chat_postMessage(
+            channel=channel, thread_ts=thread_ts, text=copy.TURN_LOST
+        )
+
+    async def _close_message(self, channel: str, ts: str) -> None:
+        """A native stream is stopped as it stands; a progress message (or a stream Slack
+        already ended) is edited to say the answer stopped."""
+        try:
+            await self._client.chat_stopStream(channel=channel, ts=ts)
+            return
+        except SLACK_FAILURES as error:
+            log.info("stream %s not stopped (%s); editing it instead", ts, error_code(error))
+        try:
+            await self._client.chat_update(
+                channel=channel,
+                ts=ts,
+                text=copy.TURN_LOST_HEADER,
+                blocks=section_blocks(copy.TURN_LOST_HEADER),
+            )
+        except SLACK_FAILURES as error:
+            log.warning("could not close message %s: %s", ts, error_code(error))
+
+
+class SlackRedelivery:
+    """Implements the takeover's `Redelivery` port: the stored body, through Bolt again."""
+
+    def __init__(self, app: AsyncApp) -> None:
+        self._app = app
+
+    async def redeliver(self, delivery: OrphanDelivery) -> None:
+        body = json.loads(delivery.body_json)
+        request = AsyncBoltRequest(body=body, mode="socket_mode", context={REPLAYED: True})
+        response = await self._app.async_dispatch(request)
+        log.info("took over %s %s (%s)", delivery.kind, delivery.key, response.status)

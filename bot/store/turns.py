@@ -1,0 +1,230 @@
+"""Turns and replica leases: which replica owns which turn, and until when.
+
+Every turn has a row (`TurnRow`) owned by the replica that accepted it, with a lease that
+replica's heartbeat renews. A thread runs one turn at a time across replicas: claiming a
+turn as running is a compare-and-set that fails while another turn of the thread runs (a
+partial unique index settles the race between two replicas). When a replica dies its leases
+expire, and another one claims its turns (compare-and-set on owner and expiry) to close them.
+
+Knows no Slack and no agent: it stores what the agent's `TurnLedger` port asks.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import exists, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from bot.agent.conversation import Message
+from bot.store.db import Database, insert_ignoring_duplicates
+from bot.store.repositories import adding_messages
+from bot.store.tables import InboundEventRow, SessionRow, TurnRow, utcnow
+from bot.turn_state import OrphanTurn, TurnState
+
+LIVE = (TurnState.QUEUED.value, TurnState.RUNNING.value)
+
+
+@dataclass(frozen=True)
+class Replica:
+    """This process as a lease owner: host and pid for people, a random part so that a
+    restarted process never mistakes its predecessor's leases for its own."""
+
+    id: str
+    ttl: timedelta
+
+    @classmethod
+    def this_process(cls, ttl_s: float) -> Replica:
+        name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        return cls(name, timedelta(seconds=ttl_s))
+
+    def lease(self) -> tuple[datetime, datetime]:
+        """(now, when a lease taken now expires)."""
+        now = utcnow()
+        return now, now + self.ttl
+
+
+class TurnRepository:
+    """Implements the agent's `TurnLedger` port."""
+
+    def __init__(self, db: Database, replica: Replica) -> None:
+        self._db = db
+        self.replica = replica
+
+    async def accept(
+        self,
+        session_id: int,
+        turn_id: str,
+        asker: str,
+        messages: list[Message],
+        event_key: str | None = None,
+    ) -> bool:
+        """Store the turn's opening messages and its row (queued, ours) in one transaction,
+        and mark the delivery that started it handled. False when that delivery had already
+        been accepted (a delivery replayed after a crash): nothing is stored twice."""
+        now, until = self.replica.lease()
+        row = {
+            "turn_id": turn_id,
+            "session_id": session_id,
+            "state": TurnState.QUEUED.value,
+            "asker": asker,
+            "event_key": event_key,
+            "owner": self.replica.id,
+            "heartbeat_at": now,
+            "lease_expires_at": until,
+            "created_at": now,
+        }
+
+        async def op(session: AsyncSession) -> bool:
+            inserted = await session.exec(insert_ignoring_duplicates(session, TurnRow).values(row))
+            if not inserted.rowcount:
+                return False
+            if messages:
+                await adding_messages(session_id, turn_id, messages)(session)
+            if event_key is not None:
+                await session.exec(
+                    update(InboundEventRow)
+                    .where(col(InboundEventRow.key) == event_key)
+                    .values(handled_at=now)
+                )
+            return True
+
+        return await self._db.write(op)
+
+    async def claim(self, session_id: int, turn_id: str, asker: str) -> bool:
+        """Mark the turn running here, unless another turn of its thread runs (on any
+        replica); True when it is ours to run. A turn with no row yet gets one."""
+        now, until = self.replica.lease()
+        other_running = exists().where(
+            col(TurnRow.session_id) == session_id,
+            col(TurnRow.state) == TurnState.RUNNING.value,
+            col(TurnRow.turn_id) != turn_id,
+        )
+
+        async def op(session: AsyncSession) -> bool:
+            if (await session.exec(select(other_running))).one():
+                return False
+            row = await session.get(TurnRow, turn_id)
+            if row is None:
+                session.add(
+                    TurnRow(
+                        turn_id=turn_id,
+                        session_id=session_id,
+                        state=TurnState.RUNNING.value,
+                        asker=asker,
+                        owner=self.replica.id,
+                        heartbeat_at=now,
+                        lease_expires_at=until,
+                    )
+                )
+                await session.flush()
+                return True
+            claimed = await session.exec(
+                update(TurnRow)
+                .where(
+                    col(TurnRow.turn_id) == turn_id,
+                    col(TurnRow.state) == TurnState.QUEUED.value,
+                    col(TurnRow.owner) == self.replica.id,
+                )
+                .values(state=TurnState.RUNNING.value, heartbeat_at=now, lease_expires_at=until)
+            )
+            return bool(claimed.rowcount)
+
+        try:
+            return await self._db.write(op)
+        except IntegrityError:
+            return False  # another replica's claim on the thread won the race
+
+    async def stream_posted(self, turn_id: str, stream_ts: str) -> None:
+        await self._set(turn_id, stream_ts=stream_ts)
+
+    async def finish(self, turn_id: str, state: TurnState) -> None:
+        """The turn ended here (not if another replica took it over meanwhile)."""
+        await self._set(turn_id, state=state.value, ended_at=utcnow())
+
+    async def _set(self, turn_id: str, **values: object) -> None:
+        statement = (
+            update(TurnRow)
+            .where(col(TurnRow.turn_id) == turn_id, col(TurnRow.owner) == self.replica.id)
+            .values(**values)
+        )
+
+        async def op(session: AsyncSession) -> None:
+            await session.exec(statement)
+
+        await self._db.write(op)
+
+    async def renew(self) -> None:
+        """The heartbeat: push back the lease of every live turn and unhandled delivery
+        this replica holds."""
+        now, until = self.replica.lease()
+        me = self.replica.id
+        turns = (
+            update(TurnRow)
+            .where(col(TurnRow.owner) == me, col(TurnRow.state).in_(LIVE))
+            .values(heartbeat_at=now, lease_expires_at=until)
+        )
+        deliveries = (
+            update(InboundEventRow)
+            .where(col(InboundEventRow.owner) == me, col(InboundEventRow.handled_at).is_(None))
+            .values(lease_expires_at=until)
+        )
+
+        async def op(session: AsyncSession) -> None:
+            await session.exec(turns)
+            await session.exec(deliveries)
+
+        await self._db.write(op)
+
+    async def take_orphans(self, limit: int = 50) -> list[OrphanTurn]:
+        """Claim live turns whose lease expired (their replica died); each is ours once our
+        compare-and-set on its owner wins."""
+        now, until = self.replica.lease()
+        async with self._db.sessions() as session:
+            found = (
+                await session.exec(
+                    select(TurnRow, SessionRow)
+                    .join(SessionRow, col(SessionRow.id) == col(TurnRow.session_id))
+                    .where(col(TurnRow.state).in_(LIVE), col(TurnRow.lease_expires_at) < now)
+                    .order_by(col(TurnRow.created_at))
+                    .limit(limit)
+                )
+            ).all()
+        taken = []
+        for row, thread in found:
+            if await self._take(row.turn_id, row.owner, now, until):
+                taken.append(
+                    OrphanTurn(
+                        row.turn_id,
+                        row.session_id,
+                        TurnState(row.state),
+                        row.asker,
+                        thread.team_id,
+                        thread.channel_id,
+                        thread.thread_ts,
+                        row.stream_ts,
+                    )
+                )
+        return taken
+
+    async def _take(self, turn_id: str, owner: str, now: datetime, until: datetime) -> bool:
+        statement = (
+            update(TurnRow)
+            .where(
+                col(TurnRow.turn_id) == turn_id,
+                col(TurnRow.owner) == owner,
+                col(TurnRow.lease_expires_at) < now,
+            )
+            .values(owner=self.replica.id, heartbeat_at=now, lease_expires_at=until)
+        )
+
+        async def op(session: AsyncSession) -> bool:
+            return bool((await session.exec(statement)).rowcount)
+
+        return await self._db.write(op)

@@ -1,0 +1,102 @@
+"""Turn leases in the store, on SQLite and on the real PostgreSQL: one running turn per
+thread whatever replica claims it, a dead replica's turns and deliveries taken over by
+exactly one live replica, and nothing taken from a replica that still beats."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from bot.agent.conversation import Message, Role, SessionInfo
+from bot.store.db import Database
+from bot.store.inbox import Inbox
+from bot.store.repositories import MessageRepository, SessionRepository
+from bot.store.turns import Replica, TurnRepository
+from bot.turn_state import TurnState
+
+THREAD = SessionInfo(
+    id=0,
+    session_key="T0TEST:C0SHOP:1700000000.000100",
+    team_id="T0TEST",
+    channel_id="C0SHOP",
+    thread_ts="1700000000.000100",
+    is_dm=False,
+    role="viewer",
+    cluster="prod",
+    namespace="shop",
+    started_by="U0ALICE",
+)
+
+
+def replica(name: str, ttl_s: float = 30) -> Replica:
+    return Replica(name, timedelta(seconds=ttl_s))
+
+
+async def opened(database_url: str) -> tuple[Database, int]:
+    db = Database(database_url)
+    await db.upgrade()
+    session = await SessionRepository(db).get_or_create(THREAD)
+    return db, session.id
+
+
+def question(text: str) -> list[Message]:
+    return [Message(Role.USER, text, slack_user="U0ALICE")]
+
+
+async def test_a_thread_runs_one_turn_at_a_time_across_replicas(database_url: str):
+    db, session_id = await opened(database_url)
+    other = Database(database_url)  # another process's connections and writer
+    a, b = TurnRepository(db, replica("a")), TurnRepository(other, replica("b"))
+    try:
+        assert await a.accept(session_id, "turn-a", "U0ALICE", question("one?"), "Ev1")
+        assert await b.accept(session_id, "turn-b", "U0ALICE", question("two?"), "Ev2")
+        # A delivery accepted once is not accepted again (a replay after a crash).
+        assert not await b.accept(session_id, "turn-c", "U0ALICE", question("one?"), "Ev1")
+        claims = await asyncio.gather(
+            a.claim(session_id, "turn-a", "U0ALICE"), b.claim(session_id, "turn-b", "U0ALICE")
+        )
+        assert sorted(claims) == [False, True]
+        winner, loser = (a, b) if claims[0] else (b, a)
+        won, lost = ("turn-a", "turn-b") if claims[0] else ("turn-b", "turn-a")
+        assert not await loser.claim(session_id, lost, "U0ALICE")
+        await winner.finish(won, TurnState.DONE)
+        assert await loser.claim(session_id, lost, "U0ALICE")
+        texts = [m.content for m in await MessageRepository(db).all_for_session(session_id)]
+        assert sorted(texts) == ["one?", "two?"]
+    finally:
+        await other.close()
+        await db.close()
+
+
+async def test_a_dead_replicas_turns_and_deliveries_are_taken_over_once(database_url: str):
+    db, session_id = await opened(database_url)
+    dead, beating = replica("dead", ttl_s=0.2), replica("beating", ttl_s=0.2)
+    takers = [TurnRepository(db, replica(f"taker-{n}")) for n in range(3)]
+    try:
+        gone, alive = TurnRepository(db, dead), TurnRepository(db, beating)
+        await Inbox(db, dead).record("Ev0LOST", "app_mention", "{}")
+        await Inbox(db, dead).record("Ev0CLICK", "block_actions", "{}")
+        await gone.accept(session_id, "turn-dead", "U0ALICE", question("lost?"))
+        assert await gone.claim(session_id, "turn-dead", "U0ALICE")
+        await gone.stream_posted("turn-dead", "1700000001.000200")
+        await asyncio.sleep(0.3)
+        await alive.accept(session_id, "turn-alive", "U0ALICE", question("kept?"))
+        await alive.renew()
+
+        taken = await asyncio.gather(*(t.take_orphans() for t in takers))
+        orphans = [turn for found in taken for turn in found]
+        assert [(o.turn_id, o.state, o.stream_ts) for o in orphans] == [
+            ("turn-dead", TurnState.RUNNING, "1700000001.000200")
+        ]
+        # The dead replica cannot end what was taken from it; the taker can.
+        await gone.finish("turn-dead", TurnState.DONE)
+        assert not await alive.claim(session_id, "turn-alive", "U0ALICE")
+        owner = next(t for t, found in zip(takers, taken, strict=True) if found)
+        await owner.finish("turn-dead", TurnState.INTERRUPTED)
+        assert await alive.claim(session_id, "turn-alive", "U0ALICE")
+
+        inboxes = [Inbox(db, replica(f"inbox-{n}")) for n in range(3)]
+        deliveries = await asyncio.gather(*(i.take_orphans() for i in inboxes))
+        assert [d.key for found in deliveries for d in found] == ["Ev0LOST"]
+    finally:
+        await db.close()

@@ -1,0 +1,192 @@
+"""A process that dies mid-turn, on one replica and on two: kelpie runs as real `kelpie run`
+subprocesses against the test world's peers (and the tests' real PostgreSQL for two
+replicas), is killed with SIGKILL, and the thread must show what a person needs: the
+stream closed, one short note, every question answered or explained, nothing twice."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+import yaml
+
+from bot.slack import copy
+from tests.peers.model_server import HangStep
+from tests.postgres import PostgresServer
+from tests.test_approval_crashes import BotProcess, card_settled, wait_db
+from tests.test_approvals import (
+    card_text,
+    click,
+    has_buttons,
+    propose_scale,
+    real_writes,
+    replicas,
+)
+from tests.world import ALICE, BOB, CAROL, SHOP_CHANNEL, World, merge
+
+# Short leases: a dead replica's turns are taken over about three seconds after its death.
+FAST_LEASES = {"slack": {"streaming": "native"}, "database": {"lease_s": 3}}
+# A fresh process imports LiteLLM before its first answer: a ceiling, not a speed check.
+TURN_S = 120
+
+Start = Callable[[], Awaitable[BotProcess]]
+
+
+@pytest.fixture
+async def launch(world: World, tmp_path: Path) -> AsyncIterator[Callable[..., Start]]:
+    started: list[BotProcess] = []
+
+    def launcher(override: dict[str, Any]) -> Start:
+        config_path = tmp_path / "kelpie.yaml"
+        config_path.write_text(yaml.safe_dump(merge(world.config_data, override)))
+
+        async def start() -> BotProcess:
+            # A killed process's socket may linger a moment: wait until it is gone.
+            live = sum(bot.process.poll() is None for bot in started)
+            await world.slack.wait_for(lambda s: s.connection_count == live, timeout=20)
+            bot = BotProcess(world, config_path)
+            started.append(bot)
+            await world.slack.wait_connected(count=live + 1, timeout=60)
+            return bot
+
+        return start
+
+    yield launcher
+    for bot in started:
+        bot.kill()
+
+
+def streams(world: World, thread_ts: str) -> list[Any]:
+    return [m for m in world.slack.thread(SHOP_CHANNEL, thread_ts) if m.kind == "stream"]
+
+
+def bot_texts(world: World, thread_ts: str) -> list[str]:
+    return [m.text or "" for m in world.slack.thread(SHOP_CHANNEL, thread_ts) if m.is_bot]
+
+
+async def said(world: World, thread_ts: str, text: str) -> None:
+    await world.slack.wait_for(
+        lambda s: any(text in t for t in bot_texts(world, thread_ts)), timeout=TURN_S
+    )
+
+
+async def hang_mid_stream(world: World, text: str, *, thread_ts: str | None = None) -> str:
+    """A question whose turn reads the pods, then waits on the model: a live stream."""
+    world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
+    world.model.enqueue(HangStep(300))
+    asked = len(world.model.recorded)
+    event = world.slack.mention(SHOP_CHANNEL, ALICE, text, thread_ts=thread_ts)
+    await world.slack.deliver_event(event)
+    root = thread_ts or event["ts"]
+    await world.slack.wait_for(
+        lambda s: (
+            len(world.model.recorded) >= asked + 2
+            and any(m.streaming for m in streams(world, root))
+        ),
+        timeout=TURN_S,
+    )
+    return root
+
+
+async def test_a_turn_killed_mid_stream_is_closed_with_a_note_after_a_restart(
+    world: World, launch: Callable[..., Start]
+):
+    start = launch(FAST_LEASES)
+    bot = await start()
+    thread = await hang_mid_stream(world, "are the shop pods healthy?")
+    bot.kill()
+    assert any(m.streaming for m in streams(world, thread))
+
+    await start()
+    await said(world, thread, copy.TURN_LOST)
+    assert not any(m.streaming for m in streams(world, thread))
+    assert world.slack.session_status(SHOP_CHANNEL, thread) != "processing"
+    await wait_db(
+        world.tmp / "k.db", "SELECT state FROM turns", lambda rows: rows == [("interrupted",)]
+    )
+    # The thread is free again: a follow-up is answered, and the note was said once.
+    world.model.reply_text("All three pods are running.")
+    await world.slack.deliver_event(
+        world.slack.mention(SHOP_CHANNEL, ALICE, "and now?", thread_ts=thread)
+    )
+    await said(world, thread, "All three pods are running.")
+    assert sum(copy.TURN_LOST in t for t in bot_texts(world, thread)) == 1
+
+
+async def test_a_message_acknowledged_but_not_handled_before_a_crash_is_answered_once(
+    world: World, launch: Callable[..., Start]
+):
+    start = launch(FAST_LEASES)
+    bot = await start()
+    # The listener waits on Slack (the channel's name) after the delivery was stored and
+    # acknowledged: the process dies in between.
+    world.slack.delay("conversations.info", 60)
+    event = world.slack.mention(SHOP_CHANNEL, ALICE, "how many pods run in shop?")
+    envelope = await world.slack.deliver_event(event)
+    await world.slack.wait_ack(envelope, timeout=TURN_S)
+    await world.slack.wait_for(
+        lambda s: any(c.method == "conversations.info" for c in s.calls), timeout=TURN_S
+    )
+    bot.kill()
+    world.slack.clear_faults()
+    world.model.reply_text("Three pods run in shop.")
+
+    await start()
+    await said(world, event["ts"], "Three pods run in shop.")
+    await asyncio.sleep(4)  # another lease period: nothing is taken over twice
+    assert sum("Three pods" in t for t in bot_texts(world, event["ts"])) == 1
+    assert len(world.model.recorded) == 1
+
+
+async def owner_pid(url: str) -> int:
+    """The pid of the replica running the thread's turn (the lease owner is host:pid:…)."""
+    connection = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        owner = await connection.fetchval("SELECT owner FROM turns WHERE state = 'running'")
+    finally:
+        await connection.close()
+    return int(str(owner).split(":")[1])
+
+
+async def test_two_replicas_on_postgresql_share_the_work_and_take_over_a_dead_ones_turn(
+    world: World, launch: Callable[..., Start], postgres: PostgresServer
+):
+    url = await postgres.new_database()
+    start = launch(merge(FAST_LEASES, {"database": {"url": url}}))
+    bots = [await start(), await start()]  # migrations at start take turns
+
+    # A delivery Slack sends twice (a retry, here to the other replica) is answered once.
+    world.model.reply_text("Checked once.")
+    event = world.slack.mention(SHOP_CHANNEL, BOB, "is checkout up?")
+    await world.slack.deliver_event(event, event_id="Ev0TWICE")
+    await world.slack.deliver_event(event, event_id="Ev0TWICE", retry_attempt=1)
+    await said(world, event["ts"], "Checked once.")
+
+    # An approval card clicked twice, one click through each replica: decided and run once.
+    _mention, card = await propose_scale(world, timeout=TURN_S)
+    await click(world, CAROL, card)
+    await click(world, CAROL, card)
+    final = await card_settled(world, card)
+    assert not has_buttons(final) and "scaled shop/checkout-api to 5" in card_text(final)
+    assert len(real_writes(world)) == 1 and replicas(world) == 5
+
+    # The replica running a turn dies mid-stream; the other one closes it in the thread.
+    thread = await hang_mid_stream(world, "are the shop pods healthy?")
+    pid = await owner_pid(url)
+    running = next(bot for bot in bots if bot.process.pid == pid)
+    running.kill()
+    await said(world, thread, copy.TURN_LOST)
+    assert not any(m.streaming for m in streams(world, thread))
+
+    # The survivor holds the thread now: a follow-up is answered there.
+    world.model.reply_text("Back to normal.")
+    await world.slack.deliver_event(
+        world.slack.mention(SHOP_CHANNEL, ALICE, "and now?", thread_ts=thread)
+    )
+    await said(world, thread, "Back to normal.")
+    assert sum("Checked once." in t for t in bot_texts(world, event["ts"])) == 1
+    assert sum(copy.TURN_LOST in t for t in bot_texts(world, thread)) == 1
