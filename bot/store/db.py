@@ -152,6 +152,16 @@ def executing(statement: Any) -> Op[None]:
     return op
 
 
+def counting(statement: Any) -> Op[bool]:
+    """An op running one conditional statement: True when it changed a row (a
+    compare-and-set that won)."""
+
+    async def op(session: AsyncSession) -> bool:
+        return bool((await session.exec(statement)).rowcount)
+
+    return op
+
+
 def _sqlite_common(dbapi_connection: Any) -> Any:
     cursor = dbapi_connection.cursor()
     # WAL: readers never block the writer, nor the writer them.

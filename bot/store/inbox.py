@@ -8,15 +8,13 @@ the delivery over and handles it (`take_orphans`), so an acknowledged message is
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import delete, update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from bot.store.db import Database, insert_ignoring_duplicates
+from bot.store.db import Database, counting, executing, insert_ignoring_duplicates
 from bot.store.tables import InboundEventRow, utcnow
 from bot.store.turns import Replica
 from bot.turn_state import OrphanDelivery
@@ -57,11 +55,7 @@ class Inbox:
             .where(col(InboundEventRow.key) == key, col(InboundEventRow.handled_at).is_(None))
             .values(handled_at=utcnow())
         )
-
-        async def op(session: AsyncSession) -> None:
-            await session.exec(statement)
-
-        await self._db.write(op)
+        await self._db.write(executing(statement))
 
     async def take_orphans(self, limit: int = 50) -> list[OrphanDelivery]:
         """Claim unhandled deliveries whose replica died (lease expired), oldest first;
@@ -90,7 +84,7 @@ class Inbox:
                 )
                 .values(owner=self._replica.id, lease_expires_at=until)
             )
-            if await self._db.write(_counting(statement)):
+            if await self._db.write(counting(statement)):
                 taken.append(OrphanDelivery(row.key, row.kind, row.body_json))
         return taken
 
@@ -109,10 +103,3 @@ class Inbox:
             return int(result.rowcount or 0)
 
         return await self._db.write(op)
-
-
-def _counting(statement: Any) -> Callable[[AsyncSession], Awaitable[bool]]:
-    async def op(session: AsyncSession) -> bool:
-        return bool((await session.exec(statement)).rowcount)
-
-    return op

@@ -23,7 +23,7 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.agent.conversation import Message
-from bot.store.db import Database, insert_ignoring_duplicates
+from bot.store.db import Database, counting, executing, insert_ignoring_duplicates
 from bot.store.repositories import adding_messages
 from bot.store.tables import InboundEventRow, SessionRow, TurnRow, utcnow
 from bot.turn_state import OrphanTurn, TurnState
@@ -154,11 +154,7 @@ class TurnRepository:
             .where(col(TurnRow.turn_id) == turn_id, col(TurnRow.owner) == self.replica.id)
             .values(**values)
         )
-
-        async def op(session: AsyncSession) -> None:
-            await session.exec(statement)
-
-        await self._db.write(op)
+        await self._db.write(executing(statement))
 
     async def renew(self) -> None:
         """The heartbeat: push back the lease of every live turn and unhandled delivery
@@ -223,8 +219,4 @@ class TurnRepository:
             )
             .values(owner=self.replica.id, heartbeat_at=now, lease_expires_at=until)
         )
-
-        async def op(session: AsyncSession) -> bool:
-            return bool((await session.exec(statement)).rowcount)
-
-        return await self._db.write(op)
+        return await self._db.write(counting(statement))
