@@ -353,3 +353,38 @@ class SessionInfo:
     namespace: str | None
     started_by: str
     created: bool = field(default=False, compare=False)
+
+
+# --- The turn (bot/store/turns.py keeps it; bot/agent/takeover.py takes over a dead one's) ---
+
+
+class TurnState(StrEnum):
+    QUEUED = "queued"  # accepted and stored, waiting for its thread or a free slot
+    RUNNING = "running"  # on the replica that owns its lease (at most one per thread)
+    AWAITING_APPROVAL = "awaiting_approval"  # ended at an approval card
+    DONE = "done"
+    INTERRUPTED = "interrupted"  # a person's stop or newer message, a shutdown, or a crash
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class OrphanTurn:
+    """A turn whose replica died (its lease expired), now claimed by this one to close."""
+
+    turn_id: str
+    session_id: int
+    state: TurnState
+    asker: str
+    team_id: str
+    channel_id: str
+    thread_ts: str
+    stream_ts: str | None
+
+
+@dataclass(frozen=True)
+class OrphanDelivery:
+    """A Slack delivery acknowledged by a replica that died before handling it."""
+
+    key: str
+    kind: str
+    body_json: str

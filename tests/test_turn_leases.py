@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from bot.agent.conversation import Message, Role, SessionInfo
 from bot.store.db import Database
 from bot.store.inbox import Inbox
 from bot.store.repositories import MessageRepository, SessionRepository
 from bot.store.turns import Replica, TurnRepository
-from bot.turn_state import TurnState
+from bot.values import Message, Role, SessionInfo, TurnState
 
 THREAD = SessionInfo(
     id=0,

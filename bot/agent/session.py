@@ -27,8 +27,7 @@ from bot.policy.decision import CallScope
 from bot.policy.roles import ChannelBinding, offered_tools
 from bot.tools.harness import ToolRegistry
 from bot.tools.spec import KubeIdentity, Tool, ToolContext
-from bot.turn_state import TurnState
-from bot.values import Message, Role, SessionInfo
+from bot.values import Message, Role, SessionInfo, TurnState
 
 log = logging.getLogger(__name__)
 

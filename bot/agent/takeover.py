@@ -20,7 +20,7 @@ from typing import Protocol
 
 from bot.agent.continuation import TurnSubmit
 from bot.agent.session import AgentSessions
-from bot.turn_state import OrphanDelivery, OrphanTurn, TurnState
+from bot.values import OrphanDelivery, OrphanTurn, TurnState
 
 log = logging.getLogger(__name__)
 

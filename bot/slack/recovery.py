@@ -21,7 +21,7 @@ from bot.slack.inbox import REPLAYED
 from bot.slack.markdown import section_blocks
 from bot.slack.progress.common import SLACK_FAILURES, error_code
 from bot.slack.progress.sessions import AgentSessions, SessionStatus
-from bot.turn_state import OrphanDelivery, OrphanTurn
+from bot.values import OrphanDelivery, OrphanTurn
 
 log = logging.getLogger(__name__)
 

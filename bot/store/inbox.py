@@ -17,7 +17,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from bot.store.db import Database, counting, executing, insert_ignoring_duplicates
 from bot.store.tables import InboundEventRow, utcnow
 from bot.store.turns import Replica
-from bot.turn_state import OrphanDelivery
+from bot.values import OrphanDelivery
 
 # What a listener turns into a turn: taken over when its replica died before handling it.
 # Clicks and commands are not: Slack shows their failure and the person can act again.

@@ -75,7 +75,7 @@ _RUNNING = text("state = 'running'")
 
 
 class TurnRow(SQLModel, table=True):
-    """One turn: its state (`bot.turn_state.TurnState`), the replica that owns it and that
+    """One turn: its state (`bot.values.TurnState`), the replica that owns it and that
     replica's lease (renewed by its heartbeat; expired once it died), and the stream message
     it shows in, so whoever takes over a dead turn can close that message."""
 

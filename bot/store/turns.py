@@ -22,11 +22,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from bot.agent.conversation import Message
 from bot.store.db import Database, counting, executing, insert_ignoring_duplicates
 from bot.store.repositories import adding_messages
 from bot.store.tables import InboundEventRow, SessionRow, TurnRow, utcnow
-from bot.turn_state import OrphanTurn, TurnState
+from bot.values import Message, OrphanTurn, TurnState
 
 LIVE = (TurnState.QUEUED.value, TurnState.RUNNING.value)
 
