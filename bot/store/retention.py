@@ -34,6 +34,7 @@ from bot.store.tables import (
     PayloadRow,
     SessionRow,
     ToolAuditRow,
+    TurnRow,
     UsageRow,
     WriteAuditRow,
     utcnow,
@@ -222,6 +223,7 @@ class _IdleConversations:
             _of_session(MessageRow),
             _of_session(UsageRow),
             _of_session(PayloadRow),
+            _of_session(TurnRow),
             not_(_anchored()),
         )
         return select(SessionRow.id).where(self._idle(), something)
@@ -236,7 +238,7 @@ class _IdleConversations:
             messages = await session.exec(
                 delete(MessageRow).where(col(MessageRow.session_id).in_(still))
             )
-            for table in (UsageRow, PayloadRow):
+            for table in (UsageRow, PayloadRow, TurnRow):
                 await session.exec(delete(table).where(col(table.session_id).in_(still)))
             await session.exec(
                 delete(SessionRow).where(col(SessionRow.id).in_(still), not_(_anchored()))
