@@ -577,6 +577,7 @@ def build_kelpie(
         SlackRedelivery(slack_app),
         agent,
         scheduler.submit,
+        scheduler.interrupt,
     )
     keeper = LeaseKeeper(takeover, config.database.lease_s / 3)
     app_token = secrets.app_token if config.slack.mode is SlackMode.SOCKET else None

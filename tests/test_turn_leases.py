@@ -67,6 +67,26 @@ async def test_a_thread_runs_one_turn_at_a_time_across_replicas(database_url: st
         await db.close()
 
 
+async def test_a_newer_message_on_another_replica_interrupts_the_running_turn(
+    database_url: str,
+):
+    db, session_id = await opened(database_url)
+    a, b = TurnRepository(db, replica("a")), TurnRepository(db, replica("b"))
+    try:
+        await a.accept(session_id, "turn-a", "U0ALICE", question("one?"))
+        assert await a.claim(session_id, "turn-a", "U0ALICE")
+        assert await a.renew() == []
+        # Its own turn is the local scheduler's to interrupt; another replica asks.
+        assert not await a.request_interrupt(session_id)
+        assert await b.request_interrupt(session_id)
+        assert await a.renew() == [THREAD.session_key]
+        await a.finish("turn-a", TurnState.INTERRUPTED)
+        assert await a.renew() == []
+        assert not await b.request_interrupt(session_id)
+    finally:
+        await db.close()
+
+
 async def test_a_dead_replicas_turns_and_deliveries_are_taken_over_once(database_url: str):
     db, session_id = await opened(database_url)
     dead, beating = replica("dead", ttl_s=0.2), replica("beating", ttl_s=0.2)

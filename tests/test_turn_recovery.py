@@ -142,14 +142,34 @@ async def test_a_message_acknowledged_but_not_handled_before_a_crash_is_answered
     assert len(world.model.recorded) == 1
 
 
-async def owner_pid(url: str) -> int:
-    """The pid of the replica running the thread's turn (the lease owner is host:pid:…)."""
+async def fetch(url: str, sql: str, *args: Any) -> list[Any]:
     connection = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
     try:
-        owner = await connection.fetchval("SELECT owner FROM turns WHERE state = 'running'")
+        return list(await connection.fetch(sql, *args))
     finally:
         await connection.close()
-    return int(str(owner).split(":")[1])
+
+
+async def thread_turns(url: str, thread_ts: str, *, until: list[str]) -> list[Any]:
+    """The thread's turns, oldest first, once their states are `until` (the answer is
+    posted just before its turn's end is stored)."""
+    for _ in range(100):
+        turns = await fetch(
+            url,
+            "SELECT t.state, t.owner FROM turns t JOIN sessions s ON s.id = t.session_id "
+            "WHERE s.thread_ts = $1 ORDER BY t.created_at",
+            thread_ts,
+        )
+        if [row["state"] for row in turns] == until:
+            return turns
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the thread's turns were {[row['state'] for row in turns]}")
+
+
+async def owner_pid(url: str) -> int:
+    """The pid of the replica running the thread's turn (the lease owner is host:pid:…)."""
+    rows = await fetch(url, "SELECT owner FROM turns WHERE state = 'running'")
+    return int(str(rows[0]["owner"]).split(":")[1])
 
 
 async def test_two_replicas_on_postgresql_share_the_work_and_take_over_a_dead_ones_turn(
@@ -173,6 +193,18 @@ async def test_two_replicas_on_postgresql_share_the_work_and_take_over_a_dead_on
     final = await card_settled(world, card)
     assert not has_buttons(final) and "scaled shop/checkout-api to 5" in card_text(final)
     assert len(real_writes(world)) == 1 and replicas(world) == 5
+
+    # A newer message reaching the other replica (deliveries alternate between the two
+    # sockets) interrupts the turn where it runs, and is answered.
+    busy = await hang_mid_stream(world, "why is checkout slow?")
+    world.model.reply_text("Checkout is fine now.")
+    await world.slack.deliver_event(
+        world.slack.mention(SHOP_CHANNEL, ALICE, "is it fine now?", thread_ts=busy)
+    )
+    await said(world, busy, "Checkout is fine now.")
+    turns = await thread_turns(url, busy, until=["interrupted", "done"])
+    assert turns[0]["owner"] != turns[1]["owner"]
+    assert not any(m.streaming for m in streams(world, busy))
 
     # The replica running a turn dies mid-stream; the other one closes it in the thread.
     thread = await hang_mid_stream(world, "are the shop pods healthy?")

@@ -21,7 +21,7 @@ from bot.agent.conversation import ConversationStore
 from bot.agent.engine import Engine, TurnRequest
 from bot.agent.events import TurnEvent, TurnFinish, TurnFinished, TurnStats
 from bot.agent.prompt import PromptContext, system_prompt, user_message
-from bot.config import Config, RoleConfig
+from bot.config import Config, OnNewMessage, RoleConfig
 from bot.model.router import ModelRouter, ResolvedAgentPolicy, resolve_policy
 from bot.policy.decision import CallScope
 from bot.policy.roles import ChannelBinding, offered_tools
@@ -107,6 +107,8 @@ class TurnLedger(Protocol):
     ) -> bool: ...
 
     async def claim(self, session_id: int, turn_id: str, asker: str) -> bool: ...
+
+    async def request_interrupt(self, session_id: int) -> bool: ...
 
     async def stream_posted(self, turn_id: str, stream_ts: str) -> None: ...
 
@@ -210,7 +212,9 @@ class AgentSessions:
 
     async def run_turn(self, accepted: AcceptedMessage, abort: asyncio.Event) -> None:
         session = accepted.session
-        async with self._owning(accepted, abort) as ending, self._reporting(accepted) as reporter:
+        interrupting = self._config.slack.on_new_message is OnNewMessage.INTERRUPT
+        owning = self._owning(accepted, abort, interrupting=interrupting)
+        async with owning as ending, self._reporting(accepted) as reporter:
             await self._posted(accepted, reporter)
             # Turns that began before this one, then this turn's own (already stored) message.
             history = await self._conversation.history(
@@ -222,12 +226,13 @@ class AgentSessions:
 
     @contextlib.asynccontextmanager
     async def _owning(
-        self, accepted: AcceptedMessage, abort: asyncio.Event
+        self, accepted: AcceptedMessage, abort: asyncio.Event, *, interrupting: bool = False
     ) -> AsyncIterator[_Ending]:
         """The turn's row: claimed as running here once no other turn of its thread runs
         (on any replica), and given its final state when the turn ends. A shutdown (a
         cancel without an abort) leaves it live: its lease expires and whoever takes it over
-        (another replica, or this one restarted) closes it in the thread."""
+        (another replica, or this one restarted) closes it in the thread. `interrupting`: a
+        person's new message, which interrupts a turn running on another replica."""
         ending = _Ending()
         ledger = self._ledger
         if ledger is None:
@@ -236,7 +241,9 @@ class AgentSessions:
         turn_id, user = accepted.turn_id, accepted.message.user
         try:
             # Polled: the turn it waits for may run in another process; the table decides.
-            while not await ledger.claim(accepted.session.id, turn_id, user):  # noqa: ASYNC110
+            while not await ledger.claim(accepted.session.id, turn_id, user):
+                if interrupting:
+                    interrupting = not await ledger.request_interrupt(accepted.session.id)
                 await asyncio.sleep(CLAIM_POLL_S)
             yield ending
         except asyncio.CancelledError:

@@ -6,6 +6,8 @@ leases (the heartbeat), then claim what a dead replica left, whose leases expire
   it may have been half way through its tool calls);
 - a turn accepted but not started yet: run here, from the stored conversation;
 - a delivery acknowledged but never handled: handled here.
+The heartbeat also hands back the turns here that a newer message on another replica
+interrupts (`slack.on_new_message: interrupt`).
 Claims are compare-and-set in the store, so each is taken over by exactly one replica.
 
 Knows no Slack: the notices and the redelivery are ports `app.py` fills in.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from bot.agent.continuation import TurnSubmit
@@ -26,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 class Leases(Protocol):
-    async def renew(self) -> None: ...
+    async def renew(self) -> list[str]: ...
 
     async def take_orphans(self) -> list[OrphanTurn]: ...
 
@@ -54,6 +57,7 @@ class Takeover:
         redelivery: Redelivery,
         agent: AgentSessions,
         submit: TurnSubmit,
+        interrupt: Callable[[str], bool],
     ) -> None:
         self._leases = leases
         self._deliveries = deliveries
@@ -61,9 +65,12 @@ class Takeover:
         self._redelivery = redelivery
         self._agent = agent
         self._submit = submit
+        self._interrupt = interrupt
 
     async def tick(self) -> None:
-        await self._leases.renew()
+        for session_key in await self._leases.renew():
+            if self._interrupt(session_key):
+                log.info("turn in %s interrupted by a message on another replica", session_key)
         for turn in await self._leases.take_orphans():
             try:
                 await self._take(turn)

@@ -102,6 +102,8 @@ class TurnRow(SQLModel, table=True):
     heartbeat_at: datetime
     lease_expires_at: datetime
     stream_ts: str | None = None
+    # A newer message reached another replica: the owner interrupts it at its next beat.
+    interrupt_requested: bool = False
     created_at: datetime = Field(default_factory=utcnow)
     ended_at: datetime | None = None
 

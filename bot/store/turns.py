@@ -155,9 +155,24 @@ class TurnRepository:
         )
         await self._db.write(executing(statement))
 
-    async def renew(self) -> None:
+    async def request_interrupt(self, session_id: int) -> bool:
+        """Ask the replica running the thread's turn to interrupt it (a newer message came
+        here); True when such a turn runs elsewhere."""
+        statement = (
+            update(TurnRow)
+            .where(
+                col(TurnRow.session_id) == session_id,
+                col(TurnRow.state) == TurnState.RUNNING.value,
+                col(TurnRow.owner) != self.replica.id,
+            )
+            .values(interrupt_requested=True)
+        )
+        return await self._db.write(counting(statement))
+
+    async def renew(self) -> list[str]:
         """The heartbeat: push back the lease of every live turn and unhandled delivery
-        this replica holds."""
+        this replica holds. Returns the session keys whose running turn another replica
+        asked to interrupt."""
         now, until = self.replica.lease()
         me = self.replica.id
         turns = (
@@ -176,6 +191,17 @@ class TurnRepository:
             await session.exec(deliveries)
 
         await self._db.write(op)
+        async with self._db.sessions() as session:
+            keys = await session.exec(
+                select(SessionRow.session_key)
+                .join(TurnRow, col(TurnRow.session_id) == col(SessionRow.id))
+                .where(
+                    col(TurnRow.owner) == me,
+                    col(TurnRow.state) == TurnState.RUNNING.value,
+                    col(TurnRow.interrupt_requested),
+                )
+            )
+            return list(keys.all())
 
     async def take_orphans(self, limit: int = 50) -> list[OrphanTurn]:
         """Claim live turns whose lease expired (their replica died); each is ours once our
