@@ -21,12 +21,12 @@ from bot.agent.conversation import ConversationStore
 from bot.agent.engine import Engine, TurnRequest
 from bot.agent.events import TurnEvent, TurnFinish, TurnFinished, TurnStats
 from bot.agent.prompt import PromptContext, system_prompt, user_message
-from bot.config import Config, OnNewMessage, RoleConfig
+from bot.config import Config, OnNewMessage
 from bot.model.router import ModelRouter, ResolvedAgentPolicy, resolve_policy
 from bot.policy.decision import CallScope
 from bot.policy.roles import ChannelBinding, offered_tools
 from bot.tools.harness import ToolRegistry
-from bot.tools.spec import KubeIdentity, Tool, ToolContext
+from bot.tools.spec import Tool
 from bot.values import Message, Role, SessionInfo, TurnState
 
 log = logging.getLogger(__name__)
@@ -352,9 +352,7 @@ class AgentSessions:
             slack_user=message.user,
             role_name=binding.role_name,
             role=binding.role,
-            tool_context=ToolContext(
-                binding.cluster, binding.namespace, _role_identity(binding.role)
-            ),
+            tool_context=binding.tool_context(),
             offered=frozenset(tool.name for tool in tools),
             abort=abort,
             user_request=message.text,
@@ -456,9 +454,3 @@ def _hook_info(session: SessionInfo, user: str, turn_id: str | None = None) -> d
         "cluster": session.cluster,
         "turn_id": turn_id,
     }
-
-
-def _role_identity(role: RoleConfig) -> KubeIdentity | None:
-    """The Kubernetes identity the role's calls act as, if it names one."""
-    chosen = role.kubernetes.impersonate
-    return KubeIdentity(chosen.user, tuple(chosen.groups)) if chosen else None

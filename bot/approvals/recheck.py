@@ -13,7 +13,7 @@ from bot.config import ApprovalConfig
 from bot.policy.decision import CallScope, ToolInvocation
 from bot.policy.roles import ChannelBinding, offered_tools
 from bot.tools.harness import ToolRegistry
-from bot.tools.spec import REASON_ARG, ToolContext
+from bot.tools.spec import REASON_ARG
 from bot.values import Approval, SessionInfo
 
 
@@ -81,7 +81,7 @@ class CurrentPolicy:
             slack_user=approval.requested_by,
             role_name=binding.role_name,
             role=binding.role,
-            tool_context=ToolContext(binding.cluster, binding.namespace),
+            tool_context=binding.tool_context(),
             offered=frozenset(offered_tool.name for offered_tool in offered),
             abort=asyncio.Event(),
             turn_id=approval.turn_id,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from bot.config import NO_ROLE, Config, RoleConfig
-from bot.tools.spec import Tool
+from bot.tools.spec import KubeIdentity, Tool, ToolContext
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,13 @@ class ChannelBinding:
     role: RoleConfig
     cluster: str
     namespace: str | None
+
+    def tool_context(self) -> ToolContext:
+        """Where this channel's calls go, and the Kubernetes identity its role acts as
+        (None: kelpie's own) — the same for a running turn and for an approved write."""
+        chosen = self.role.kubernetes.impersonate
+        identity = KubeIdentity(chosen.user, tuple(chosen.groups)) if chosen else None
+        return ToolContext(self.cluster, self.namespace, identity)
 
 
 class ChannelRoles:
