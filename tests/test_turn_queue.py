@@ -70,6 +70,26 @@ async def test_an_interrupted_waiting_turn_gives_up_its_place():
     assert turns.started == ["first", "new"]
 
 
+
+async def test_a_turn_that_interrupts_another_can_itself_be_stopped():
+    """The interrupted turn ends before its successor first runs: the successor must still
+    be the session's running turn (a stop reaches it; the next message waits for it)."""
+    scheduler = TurnScheduler(interrupt=True)
+    turns = Turns()
+    scheduler.submit("thread", turns.body("first"))
+    await turns.until_started(1)
+    scheduler.submit("thread", turns.body("second"))  # a new message interrupts the first
+    await turns.until_started(2)
+    assert scheduler.busy("thread")
+    third = scheduler.submit("thread", turns.body("third"), may_interrupt=False)
+    await asyncio.sleep(0.05)
+    assert turns.started == ["first", "second"]  # the third waits for the second
+    assert scheduler.interrupt("thread")  # a stop finds the second and ends it
+    await turns.until_started(3)
+    turns.release["third"].set()
+    await third
+    await scheduler.drain()
+
 async def test_a_thread_over_the_limit_shows_it_is_queued_then_gets_its_answer(world: World):
     # The first question keeps the only slot busy while the model thinks.
     world.model.reply_hang(3, then=TextStep("first answer"))

@@ -83,7 +83,10 @@ class _Slot:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     running: asyncio.Task[None] | None = None
     abort: asyncio.Event | None = None
-    waiting: int = 0
+    # Turns submitted to this slot and not yet done. Counted at submit, not when the task
+    # first runs: a turn ending in between must not forget the slot its successor will use
+    # (the successor would run unseen by interrupts, beside the thread's next turn).
+    submitted: int = 0
 
 
 class CapReached(StrEnum):
@@ -184,8 +187,10 @@ class TurnScheduler:
             self.interrupt(session_key)
         run = self._run(session_key, slot, body, lane or session_key, on_queued)
         task = asyncio.create_task(run, name=f"turn:{session_key}")
+        slot.submitted += 1
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _task: self._done(session_key, slot))
         if person is not None:
             task.add_done_callback(lambda _task: self.release(session_key, person))
         return task
@@ -200,6 +205,11 @@ class TurnScheduler:
         slot.running.cancel()
         return True
 
+    def _done(self, session_key: str, slot: _Slot) -> None:
+        slot.submitted -= 1
+        if slot.submitted == 0 and self._slots.get(session_key) is slot:
+            del self._slots[session_key]
+
     def busy(self, session_key: str) -> bool:
         slot = self._slots.get(session_key)
         return bool(slot and slot.running and not slot.running.done())
@@ -212,11 +222,7 @@ class TurnScheduler:
         lane: str,
         on_queued: QueuedNotice | None,
     ) -> None:
-        slot.waiting += 1
-        try:
-            await slot.lock.acquire()
-        finally:
-            slot.waiting -= 1
+        await slot.lock.acquire()
         abort = asyncio.Event()
         slot.abort = abort
         # Running from here on, as far as an interruption is concerned: a newer message
@@ -236,8 +242,6 @@ class TurnScheduler:
             slot.running = None
             slot.abort = None
             slot.lock.release()
-            if slot.waiting == 0 and self._slots.get(session_key) is slot:
-                del self._slots[session_key]
 
     async def _enter(self, lane: str, on_queued: QueuedNotice | None) -> bool:
         if self._gate.try_enter():
