@@ -3,6 +3,7 @@ renamed channel is picked up (and forgotten at once on a channel_rename event)."
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -20,17 +21,30 @@ class ChannelDirectory:
         self._client = client
         self._ttl_s = ttl_s
         self._names: dict[str, tuple[float, str | None]] = {}
+        # One lookup per channel at a time: a burst of mentions in a channel kelpie has not
+        # seen yet asks Slack once, not once per mention (conversations.info is rate limited).
+        self._lookups: dict[str, asyncio.Task[str | None]] = {}
 
     async def name(self, channel_id: str) -> str | None:
         cached = self._names.get(channel_id)
         if cached is not None and time.monotonic() - cached[0] < self._ttl_s:
             return cached[1]
+        lookup = self._lookups.get(channel_id)
+        if lookup is None:
+            lookup = asyncio.create_task(self._look_up(channel_id))
+            self._lookups[channel_id] = lookup
+            lookup.add_done_callback(lambda _task: self._lookups.pop(channel_id, None))
+        # Shielded: one waiter giving up (an interrupted turn) does not fail the others.
+        return await asyncio.shield(lookup)
+
+    async def _look_up(self, channel_id: str) -> str | None:
         try:
             response = await self._client.conversations_info(channel=channel_id)
-            name = response["channel"].get("name")
         except SlackApiError as error:
+            # Not cached: the next message asks again rather than matching no name for minutes.
             log.warning("conversations.info %s failed: %s", channel_id, error.response.get("error"))
-            name = None
+            return None
+        name = response["channel"].get("name")
         self._names[channel_id] = (time.monotonic(), name)
         return name
 
