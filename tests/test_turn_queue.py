@@ -70,7 +70,6 @@ async def test_an_interrupted_waiting_turn_gives_up_its_place():
     assert turns.started == ["first", "new"]
 
 
-
 async def test_a_turn_that_interrupts_another_can_itself_be_stopped():
     """The interrupted turn ends before its successor first runs: the successor must still
     be the session's running turn (a stop reaches it; the next message waits for it)."""
@@ -89,6 +88,7 @@ async def test_a_turn_that_interrupts_another_can_itself_be_stopped():
     turns.release["third"].set()
     await third
     await scheduler.drain()
+
 
 async def test_a_thread_over_the_limit_shows_it_is_queued_then_gets_its_answer(world: World):
     # The first question keeps the only slot busy while the model thinks.
