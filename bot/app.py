@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
 
@@ -115,8 +115,6 @@ log = logging.getLogger(__name__)
 
 # Connections to Slack at most: calls beyond wait for a free one, so the count stays flat.
 SLACK_CONNECTIONS = 8
-# How long Slack deliveries are remembered (Slack retries within minutes).
-EVENT_MEMORY = timedelta(days=1)
 
 
 class SlackClient(SafeWebClient, MeteredWebClient):
@@ -289,7 +287,6 @@ class Kelpie:
             )
         await self.core.start()
         await warm_up(self.config.models.active_profile.model)
-        await self.inbox.forget_before(datetime.now(UTC) - EVENT_MEMORY)
         await self.core.approvals.start()
         if self.config.slack.mode is SlackMode.SOCKET:
             self._socket = AsyncSocketModeHandler(self.slack_app, app_token=self.app_token)

@@ -339,16 +339,3 @@ async def test_health_and_readiness_endpoints(world: World):
         assert status == 503 and "socket mode connection is down" in text
         world.slack.clear_faults("apps.connections.open")
         await world.slack.wait_connected(timeout=15)
-
-
-async def test_event_ids_are_forgotten_after_a_day_not_before(world: World):
-    from datetime import UTC, datetime, timedelta
-
-    bot = await world.start_bot()
-    assert await bot.inbox.record("Ev0OLD", "app_mention", "{}")
-    assert not await bot.inbox.record("Ev0OLD", "app_mention", "{}")
-    # A day later the id may be forgotten (Slack never retries that late); nothing newer is.
-    assert await bot.inbox.forget_before(datetime.now(UTC) - timedelta(days=1)) == 0
-    assert not await bot.inbox.record("Ev0OLD", "app_mention", "{}")
-    assert await bot.inbox.forget_before(datetime.now(UTC) + timedelta(seconds=1)) == 1
-    assert await bot.inbox.record("Ev0OLD", "app_mention", "{}")

@@ -13,9 +13,11 @@ from sqlmodel import SQLModel, col, func, select
 from bot.config import parse_config
 from bot.errors import ConfigError
 from bot.store.db import Database, executing, inserting
+from bot.store.inbox import Inbox
 from bot.store.retention import Pruned, Pruner, Retention
 from bot.store.tables import (
     ApprovalRow,
+    InboundEventRow,
     MessageRow,
     PayloadRow,
     SessionRow,
@@ -24,6 +26,7 @@ from bot.store.tables import (
     WriteAuditRow,
     utcnow,
 )
+from bot.store.turns import Replica
 from tests.world import ALICE, SHOP_CHANNEL, World
 
 NOW = utcnow()
@@ -243,6 +246,56 @@ async def test_a_pruned_thread_still_answers_and_a_recent_one_keeps_its_history(
     sent = [m["content"] for m in world.model.requests[3]["messages"]]
     assert "Recent answer." in sent and any("how many replicas" in (c or "") for c in sent)
     world.model.assert_script_consumed()
+
+
+async def _received(db: Database, keys: list[str], when: object) -> None:
+    statement = update(InboundEventRow).where(col(InboundEventRow.key).in_(keys))
+    await db.write(executing(statement.values(received_at=when)))
+
+
+async def test_handled_deliveries_go_after_a_day_with_every_pass_and_unhandled_ones_stay(
+    database_url: str,
+):
+    db = Database(database_url)
+    pruner = Pruner(db, MONTH, batch=2, pause_s=0, every_s=0.1)
+    try:
+        await db.upgrade()
+        inbox = Inbox(db, Replica.this_process(30))
+        old = [f"Ev0OLD{n}" for n in range(5)]
+        for key in [*old, "Ev0OPEN", "Ev0NEW"]:
+            assert await inbox.record(key, "app_mention", '{"text": "is checkout up?"}')
+        assert await inbox.record("Tr0CLICK", "block_actions", "{}")  # handled as recorded
+        for key in [*old, "Ev0NEW"]:
+            await inbox.handled(key)
+        # Two days ago: handled and past Slack's retries, except Ev0OPEN, never handled.
+        await _received(db, [*old, "Ev0OPEN", "Tr0CLICK"], NOW - timedelta(days=2))
+        await _received(db, ["Ev0NEW"], NOW - timedelta(hours=20))
+
+        assert await pruner.prune() == Pruned(deliveries=6)
+        # A retry of the recent delivery is still a repeat; the owed one is still owed.
+        assert not await inbox.record("Ev0NEW", "app_mention", "{}")
+        assert not await inbox.record("Ev0OPEN", "app_mention", "{}")
+        open_row = await _count(
+            db,
+            InboundEventRow,
+            col(InboundEventRow.key) == "Ev0OPEN",
+            col(InboundEventRow.handled_at).is_(None),
+        )
+        assert open_row == 1 and await _count(db, InboundEventRow) == 2
+
+        # Not only at start: the pass that runs every `every_s` forgets what aged since.
+        pruner.start()
+        await _received(db, ["Ev0NEW"], NOW - timedelta(days=2))
+        for _ in range(200):
+            if await _count(db, InboundEventRow) == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert await _count(db, InboundEventRow, col(InboundEventRow.key) == "Ev0OPEN") == 1
+        assert await _count(db, InboundEventRow) == 1
+        assert await inbox.record("Ev0NEW", "app_mention", "{}")  # forgotten: new again
+    finally:
+        await pruner.drain()
+        await db.close()
 
 
 def test_retention_settings_are_checked_with_their_key_paths():

@@ -4,13 +4,12 @@ acknowledged, and its unique key makes a retried delivery, on any replica, a no-
 A message or mention is held by the replica that acknowledged it (a lease its heartbeat
 renews) until its listener has handled it; if that replica dies first, another one takes
 the delivery over and handles it (`take_orphans`), so an acknowledged message is never lost.
+Handled deliveries are forgotten by the retention pass (`retention.py`) a day later.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from sqlalchemy import delete, update
+from sqlalchemy import update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -91,15 +90,3 @@ class Inbox:
     async def claim(self, key: str) -> bool:
         """Record a bare key (e.g. a request signature, against replays); True the first time."""
         return await self.record(key, "key", "")
-
-    async def forget_before(self, cutoff: datetime) -> int:
-        """Drop deliveries older than `cutoff`: Slack retries within minutes, so a day of
-        memory is plenty, and the table does not grow forever."""
-
-        async def op(session: AsyncSession) -> int:
-            result = await session.exec(
-                delete(InboundEventRow).where(col(InboundEventRow.received_at) < cutoff)
-            )
-            return int(result.rowcount or 0)
-
-        return await self._db.write(op)

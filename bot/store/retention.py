@@ -8,6 +8,10 @@ what to a cluster: they go only after `store.audit_retention_days`, and by defau
 A session row that a kept audit or approval points at stays (it says which thread, role and
 cluster the audit belongs to); only its conversation goes.
 
+Slack deliveries (the inbox) go once handled and a day old: their keys answer a retried
+delivery as a repeat within Slack's retry window (minutes), and their content is a person's
+message. A delivery not handled yet stays, however old: a replica still owes it an answer.
+
 A pass works in small batches: the candidates are found on a read connection, then one short
 op through the one writer deletes them (re-checking, inside its transaction, that nothing
 new arrived meanwhile), then a pause. A turn's writes therefore wait behind one batch at
@@ -30,6 +34,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from bot.store.db import Database
 from bot.store.tables import (
     ApprovalRow,
+    InboundEventRow,
     MessageRow,
     PayloadRow,
     SessionRow,
@@ -47,12 +52,16 @@ log = logging.getLogger(__name__)
 BATCH = 200  # rows (or sessions) per write: a few milliseconds of the writer
 PAUSE_S = 0.1  # between batches, so turns' writes go first
 EVERY_S = 6 * 3600.0
+# How long a handled delivery's key is remembered: Slack retries within minutes, and a
+# retried delivery must find its key.
+DELIVERY_MEMORY = timedelta(days=1)
 
 
 @dataclass(frozen=True)
 class Retention:
     conversations: timedelta
     audits: timedelta | None  # None: approvals and audits are kept
+    deliveries: timedelta = DELIVERY_MEMORY
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,7 @@ class Pruned:
     messages: int = 0
     audits: int = 0
     approvals: int = 0
+    deliveries: int = 0
 
     def __add__(self, other: Pruned) -> Pruned:
         return Pruned(
@@ -68,6 +78,7 @@ class Pruned:
             self.messages + other.messages,
             self.audits + other.audits,
             self.approvals + other.approvals,
+            self.deliveries + other.deliveries,
         )
 
 
@@ -113,11 +124,12 @@ class Pruner:
                 if pruned != Pruned():
                     log.info(
                         "retention: removed %d idle conversation(s) (%d message(s)), "
-                        "%d tool audit row(s) and %d approval(s)",
+                        "%d tool audit row(s), %d approval(s) and %d Slack delivery record(s)",
                         pruned.sessions,
                         pruned.messages,
                         pruned.audits,
                         pruned.approvals,
+                        pruned.deliveries,
                     )
             await asyncio.sleep(self._every_s)
 
@@ -130,6 +142,7 @@ class Pruner:
             total += await self._batches(_OldToolAudits(cutoff))
             total += await self._batches(_OldApprovals(cutoff))
         total += await self._batches(_IdleConversations(now - self._retention.conversations))
+        total += await self._batches(_OldDeliveries(now - self._retention.deliveries))
         return total
 
     async def _batches(self, kind: _Kind) -> Pruned:
@@ -197,6 +210,31 @@ class _OldApprovals:
                 delete(ApprovalRow).where(col(ApprovalRow.id).in_(ids), self._old())
             )
             return Pruned(approvals=_rowcount(result))
+
+        return op
+
+
+@dataclass(frozen=True)
+class _OldDeliveries:
+    """Handled deliveries received before the cutoff (an unhandled one is still owed)."""
+
+    cutoff: datetime
+
+    def _old(self) -> ColumnElement[bool]:
+        return and_(
+            col(InboundEventRow.received_at) < self.cutoff,
+            col(InboundEventRow.handled_at).is_not(None),
+        )
+
+    def candidates(self) -> Any:
+        return select(InboundEventRow.key).where(self._old())
+
+    def delete(self, ids: Sequence[Any]) -> Op[Pruned]:
+        async def op(session: AsyncSession) -> Pruned:
+            result = await session.exec(
+                delete(InboundEventRow).where(col(InboundEventRow.key).in_(ids), self._old())
+            )
+            return Pruned(deliveries=_rowcount(result))
 
         return op
 
