@@ -21,7 +21,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.agent.events import ToolFinished, TurnEvent, TurnFinished
-from bot.agent.session import IncomingMessage, Reporter, ReporterFactory
+from bot.agent.session import IncomingMessage, Reporter, ReporterFactory, TurnMessages
 from bot.model.types import ModelError, ModelGateway, ModelReply, ModelRequest, TextSink
 from bot.store.approvals import ApprovalRepository
 from bot.store.db import Database
@@ -111,10 +111,6 @@ class _MeteredReporter:
             self._metrics.tool_calls.labels(event.name, event.status.value).inc()
         await self._inner.emit(event)
 
-    @property
-    def message_ts(self) -> str | None:
-        return self._inner.message_ts
-
     async def close(self, finished: TurnFinished) -> None:
         self._metrics.turns.labels(finished.finish.value).inc()
         self._metrics.rounds.inc(finished.stats.rounds)
@@ -128,8 +124,11 @@ class MeteredReporters:
         self._inner = inner
         self._metrics = metrics
 
-    async def open(self, session: SessionInfo, message: IncomingMessage) -> Reporter:
-        return _MeteredReporter(await self._inner.open(session, message), self._metrics)
+    async def open(
+        self, session: SessionInfo, message: IncomingMessage, messages: TurnMessages
+    ) -> Reporter:
+        reporter = await self._inner.open(session, message, messages)
+        return _MeteredReporter(reporter, self._metrics)
 
     async def settle(self, session: SessionInfo, *, awaiting_approval: bool) -> None:
         await self._inner.settle(session, awaiting_approval=awaiting_approval)

@@ -47,7 +47,7 @@ from bot.agent.events import (
     footer_line,
     seen_stats,
 )
-from bot.agent.session import AgentSessions, IncomingMessage
+from bot.agent.session import AgentSessions, IncomingMessage, TurnMessages
 from bot.agent.turns import TurnBody
 from bot.config import ApprovalConfig
 from bot.errors import KelpieError
@@ -236,7 +236,6 @@ class TerminalReporter:
         self._any_text = False
         self._in_text = False
         self._started = time.monotonic()
-        self.message_ts: str | None = None  # nothing to close after a crash
 
     async def emit(self, event: TurnEvent) -> None:
         if isinstance(event, TurnStarted):
@@ -303,7 +302,10 @@ class TerminalReporters:
         self._console = console
         self._model_name = model_name
 
-    async def open(self, session: SessionInfo, message: IncomingMessage) -> TerminalReporter:
+    async def open(
+        self, session: SessionInfo, message: IncomingMessage, messages: TurnMessages
+    ) -> TerminalReporter:
+        # A console keeps no message open: nothing is left to close after a crash.
         return TerminalReporter(self._console, self._model_name)
 
     async def settle(self, session: SessionInfo, *, awaiting_approval: bool) -> None:

@@ -378,7 +378,7 @@ class OrphanTurn:
     team_id: str
     channel_id: str
     thread_ts: str
-    stream_ts: str | None
+    open_messages: tuple[str, ...]  # the messages it showed in and never closed
 
 
 @dataclass(frozen=True)

@@ -8,21 +8,25 @@ import os
 import sqlite3
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 from alembic.autogenerate import compare_metadata
+from alembic.command import downgrade, upgrade
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 from sqlmodel import SQLModel
 
+from bot.config import sqlalchemy_async_url
 from bot.errors import StoreError
 from bot.store.db import Database, executing
 from bot.store.inbox import Inbox
 from bot.store.repositories import MessageRepository, SessionRepository
-from bot.store.schema import head_revision
-from bot.store.turns import Replica
+from bot.store.schema import alembic_config, head_revision
+from bot.store.turns import Replica, TurnRepository
 from bot.values import Role, SessionInfo
 from tests.postgres import PostgresServer, free_port
 from tests.world import World, environ, merge
@@ -54,6 +58,44 @@ async def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path: Pa
         assert [row[0] for row in usage] == [120]
     finally:
         await db.close()
+
+
+async def test_a_turn_stream_stored_before_revision_0008_is_still_closed_after_it(
+    database_url: str,
+):
+    """0008 replaced `turns.stream_ts` by the list of messages a turn left open: a turn
+    that was running when a 0007 kelpie died is still closed in its thread after the
+    upgrade (and a downgrade gives the first message back)."""
+    migrating = create_async_engine(sqlalchemy_async_url(database_url))  # an older kelpie
+    db = Database(database_url)
+    try:
+        async with migrating.begin() as connection:
+            await connection.run_sync(lambda sync: upgrade(alembic_config(sync), "0007"))
+        session = await SessionRepository(db).get_or_create(
+            SessionInfo(0, "T:C:1", "T", "C", "1", False, "viewer", "prod", None, "U")
+        )
+        await db.write(
+            executing(
+                text(
+                    "INSERT INTO turns (turn_id, session_id, state, asker, owner, heartbeat_at,"
+                    " lease_expires_at, stream_ts, created_at) VALUES ('turn-old', :session,"
+                    " 'running', 'U', 'gone:1:abc', :at, :at, '1700000001.000200', :at)"
+                ).bindparams(session=session.id, at=datetime(2026, 1, 1, tzinfo=UTC))
+            )
+        )
+        await db.upgrade()
+        orphans = await TurnRepository(db, Replica.this_process(15)).take_orphans()
+        assert [(o.turn_id, o.open_messages) for o in orphans] == [
+            ("turn-old", ("1700000001.000200",))
+        ]
+        await db.close()
+        async with migrating.begin() as connection:
+            await connection.run_sync(lambda sync: downgrade(alembic_config(sync), "0007"))
+            kept = await connection.execute(text("SELECT stream_ts FROM turns"))
+            assert kept.all() == [("1700000001.000200",)]
+    finally:
+        await db.close()
+        await migrating.dispose()
 
 
 async def test_migrations_build_exactly_the_tables_the_code_uses(database_url: str):

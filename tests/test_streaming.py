@@ -473,6 +473,19 @@ async def test_show_me_the_logs_uploads_them_as_a_file_in_the_thread(world: Worl
     assert answer and stream.text == answer
 
 
+class OpenMessages:
+    """The messages a reporter holds open (the turn ledger's part, kept in a set)."""
+
+    def __init__(self) -> None:
+        self.open: set[str] = set()
+
+    async def opened(self, ts: str) -> None:
+        self.open.add(ts)
+
+    async def closed(self, ts: str) -> None:
+        self.open.discard(ts)
+
+
 async def test_a_show_tool_attachment_is_uploaded_as_a_file_and_nothing_else_is():
     async with SlackServer() as slack:
         client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
@@ -494,7 +507,9 @@ async def test_a_show_tool_attachment_is_uploaded_as_a_file_and_nothing_else_is(
         message = IncomingMessage(
             "T0TEST", SHOP_CHANNEL, "shop-oncall", False, asked.ts, asked.ts, ALICE, "logs"
         )
-        reporter = await reporters.open(session, message)
+        messages = OpenMessages()
+        reporter = await reporters.open(session, message, messages)
+        assert len(messages.open) == 1  # the progress message, closed by whoever takes over
         logs = "".join(f"line {i}: GET /healthz 200\n" for i in range(2000))
         await reporter.emit(ToolStarted("call_1", "show_logs", "pod=api-1"))
         await reporter.emit(ToolFinished("call_1", "show_logs", ToolStatus.OK, "2000 lines", logs))
@@ -502,6 +517,7 @@ async def test_a_show_tool_attachment_is_uploaded_as_a_file_and_nothing_else_is(
         await reporter.emit(ToolFinished("call_2", "pod_logs", ToolStatus.OK, "2000 lines", logs))
         stats = TurnStats(model="test-model", rounds=1, tool_calls=2)
         await reporter.close(TurnFinished(TurnFinish.STOP, "Posted the logs.", stats))
+        assert not messages.open
 
         files = list(slack.files.values())
         assert len(files) == 1

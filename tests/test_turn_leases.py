@@ -97,15 +97,18 @@ async def test_a_dead_replicas_turns_and_deliveries_are_taken_over_once(database
         await Inbox(db, dead).record("Ev0CLICK", "block_actions", "{}")
         await gone.accept(session_id, "turn-dead", "U0ALICE", question("lost?"))
         assert await gone.claim(session_id, "turn-dead", "U0ALICE")
-        await gone.stream_posted("turn-dead", "1700000001.000200")
+        # A long answer went on in a second stream message: the first one was closed.
+        await gone.message_opened("turn-dead", "1700000001.000200")
+        await gone.message_opened("turn-dead", "1700000001.000300")
+        await gone.message_closed("turn-dead", "1700000001.000200")
         await asyncio.sleep(0.3)
         await alive.accept(session_id, "turn-alive", "U0ALICE", question("kept?"))
         await alive.renew()
 
         taken = await asyncio.gather(*(t.take_orphans() for t in takers))
         orphans = [turn for found in taken for turn in found]
-        assert [(o.turn_id, o.state, o.stream_ts) for o in orphans] == [
-            ("turn-dead", TurnState.RUNNING, "1700000001.000200")
+        assert [(o.turn_id, o.state, o.open_messages) for o in orphans] == [
+            ("turn-dead", TurnState.RUNNING, ("1700000001.000300",))
         ]
         # The dead replica cannot end what was taken from it; the taker can.
         await gone.finish("turn-dead", TurnState.DONE)

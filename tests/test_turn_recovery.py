@@ -117,6 +117,48 @@ async def test_a_turn_killed_mid_stream_is_closed_with_a_note_after_a_restart(
     assert sum(copy.TURN_LOST in t for t in bot_texts(world, thread)) == 1
 
 
+async def test_a_turn_killed_in_its_second_stream_message_has_both_closed_after_a_restart(
+    world: World, launch: Callable[..., Start]
+):
+    start = launch(FAST_LEASES)
+    bot = await start()
+    # The first round says more than one stream message holds, then reads the pods; the
+    # second round waits on the model: the turn is live in its second stream message.
+    report = "\n\n".join(
+        f"Pod checkout-{n} restarted at 0{n % 10}:00, out of memory." for n in range(400)
+    )
+    world.model.reply_tool_calls(
+        [("list_pods", {"namespace": "shop"})], text=report, chunk_size=400
+    )
+    world.model.enqueue(HangStep(300))
+    event = world.slack.mention(SHOP_CHANNEL, ALICE, "why do the shop pods restart?")
+    await world.slack.deliver_event(event)
+    thread = event["ts"]
+    await world.slack.wait_for(
+        lambda s: len(streams(world, thread)) == 2 and streams(world, thread)[1].streaming,
+        timeout=TURN_S,
+    )
+    first, second = streams(world, thread)
+    assert first.stream_state == "stopped"
+    # Killed once the second message is stored as the turn's open one.
+    await wait_db(
+        world.tmp / "k.db",
+        "SELECT open_messages FROM turns",
+        lambda rows: rows == [(f'["{second.ts}"]',)],
+    )
+    bot.kill()
+
+    await start()
+    await said(world, thread, copy.TURN_LOST)
+    closed = streams(world, thread)
+    assert [m.stream_state for m in closed] == ["stopped", "stopped"]
+    # The first message keeps the answer's beginning: it is not overwritten by the note.
+    assert "Pod checkout-0 restarted" in closed[0].text
+    assert copy.TURN_LOST_HEADER not in closed[0].text
+    assert world.slack.session_status(SHOP_CHANNEL, thread) != "processing"
+    assert sum(copy.TURN_LOST in t for t in bot_texts(world, thread)) == 1
+
+
 async def test_a_message_acknowledged_but_not_handled_before_a_crash_is_answered_once(
     world: World, launch: Callable[..., Start]
 ):

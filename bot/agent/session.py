@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -51,18 +51,25 @@ class IncomingMessage:
 
 
 class Reporter(Protocol):
-    # The message the turn shows in (None: none posted), closed by whoever takes over the
-    # turn if this process dies.
-    @property
-    def message_ts(self) -> str | None: ...
-
     async def emit(self, event: TurnEvent) -> None: ...
 
     async def close(self, finished: TurnFinished) -> None: ...
 
 
+class TurnMessages(Protocol):
+    """Where a reporter records each message it shows the turn in while that message is
+    open (a long answer goes on in a second stream message), so that whoever takes the turn
+    over after a crash closes every one left open."""
+
+    async def opened(self, ts: str) -> None: ...
+
+    async def closed(self, ts: str) -> None: ...
+
+
 class ReporterFactory(Protocol):
-    async def open(self, session: SessionInfo, message: IncomingMessage) -> Reporter: ...
+    async def open(
+        self, session: SessionInfo, message: IncomingMessage, messages: TurnMessages
+    ) -> Reporter: ...
 
     async def settle(self, session: SessionInfo, *, awaiting_approval: bool) -> None:
         """No turn follows what just happened in the session (a decision recorded without
@@ -110,7 +117,9 @@ class TurnLedger(Protocol):
 
     async def request_interrupt(self, session_id: int) -> bool: ...
 
-    async def stream_posted(self, turn_id: str, stream_ts: str) -> None: ...
+    async def message_opened(self, turn_id: str, ts: str) -> None: ...
+
+    async def message_closed(self, turn_id: str, ts: str) -> None: ...
 
     async def finish(self, turn_id: str, state: TurnState) -> None: ...
 
@@ -215,7 +224,6 @@ class AgentSessions:
         interrupting = self._config.slack.on_new_message is OnNewMessage.INTERRUPT
         owning = self._owning(accepted, abort, interrupting=interrupting)
         async with owning as ending, self._reporting(accepted) as reporter:
-            await self._posted(accepted, reporter)
             # Turns that began before this one, then this turn's own (already stored) message.
             history = await self._conversation.history(
                 session.id, self._config.agent.history_messages, before_turn=accepted.turn_id
@@ -264,16 +272,15 @@ class AgentSessions:
         except Exception:  # its lease runs out; whoever takes it over closes it
             log.exception("could not record that turn %s ended (%s)", turn_id, state)
 
-    async def _posted(self, accepted: AcceptedMessage, reporter: Reporter) -> None:
-        if self._ledger is not None and reporter.message_ts is not None:
-            await self._ledger.stream_posted(accepted.turn_id, reporter.message_ts)
-
     @contextlib.asynccontextmanager
     async def _reporting(self, accepted: AcceptedMessage) -> AsyncIterator[Reporter]:
         """The turn's reporter, closed whenever the turn ends, even when an interrupt lands
         in its first milliseconds (while the reporter is still opening): no stream or
         progress message is ever left unfinished."""
-        opening = asyncio.ensure_future(self._reporters.open(accepted.session, accepted.message))
+        messages = _LedgerMessages(self._ledger, accepted.turn_id)
+        opening = asyncio.ensure_future(
+            self._reporters.open(accepted.session, accepted.message, messages)
+        )
         try:
             reporter = await asyncio.shield(opening)
         except asyncio.CancelledError:
@@ -314,7 +321,6 @@ class AgentSessions:
         """Continue a turn from the stored conversation alone (its last message is a tool
         result recorded after kelpie restarted, e.g. an approval decided meanwhile)."""
         async with self._owning(accepted, abort) as ending, self._reporting(accepted) as reporter:
-            await self._posted(accepted, reporter)
             history = await self._conversation.history(
                 accepted.session.id, self._config.agent.history_messages
             )
@@ -436,6 +442,30 @@ _FINAL_STATES = {
     TurnFinish.INTERRUPTED: TurnState.INTERRUPTED,
     TurnFinish.ERROR: TurnState.FAILED,
 }
+
+
+@dataclass(frozen=True)
+class _LedgerMessages:
+    """Implements `TurnMessages` for one turn, in the turn ledger (none: not recorded)."""
+
+    ledger: TurnLedger | None
+    turn_id: str
+
+    async def opened(self, ts: str) -> None:
+        if self.ledger is not None:
+            await _recording(self.ledger.message_opened(self.turn_id, ts), ts)
+
+    async def closed(self, ts: str) -> None:
+        if self.ledger is not None:
+            await _recording(self.ledger.message_closed(self.turn_id, ts), ts)
+
+
+async def _recording(write: Awaitable[None], ts: str) -> None:
+    try:
+        await write
+    except Exception:
+        # Only a crash's clean-up depends on it: the turn goes on.
+        log.exception("could not record the state of message %s", ts)
 
 
 @dataclass

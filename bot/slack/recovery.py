@@ -1,6 +1,7 @@
 """What a dead process left in Slack, put right by the replica (or restart) that took over.
 
-- A turn that was running: its stream (or progress message) is closed and the thread is
+- A turn that was running: every stream message (or progress message) it left open is
+  closed (a long answer goes on in a second stream message), and the thread is
   told, in one sentence, that the answer is unfinished; the session leaves `processing`.
 - A delivery acknowledged but never handled: dispatched again through Bolt, marked as a
   replay so the inbox lets it through (its key is already recorded). The turn ledger makes
@@ -35,8 +36,8 @@ class SlackOrphanNotices:
 
     async def close(self, turn: OrphanTurn) -> None:
         channel, thread_ts = turn.channel_id, turn.thread_ts
-        if turn.stream_ts is not None:
-            await self._close_message(channel, turn.stream_ts)
+        for ts in turn.open_messages:
+            await self._close_message(channel, ts)
         await self._sessions.set(turn.team_id, channel, thread_ts, SessionStatus.ACTIVE)
         await self._client.chat_postMessage(
             channel=channel, thread_ts=thread_ts, text=copy.TURN_LOST

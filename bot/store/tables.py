@@ -76,8 +76,8 @@ _RUNNING = text("state = 'running'")
 
 class TurnRow(SQLModel, table=True):
     """One turn: its state (`bot.values.TurnState`), the replica that owns it and that
-    replica's lease (renewed by its heartbeat; expired once it died), and the stream message
-    it shows in, so whoever takes over a dead turn can close that message."""
+    replica's lease (renewed by its heartbeat; expired once it died), and the messages it
+    shows in that are still open, so whoever takes over a dead turn can close them."""
 
     __tablename__ = "turns"
     __table_args__ = (
@@ -101,7 +101,9 @@ class TurnRow(SQLModel, table=True):
     owner: str
     heartbeat_at: datetime
     lease_expires_at: datetime
-    stream_ts: str | None = None
+    # The `ts` of each message the turn opened and has not closed yet (a JSON list): a long
+    # answer goes on in a second stream message, and a crash may leave either one live.
+    open_messages: str = "[]"
     # A newer message reached another replica: the owner interrupts it at its next beat.
     interrupt_requested: bool = False
     created_at: datetime = Field(default_factory=utcnow)

@@ -11,9 +11,11 @@ Knows no Slack and no agent: it stores what the agent's `TurnLedger` port asks.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -25,6 +27,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from bot.store.db import Database, counting, executing, insert_ignoring_duplicates
 from bot.store.repositories import adding_messages
 from bot.store.tables import InboundEventRow, SessionRow, TurnRow, utcnow
+from bot.store.writer import Op
 from bot.values import Message, OrphanTurn, TurnState
 
 LIVE = (TurnState.QUEUED.value, TurnState.RUNNING.value)
@@ -140,8 +143,24 @@ class TurnRepository:
         except IntegrityError:
             return False  # another replica's claim on the thread won the race
 
-    async def stream_posted(self, turn_id: str, stream_ts: str) -> None:
-        await self._set(turn_id, stream_ts=stream_ts)
+    async def message_opened(self, turn_id: str, ts: str) -> None:
+        """The turn shows in the message at `ts` (a stream, or a progress message) until
+        `message_closed`: whoever takes the turn over after a crash closes it."""
+        await self._db.write(self._open_messages(turn_id, lambda ts_list: [*ts_list, ts]))
+
+    async def message_closed(self, turn_id: str, ts: str) -> None:
+        await self._db.write(
+            self._open_messages(turn_id, lambda ts_list: [t for t in ts_list if t != ts])
+        )
+
+    def _open_messages(self, turn_id: str, change: Callable[[list[str]], list[str]]) -> Op[None]:
+        async def op(session: AsyncSession) -> None:
+            row = await session.get(TurnRow, turn_id)
+            if row is not None and row.owner == self.replica.id:
+                row.open_messages = json.dumps(change(json.loads(row.open_messages)))
+                session.add(row)
+
+        return op
 
     async def finish(self, turn_id: str, state: TurnState) -> None:
         """The turn ended here (not if another replica took it over meanwhile)."""
@@ -229,7 +248,7 @@ class TurnRepository:
                         thread.team_id,
                         thread.channel_id,
                         thread.thread_ts,
-                        row.stream_ts,
+                        tuple(json.loads(row.open_messages)),
                     )
                 )
         return taken

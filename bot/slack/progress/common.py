@@ -31,7 +31,7 @@ from bot.agent.events import (
     plural,
     seen_stats,
 )
-from bot.agent.session import IncomingMessage
+from bot.agent.session import IncomingMessage, TurnMessages
 from bot.slack import copy
 from bot.slack.markdown import (
     MAX_BLOCKS,
@@ -388,6 +388,7 @@ class TurnContext:
     turns: ActiveTurns
     turn: ActiveTurn
     message: IncomingMessage
+    messages: TurnMessages  # records each message the turn shows in while it is open
     status: StatusIndicator
     sessions: AgentSessions
     interrupt: Interrupt | None

@@ -55,10 +55,6 @@ class NativeReporter(ThreadReporter):
         self._lost = False  # some answer text may not have reached Slack
         self._links = StreamLinks()  # a link shows its real address here too
 
-    @property
-    def message_ts(self) -> str | None:
-        return self._ts
-
     async def start(self) -> str | None:
         """Start the stream; the Slack error code when the workspace refuses it."""
         try:
@@ -85,7 +81,9 @@ class NativeReporter(ThreadReporter):
         )
         self._segment_text, self._segment_tasks = [], []
         self._record(chunks)
-        return str(response["ts"])
+        ts = str(response["ts"])
+        await self._ctx.messages.opened(ts)
+        return ts
 
     # events → pending chunks
     def _queue(self, chunk: Json) -> None:
@@ -231,6 +229,7 @@ class NativeReporter(ThreadReporter):
                     if error_code(error) not in STREAM_GONE | {USER_STOPPED}:
                         raise
                     await self._finish_by_update(slot, old, copy.CONTINUED_BELOW, [], final=False)
+            await self._ctx.messages.closed(old)
         carry = carry or []
         carried_ids = {c["id"] for c in carry if c["type"] == "task_update"}
         # Calls still running show up again in the new message, then the carried content.
@@ -324,23 +323,24 @@ class NativeReporter(ThreadReporter):
         if self._dead:
             self._record(last)
             await self._finish_by_update(slot, ts, "", blocks)
-            return
-        try:
-            await self._ctx.pacer.call(
-                slot,
-                lambda: self._client.chat_stopStream(
-                    channel=self._channel, ts=ts, chunks=last, blocks=blocks
-                ),
-                paced=False,
-            )
-        except SLACK_FAILURES as error:
-            code = error_code(error)
-            self._record(last)
-            if code in STREAM_GONE or code == USER_STOPPED:
+        else:
+            try:
+                await self._ctx.pacer.call(
+                    slot,
+                    lambda: self._client.chat_stopStream(
+                        channel=self._channel, ts=ts, chunks=last, blocks=blocks
+                    ),
+                    paced=False,
+                )
+            except SLACK_FAILURES as error:
+                code = error_code(error)
+                self._record(last)
+                if code not in STREAM_GONE and code != USER_STOPPED:
+                    log.warning("chat.stopStream failed: %s", code)
+                    self._lost = True
+                    return  # still open: whoever takes over after a shutdown closes it
                 await self._finish_by_update(slot, ts, "", blocks)
-            else:
-                log.warning("chat.stopStream failed: %s", code)
-                self._lost = True
+        await self._ctx.messages.closed(ts)
 
 
 def _plan(title: str) -> Json:

@@ -7,7 +7,7 @@ import logging
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.agent.session import IncomingMessage, Reporter
+from bot.agent.session import IncomingMessage, Reporter, TurnMessages
 from bot.config import SlackConfig, StreamingMode
 from bot.slack.progress.common import (
     CHANNEL_REFUSALS,
@@ -64,7 +64,9 @@ class SlackReporters:
             return StreamingMode.NATIVE
         return configured
 
-    async def open(self, session: SessionInfo, message: IncomingMessage) -> Reporter:
+    async def open(
+        self, session: SessionInfo, message: IncomingMessage, messages: TurnMessages
+    ) -> Reporter:
         turn = ActiveTurn(
             session_key=session.session_key,
             asker=message.user,
@@ -86,6 +88,7 @@ class SlackReporters:
             turns=self.turns,
             turn=turn,
             message=message,
+            messages=messages,
             status=status,
             sessions=self.sessions,
             interrupt=self._interrupt,

@@ -44,10 +44,6 @@ class UpdateReporter(ThreadReporter):
         self._closing = False
         self._flusher: asyncio.Task[None] | None = None
 
-    @property
-    def message_ts(self) -> str | None:
-        return self._progress_ts
-
     async def start(self) -> None:
         text, blocks = self._render(None)
         try:
@@ -64,6 +60,7 @@ class UpdateReporter(ThreadReporter):
             # Keep going: the answer is still posted at the end.
             log.error("could not post the progress message: %s", error_code(error))
             return
+        await self._ctx.messages.opened(self._progress_ts)
         self._flusher = asyncio.create_task(self._flush_loop())
 
     def _on_round(self) -> None:
@@ -93,10 +90,10 @@ class UpdateReporter(ThreadReporter):
         except Exception:
             log.exception("progress updates failed")
 
-    async def _edit(self, slot: ThreadSlot, text: str, blocks: list[Json]) -> None:
+    async def _edit(self, slot: ThreadSlot, text: str, blocks: list[Json]) -> bool:
         ts = self._progress_ts
         if ts is None:
-            return
+            return False
         try:
             await self._ctx.pacer.call(
                 slot,
@@ -107,6 +104,8 @@ class UpdateReporter(ThreadReporter):
             )
         except SLACK_FAILURES as error:
             log.warning("progress update failed: %s", error_code(error))
+            return False
+        return True
 
     def _render(self, finished: TurnFinished | None) -> tuple[str, list[Json]]:
         if finished is None:
@@ -129,7 +128,8 @@ class UpdateReporter(ThreadReporter):
         if self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
         async with self._ctx.pacer.hold(self._channel, self._thread_ts) as slot:
-            await self._edit(slot, *self._render(finished))
+            if await self._edit(slot, *self._render(finished)) and self._progress_ts:
+                await self._ctx.messages.closed(self._progress_ts)
         if finished.finish is TurnFinish.INTERRUPTED:
             return
         if finished.finish is TurnFinish.ERROR:
