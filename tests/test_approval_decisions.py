@@ -320,3 +320,40 @@ async def test_the_requesters_stop_withdraws_her_card_even_in_someone_elses_turn
     final = await card_now(world, card)
     assert f"by <@{ALICE}>" in card_text(final) and not has_buttons(final)
     assert real_writes(world) == [] and replicas(world) == 3
+
+
+def acting_as(user: str, *groups: str) -> dict[str, Any]:
+    impersonate = {"user": user, "groups": list(groups)}
+    return {"roles": {"operator": {"kubernetes": {"impersonate": impersonate}}}}
+
+
+async def test_a_click_after_the_roles_kubernetes_identity_changed_runs_nothing(world: World):
+    bot = await world.start_bot(acting_as("alice", "oncall"))
+    mention, card = await propose_scale(world, then="The change was refused.")
+    assert "as Kubernetes user alice (groups oncall)" in card_text(card)
+    await world.stop_bot(bot)
+    bot = await world.start_bot(acting_as("bob", "team-b"))
+    await click(world, CAROL, card)
+    said = await wait_said(world, mention["ts"], "not executed")
+    why = (
+        "now acts as Kubernetes user bob (groups team-b), "
+        "not as Kubernetes user alice (groups oncall)"
+    )
+    assert why in said.text
+    await wait_said(world, mention["ts"], "The change was refused.")
+    await world.drain()
+    assert real_writes(world) == [] and replicas(world) == 3
+    final = await card_now(world, card)
+    assert why in card_text(final) and not has_buttons(final)
+    assert await WriteAuditRepository(world.bots[-1].db).all() == []
+
+    # Asked again, the card is made as bob; a restart that keeps bob still runs it as bob.
+    again, card = await propose_scale(world, then="Scaled as bob.")
+    assert "as Kubernetes user bob (groups team-b)" in card_text(card)
+    await world.stop_bot(bot)
+    await world.start_bot(acting_as("bob", "team-b"))
+    await click(world, CAROL, card)
+    await wait_said(world, again["ts"], "Scaled as bob.")
+    await world.drain()
+    assert replicas(world) == 5
+    assert [w.acting_as for w in real_writes(world)] == [("bob", ("team-b",))]

@@ -13,8 +13,20 @@ from bot.config import ApprovalConfig
 from bot.policy.decision import CallScope, ToolInvocation
 from bot.policy.roles import ChannelBinding, offered_tools
 from bot.tools.harness import ToolRegistry
-from bot.tools.spec import REASON_ARG
+from bot.tools.spec import REASON_ARG, KubeIdentity, bound_identity
 from bot.values import Approval, SessionInfo
+
+
+def identity_changed(proposed: KubeIdentity | None, now: KubeIdentity | None) -> str:
+    """Why a card proposed as one Kubernetes identity does not run as another."""
+    return (
+        f"this channel's role now acts as {_who(now)}, not as {_who(proposed)} as when the "
+        "change was proposed; ask again for a card under the new identity"
+    )
+
+
+def _who(identity: KubeIdentity | None) -> str:
+    return str(identity) if identity is not None else "kelpie's own Kubernetes identity"
 
 
 class Bindings(Protocol):
@@ -73,6 +85,11 @@ class CurrentPolicy:
         tool = self._registry.get(plan.tool)
         if tool is None or tool.write is None:
             return f"{plan.tool} is no longer an available write tool"
+        # The write would act as the identity bound in its plan: only while the channel's
+        # role still acts as that one is the card what the configuration allows now.
+        acting_as, bound = binding.tool_context().identity, bound_identity(plan)
+        if acting_as != bound:
+            return identity_changed(bound, acting_as)
         offered = offered_tools(binding.role, self._registry.all())
         scope = CallScope(
             session_id=session.id,

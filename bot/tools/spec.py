@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -64,6 +64,23 @@ class KubeIdentity:
     def __str__(self) -> str:
         groups = f" (groups {', '.join(self.groups)})" if self.groups else ""
         return f"Kubernetes user {self.user}{groups}"
+
+
+def bind_identity(plan: WritePlan, who: KubeIdentity) -> WritePlan:
+    """The plan made as `who`: the approved write acts as that identity, not as whatever
+    the configuration says when it runs (the click checks that the two still agree)."""
+    bound = {"user": who.user, "groups": list(who.groups)}
+    return replace(
+        plan, description=f"{plan.description} (as {who})", args=plan.args | {"as": bound}
+    )
+
+
+def bound_identity(plan: WritePlan) -> KubeIdentity | None:
+    """The identity the plan was made as (None: kelpie's own)."""
+    bound = plan.args.get("as")
+    if not isinstance(bound, dict):
+        return None
+    return KubeIdentity(str(bound["user"]), tuple(str(g) for g in bound.get("groups") or []))
 
 
 @dataclass(frozen=True)

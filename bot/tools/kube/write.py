@@ -39,7 +39,6 @@ from typing import Any
 from bot.tools.kube.client import KubeClient, KubeClients, KubeFailure
 from bot.tools.kube.read import dig, pod_phase
 from bot.tools.spec import (
-    KubeIdentity,
     Tool,
     ToolArgumentError,
     ToolContext,
@@ -50,6 +49,8 @@ from bot.tools.spec import (
     ToolScope,
     WriteConflict,
     WriteOperation,
+    bind_identity,
+    bound_identity,
     int_arg,
     name_arg,
     namespace_arg,
@@ -313,13 +314,6 @@ def _moved(path: tuple[str, ...], before: Any, now: Any) -> str:
     return f"{'.'.join(path)} was {_show(before)} and is now {_show(now)}"
 
 
-def _plan_identity(plan: WritePlan) -> KubeIdentity | None:
-    bound = plan.args.get("as")
-    if not isinstance(bound, dict):
-        return None
-    return KubeIdentity(str(bound["user"]), tuple(str(g) for g in bound.get("groups") or []))
-
-
 _READERS = {
     "Deployment": lambda kube: kube.apps.read_namespaced_deployment,
     "Pod": lambda kube: kube.core.read_namespaced_pod,
@@ -339,18 +333,13 @@ class _WriteOperation:
         """The tool's plan; one made as a role's Kubernetes identity stays bound to it."""
         plan = await self._prepare(args, context)
         who = context.identity
-        if who is None:
-            return plan
-        bound = {"user": who.user, "groups": list(who.groups)}
-        return replace(
-            plan, description=f"{plan.description} (as {who})", args=plan.args | {"as": bound}
-        )
+        return plan if who is None else bind_identity(plan, who)
 
     async def execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
         if plan.tool != self.tool_name:
             raise ToolFailure(f"a {plan.tool} plan cannot be executed by {self.tool_name}.")
         result = await self._execute(plan, context)
-        who = _plan_identity(plan)
+        who = bound_identity(plan)
         if who is None:
             return result
         return replace(result, summary=f"{result.summary} (as {who})")
@@ -360,7 +349,7 @@ class _WriteOperation:
 
     def _plan_kube(self, plan: WritePlan) -> KubeClient:
         """The client for the approved write: as the identity the plan was made with."""
-        return self._clients.client_for(plan.cluster).acting_as(_plan_identity(plan))
+        return self._clients.client_for(plan.cluster).acting_as(bound_identity(plan))
 
     async def _prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
         raise NotImplementedError
