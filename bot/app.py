@@ -52,6 +52,7 @@ from bot.policy.pipeline import (
     RoleGateStage,
 )
 from bot.policy.roles import ChannelRoles, pattern_problems
+from bot.slack import copy
 from bot.slack.adapter import SlackAdapter
 from bot.slack.cards import ApprovalClicks, SlackApprovalCards
 from bot.slack.channels import ChannelBindings, ChannelDirectory
@@ -82,6 +83,7 @@ from bot.store.repositories import (
 from bot.store.retention import Pruner, Retention
 from bot.store.turns import Replica, TurnRepository
 from bot.terminal import (
+    WAITING_AT_PROMPT,
     Console,
     FixedBinding,
     TerminalApprovalCards,
@@ -381,6 +383,8 @@ class FrontEnd:
     submit: TurnSubmit
     bindings: Bindings
     approvers: Approvers
+    # The answer of a turn that ends at an approval: where to decide, in this front end.
+    awaiting_approval: str
     # `kelpie chat --self-approve`: the person at the terminal may decide their own changes
     # where the role asks for someone else (four eyes), recorded as self-approved.
     self_approval: bool = False
@@ -431,6 +435,7 @@ def build_core(
         harness,
         messages,
         RetryPolicy(retries=config.agent.llm_retries, delay_s=config.agent.llm_retry_delay_s),
+        awaiting_approval_answer=front.awaiting_approval,
     )
     agent = AgentSessions(
         config,
@@ -526,6 +531,7 @@ def build_kelpie(
         scheduler.submit,
         ChannelBindings(channels, roles),
         approvers,
+        copy.AWAITING_APPROVAL,
     )
     replica = Replica.this_process(config.database.lease_s)
     core = build_core(config, secrets, front, metrics, write_audit=write_audit, replica=replica)
@@ -610,6 +616,7 @@ def build_terminal(
         turns.submit,
         FixedBinding(binding),
         TerminalApprovers(),
+        WAITING_AT_PROMPT,
         self_approval=self_approve,
     )
     core = build_core(config, secrets, front, Metrics())

@@ -92,6 +92,12 @@ def _visible(text: str) -> str:
 TERMINAL_USER = _login_name()
 PROMPT = "you> "
 APPROVAL_PROMPT = "Approve this change? [y/N] "
+# The answer of a turn that ended at an approval: the question comes at the prompt below
+# (the terminal has no card to click).
+WAITING_AT_PROMPT = (
+    "Waiting for approval: nothing changes unless the change shown above is approved at "
+    "the prompt. I will report the outcome here."
+)
 SELF_APPROVE_FLAG = "--self-approve"
 QUIT_WORDS = frozenset({"/quit", "/exit"})
 

@@ -125,7 +125,7 @@ async def test_approve_by_allowed_user_writes_exactly_the_previewed_change(any_d
     assert f"<@{ALICE}>" in text and has_buttons(card)
 
     # The turn ended at the card: the thread says it waits, and no turn is running.
-    await wait_said(world, mention["ts"], "Waiting for approval")
+    await wait_said(world, mention["ts"], "someone allowed to approve clicks Approve on the card")
     await world.bots[0].scheduler.drain(timeout=10)
     assert not world.bots[0].scheduler.busy(f"T0TEST:{OPS_CHANNEL}:{mention['ts']}")
 

@@ -244,8 +244,10 @@ async def test_a_write_asks_for_approval_at_the_prompt(
     card = chat.text[start:asked]
     assert "Approval needed:" in card and "spec.replicas 3 → 5" in card
     assert "traffic spike" in card
-    # The turn ended at the card; the question comes after it.
-    assert "⏸ scale_deployment" in card and "Waiting for approval" in card
+    # The turn ended at the card; the question comes after it, at the prompt (no card to click).
+    assert "⏸ scale_deployment" in card
+    assert "nothing changes unless the change shown above is approved at the prompt" in card
+    assert "card" not in card.split("Waiting for approval")[1]
     # Only the server-side dry run so far.
     assert real_writes(peers.kube) == []
     assert any(w.query.get("dryRun") == "All" for w in peers.kube.writes())

@@ -76,9 +76,11 @@ CONTINUE_NUDGE = (
 # Kept with a cut answer in the stored conversation, so later turns know it is not whole.
 ANSWER_CUT_MARK = "[This answer was cut at the output limit.]"
 PRESENTED_ANSWER = "Done: posted as a file in this thread."
+# Where the approval is asked for differs per front end (a Slack card, the terminal's
+# prompt): each gives its own sentence; this one names neither.
 AWAITING_APPROVAL_ANSWER = (
-    "Waiting for approval: nothing changes unless someone allowed to approve clicks Approve "
-    "on the card above. I will report the outcome here."
+    "Waiting for approval: nothing changes unless someone allowed to approve the change "
+    "approves it. I will report the outcome here."
 )
 BACKGROUND_ROUNDS = 4
 DRAIN_ROUNDS = 3
@@ -172,6 +174,7 @@ class Engine:
         *,
         background_rounds: int = BACKGROUND_ROUNDS,
         drain_rounds: int = DRAIN_ROUNDS,
+        awaiting_approval_answer: str = AWAITING_APPROVAL_ANSWER,
     ) -> None:
         self._gateway = gateway
         self._harness = harness
@@ -180,6 +183,8 @@ class Engine:
         self._sleep = sleep
         self._background_rounds = background_rounds
         self._drain_rounds = drain_rounds
+        # The answer of a turn that ends at an approval: the front end's own words.
+        self._awaiting_approval_answer = awaiting_approval_answer
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -366,7 +371,7 @@ class Engine:
         turn.state.add(*outcome.results)
         if outcome.awaiting_approval:
             turn.awaiting_approval = True
-            return AWAITING_APPROVAL_ANSWER
+            return self._awaiting_approval_answer
         return PRESENTED_ANSWER if outcome.yielded is not None else None
 
     async def _keep_interim(self, turn: _Turn, text: str) -> None:
@@ -420,6 +425,7 @@ class Engine:
             self._sleep,
             background_rounds=self._background_rounds,
             drain_rounds=self._drain_rounds,
+            awaiting_approval_answer=self._awaiting_approval_answer,
         )
         request = TurnRequest(
             session=parent.session,

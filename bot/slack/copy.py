@@ -86,6 +86,12 @@ def who_may_stop(asker: str, approvers: list[str]) -> str:
     )
 
 
+# The answer of a turn that ended at its approval card.
+AWAITING_APPROVAL = (
+    "Waiting for approval: nothing changes unless someone allowed to approve clicks Approve "
+    "on the card above. I will report the outcome here."
+)
+
 # Approval clicks (bot/slack/cards.py).
 APPROVAL_UNKNOWN = "This approval does not exist (any more)."
 
