@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
+
+import pytest
 
 from bot.store.approvals import WriteAuditRepository
 from bot.values import WriteAudit
@@ -152,6 +155,24 @@ async def test_approve_by_allowed_user_writes_exactly_the_previewed_change(any_d
     assert [a.phase for a in audits] == ["intent", "outcome"]
     assert audits[0].approved_by == CAROL and audits[0].requested_by == ALICE
     assert audits[0].target_uid == before["metadata"]["uid"] and audits[1].ok
+
+
+async def test_the_resumed_turn_marks_the_question_done_once_and_quietly(
+    world: World, caplog: pytest.LogCaptureFixture
+):
+    caplog.set_level(logging.INFO)
+    await world.start_bot()
+    mention, card = await propose_scale(world, then="Scaled checkout-api to 5.")
+    await wait_said(world, mention["ts"], "Waiting for approval")
+    await click(world, CAROL, card)
+    await wait_said(world, mention["ts"], "Scaled checkout-api to 5.")
+    await world.drain()
+
+    # Both turns (the one that asked, the one the decision resumed) marked the question:
+    # it shows one ✅, and reacting again where the ✅ already was is no failure to log.
+    assert world.slack.reactions(OPS_CHANNEL, mention["ts"]) == ["white_check_mark"]
+    assert len(world.slack.calls_to("reactions.add")) == 4  # 👀 and ✅, twice
+    assert [r.getMessage() for r in caplog.records if "react" in r.getMessage()] == []
 
 
 async def test_reject_writes_nothing_and_tells_the_model(world: World):

@@ -100,6 +100,8 @@ Json = dict[str, Any]
 
 # What a Slack call can raise once slack_sdk's retry handlers gave up.
 SLACK_FAILURES = (SlackClientError, aiohttp.ClientError, TimeoutError)
+# The answer to a reaction call that finds the reaction as it was asked to be.
+_REACTION_ALREADY = {"reactions_add": "already_reacted", "reactions_remove": "no_reaction"}
 
 
 def error_code(error: BaseException) -> str:
@@ -374,7 +376,11 @@ class StatusIndicator:
                 channel=self._message.channel_id, timestamp=self._message.ts, name=name
             )
         except SLACK_FAILURES as error:
-            log.info("%s %s failed: %s", method, name, error_code(error))
+            code = error_code(error)
+            # A turn resumed on the same message (after a decision, or taken over) finds
+            # its reaction there already, or gone: what Slack shows is what was asked for.
+            if code != _REACTION_ALREADY.get(method):
+                log.info("%s %s failed: %s", method, name, code)
 
 
 # --------------------------------------------------------------------------- reporters
