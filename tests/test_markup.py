@@ -160,6 +160,41 @@ async def test_task_updates_in_the_native_stream_are_escaped(world: World):
     assert SHOWN.split(" Cited")[0] in text and "](http" not in text
 
 
+CODE_ANSWER = (
+    "Try `curl [x](http://a.example)` or:\n```sh\nsee [docs](https://k8s.io) "
+    "<https://b.example|ok>\n[1]: http://ref.example\n```\nand [real](https://c.example)."
+)
+
+
+async def test_links_inside_code_reach_the_stream_as_written(world: World):
+    world.model.reply_text(CODE_ANSWER, chunk_size=3)  # fences and spans split over deltas
+    await world.start_bot({"slack": {"streaming": "native"}})
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "how do I look?")
+    await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 1)
+    await world.drain()
+    stream = next(m for m in world.slack.thread(SHOP_CHANNEL, mention["ts"]) if m.chunks)
+    text = "".join(c["text"] for c in stream.chunks if c.get("type") == "markdown_text")
+    # Code as the model wrote it (escaped, so `<…|ok>` is no link either); prose rewritten.
+    assert (
+        "Try `curl [x](http://a.example)` or:\n```sh\nsee [docs](https://k8s.io) "
+        "&lt;https://b.example|ok&gt;\n[1]: http://ref.example\n```\n"
+        "and real (https://c.example)."
+    ) in text
+    assert live_markup(text) == []
+
+
+def test_code_keeps_its_links_as_written_wherever_the_deltas_split_it():
+    shown = CODE_ANSWER.replace("[real](https://c.example)", "real (https://c.example)")
+    assert show_link_targets(CODE_ANSWER) == shown
+    for size in (1, 2, 3, 5, 8, 13, len(CODE_ANSWER)):
+        pieces = [CODE_ANSWER[i : i + size] for i in range(0, len(CODE_ANSWER), size)]
+        assert streamed(pieces) == shown, size
+    # A backtick nothing closes on its line is no code: the link after it shows its address.
+    assert streamed(["`not code [a](http", "://e.example)\n"]) == "`not code a (http://e.example)\n"
+    # Neither is a fence left open to the end unlike a span: all of it stays as written.
+    assert show_link_targets("~~~\n[b](http://f.example)") == "~~~\n[b](http://f.example)"
+
+
 def test_escape_markdown_escapes_and_shows_link_targets():
     assert escape_markdown("<!here> [ok](https://evil.example)") == (
         "&lt;!here&gt; ok (https://evil.example)"

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import re2
 
@@ -237,8 +239,14 @@ def _link(url: str, label: str) -> str:
 
 def show_link_targets(markdown: str) -> str:
     """Markdown that stays Markdown, but each link and image shows its real address as text:
-    `[label](url)` becomes `label (url)`, so a label can never hide where it goes."""
+    `[label](url)` becomes `label (url)`, so a label can never hide where it goes. Code (a
+    fenced block, an inline span) is left as written: nothing in it is a link."""
+    if "[" not in markdown:
+        return markdown
+    return _outside_code(markdown, _CodeState(), _rewrite_links)[0]
 
+
+def _rewrite_links(markdown: str) -> str:
     def plain(match: re2._Match) -> str:
         label, url = match.group(1), match.group(2)
         return f"{label} ({url})" if label and label != url else url
@@ -264,34 +272,169 @@ _PARTIAL_LINK = _re2(
 )
 STREAM_LINK_HOLD = 3000  # characters held back at most while a link may still complete
 
+# --------------------------------------------------------------------------- code in text
+# Where code is, read as `to_mrkdwn` reads it: a fenced block from its opening line to its
+# closing one (or the end), and inline spans within one line (a run of backticks up to the
+# next run of the same length).
+_TICKS = re.compile(r"`+")
+_MAYBE_FENCE = re.compile(r"\s*(?:`*|~*)")  # a line so far that may still open/close a fence
+_PLACE = re.compile(f"{_HOLD}(\\d+){_HOLD}")
+
+
+@dataclass(frozen=True)
+class _CodeState:
+    """Where a piece of text starts: inside a fenced block (its marker) or not, and at the
+    start of a line or within one (then outside any inline span)."""
+
+    fence: str | None = None
+    midline: bool = False
+
+
+@dataclass(frozen=True)
+class _CodeScan:
+    code: list[tuple[int, int]]  # [start, end) of each piece of code, in order
+    decided: int  # the text up to here is known to be code or not
+    state: _CodeState  # where the text from `decided` starts
+
+
+def _scan_code(text: str, state: _CodeState, *, final: bool) -> _CodeScan:
+    """The code in `text`. Unless `final` (nothing follows), the last line may leave its
+    end undecided: a line that may still become a fence, an inline span not yet closed."""
+    code: list[tuple[int, int]] = []
+    fence, midline, pos = state.fence, state.midline, 0
+    while pos < len(text):
+        newline = text.find("\n", pos)
+        end = len(text) if newline < 0 else newline
+        after = len(text) if newline < 0 else newline + 1
+        complete = newline >= 0 or final
+        if not midline and not complete and _MAYBE_FENCE.fullmatch(text, pos, end):
+            return _CodeScan(code, pos, _CodeState(fence, False))
+        marker = None if midline else _FENCE.match(text[pos:end])
+        if fence is not None or marker is not None:
+            code.append((pos, after))
+            fence = _fence_after(fence, marker)
+        else:
+            spans, open_at = _inline_code(text, pos, end, complete)
+            code += spans
+            if open_at is not None:
+                return _CodeScan(code, open_at, _CodeState(None, open_at > pos or midline))
+        midline = newline < 0
+        pos = after
+    return _CodeScan(code, len(text), _CodeState(fence, midline if text else state.midline))
+
+
+def _fence_after(fence: str | None, marker: re.Match[str] | None) -> str | None:
+    """The fence open after a line of code; `marker`: the line's fence, read at its start
+    (None within a block, or for the rest of a line already read)."""
+    if marker is None:
+        return fence
+    if fence is None:
+        return marker.group(2)
+    closes = marker.group(2)[0] == fence[0] and not marker.group(3).strip()
+    return None if closes else fence
+
+
+def _inline_code(
+    text: str, start: int, end: int, complete: bool
+) -> tuple[list[tuple[int, int]], int | None]:
+    """Inline code spans in text[start:end] (one line), and where an unclosed run of
+    backticks begins when the line is not complete (it may close later)."""
+    runs = [(m.start(), m.end()) for m in _TICKS.finditer(text, start, end)]
+    following: list[int | None] = [None] * len(runs)
+    last: dict[int, int] = {}
+    for k in range(len(runs) - 1, -1, -1):
+        length = runs[k][1] - runs[k][0]
+        following[k] = last.get(length)
+        last[length] = k
+    spans: list[tuple[int, int]] = []
+    k = 0
+    while k < len(runs):
+        closer = following[k]
+        if not complete and (closer is None or runs[closer][1] == end):
+            return spans, runs[k][0]  # may still close, or its closer may still grow
+        if closer is None:
+            k += 1  # a run nothing closes is literal backticks
+            continue
+        spans.append((runs[k][0], runs[closer][1]))
+        k = closer + 1
+    return spans, None
+
+
+def _outside_code(
+    text: str, state: _CodeState, rewrite: Callable[[str], str]
+) -> tuple[str, _CodeState]:
+    """`rewrite` applied to all of `text` but its code, which is kept as written; and the
+    state where the text ends."""
+    scan = _scan_code(text, state, final=True)
+    masked, pieces = _mask(text, scan.code)
+    return _unmask(rewrite(masked), pieces), scan.state
+
+
+def _mask(text: str, code: list[tuple[int, int]]) -> tuple[str, list[str]]:
+    out: list[str] = []
+    pieces: list[str] = []
+    pos = 0
+    for start, end in code:
+        out.append(text[pos:start])
+        out.append(f"{_HOLD}{len(pieces)}{_HOLD}")
+        pieces.append(text[start:end])
+        pos = end
+    out.append(text[pos:])
+    return "".join(out), pieces
+
+
+def _unmask(text: str, pieces: list[str]) -> str:
+    if not pieces:
+        return text
+
+    def piece(match: re.Match[str]) -> str:
+        index = int(match.group(1))
+        return pieces[index] if index < len(pieces) else match.group(0)
+
+    return _PLACE.sub(piece, text)
+
 
 class StreamLinks:
     """`show_link_targets` for text that arrives in pieces (the native stream): a possible
-    link is held back until it completes (and is rewritten) or can no longer be one. Text
-    held past `STREAM_LINK_HOLD` is let go with its `[` escaped, so that no later piece can
-    turn it into a link."""
+    link is held back until it completes (and is rewritten) or can no longer be one, and so
+    is text that may still turn out to be code (a line that may open a fence, a backtick
+    that may open a span), since code is left as written. Text held past `STREAM_LINK_HOLD`
+    is let go with its `[` escaped outside code, so that no later piece can turn it into a
+    link."""
 
     def __init__(self) -> None:
         self._held = ""
+        self._state = _CodeState()  # where the held text starts
 
     def feed(self, text: str) -> str:
         """What of the text so far may be sent now."""
-        text = show_link_targets(self._held + text)
-        at = _partial_start(text)
-        if len(text) - at <= STREAM_LINK_HOLD:
-            self._held = text[at:]
-            return text[:at]
+        text = self._held + text
+        scan = _scan_code(text, self._state, final=False)
+        masked, pieces = _mask(text[: scan.decided], scan.code)
+        rewritten = _rewrite_links(masked)
+        at = _partial_start(rewritten)
+        sent = _unmask(rewritten[:at], pieces)
+        if at < len(rewritten):  # a possible link, in prose within a line
+            start_midline = rewritten[at - 1] != "\n" if at else self._state.midline
+            self._state = _CodeState(None, start_midline)
+        else:
+            self._state = scan.state
+        self._held = _unmask(rewritten[at:], pieces) + text[scan.decided :]
+        if len(self._held) <= STREAM_LINK_HOLD:
+            return sent
         # Too long to wait for: let it go with each `[` escaped; keep watching the rest.
-        cut = len(text) - STREAM_LINK_HOLD
-        rest = text[cut:]
-        keep = _partial_start(rest)
-        self._held = rest[keep:]
-        return text[:at] + text[at:cut].replace("[", "\\[") + rest[:keep]
+        cut = len(self._held) - STREAM_LINK_HOLD
+        released, self._state = _outside_code(
+            self._held[:cut], self._state, lambda t: t.replace("[", "\\[")
+        )
+        self._held = self._held[cut:]
+        return sent + released + self.feed("")
 
     def flush(self) -> str:
         """The text held back, now that nothing more follows it (a round or a turn ended)."""
         held, self._held = self._held, ""
-        return show_link_targets(held)
+        shown, self._state = _outside_code(held, self._state, _rewrite_links)
+        return shown
 
 
 def _partial_start(text: str) -> int:
