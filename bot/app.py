@@ -546,9 +546,12 @@ def build_kelpie(
         scheduler.interrupt,
         core.approvals.withdraw_for,
         core.sessions,
+        core.turns,
     )
     stop.register()
-    SessionStopEvents(slack_app, reporters.turns, reporters.sessions, stop.stop).register()
+    SessionStopEvents(
+        slack_app, reporters.turns, reporters.sessions, stop.stop, stop.stop_elsewhere
+    ).register()
     inbox = Inbox(core.db, replica)
     # Registered first: every request is stored before Bolt acknowledges it.
     slack_app.middleware(InboxMiddleware(inbox).process)
@@ -580,7 +583,7 @@ def build_kelpie(
         SlackRedelivery(slack_app),
         agent,
         scheduler.submit,
-        scheduler.interrupt,
+        stop.interrupt_elsewhere,
     )
     keeper = LeaseKeeper(takeover, config.database.lease_s / 3)
     app_token = secrets.app_token if config.slack.mode is SlackMode.SOCKET else None

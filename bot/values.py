@@ -382,6 +382,28 @@ class OrphanTurn:
 
 
 @dataclass(frozen=True)
+class RemoteTurn:
+    """A turn running on another replica, as a stop pressed here sees it."""
+
+    turn_id: str
+    session_key: str
+    asker: str
+    role: str
+    team_id: str
+    channel_id: str
+    thread_ts: str
+
+
+@dataclass(frozen=True)
+class TurnInterrupt:
+    """Another replica asked this one to interrupt the running turn of a thread: a newer
+    message there (`stopped_by` None) or a person's stop."""
+
+    session_key: str
+    stopped_by: str | None = None
+
+
+@dataclass(frozen=True)
 class OrphanDelivery:
     """A Slack delivery acknowledged by a replica that died before handling it."""
 

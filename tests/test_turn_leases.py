@@ -11,7 +11,7 @@ from bot.store.db import Database
 from bot.store.inbox import Inbox
 from bot.store.repositories import MessageRepository, SessionRepository
 from bot.store.turns import Replica, TurnRepository
-from bot.values import Message, Role, SessionInfo, TurnState
+from bot.values import Message, Role, SessionInfo, TurnInterrupt, TurnState
 
 THREAD = SessionInfo(
     id=0,
@@ -79,10 +79,38 @@ async def test_a_newer_message_on_another_replica_interrupts_the_running_turn(
         # Its own turn is the local scheduler's to interrupt; another replica asks.
         assert not await a.request_interrupt(session_id)
         assert await b.request_interrupt(session_id)
-        assert await a.renew() == [THREAD.session_key]
+        assert await a.renew() == [TurnInterrupt(THREAD.session_key)]
         await a.finish("turn-a", TurnState.INTERRUPTED)
         assert await a.renew() == []
         assert not await b.request_interrupt(session_id)
+    finally:
+        await db.close()
+
+
+async def test_a_stop_on_another_replica_asks_the_running_one_naming_who_stopped(
+    database_url: str,
+):
+    db, session_id = await opened(database_url)
+    a, b = TurnRepository(db, replica("a")), TurnRepository(db, replica("b"))
+    try:
+        await a.accept(session_id, "turn-a", "U0ALICE", question("one?"))
+        assert await b.running_elsewhere(THREAD.session_key) is None  # queued, not running
+        assert await a.claim(session_id, "turn-a", "U0ALICE")
+        # Its own replica sees no turn running elsewhere; the other one sees who asked.
+        assert await a.running_elsewhere(THREAD.session_key) is None
+        remote = await b.running_elsewhere(THREAD.session_key)
+        assert remote is not None and (remote.turn_id, remote.asker) == ("turn-a", "U0ALICE")
+        assert (remote.team_id, remote.channel_id, remote.thread_ts) == (
+            THREAD.team_id,
+            THREAD.channel_id,
+            THREAD.thread_ts,
+        )
+        assert not await a.request_stop("turn-a", "U0CAROL")  # its own: stopped locally
+        assert await b.request_stop("turn-a", "U0CAROL")
+        assert await a.interrupts() == [TurnInterrupt(THREAD.session_key, "U0CAROL")]
+        await a.finish("turn-a", TurnState.INTERRUPTED)
+        assert await a.renew() == [] and not await b.request_stop("turn-a", "U0CAROL")
+        assert await b.running_elsewhere(THREAD.session_key) is None
     finally:
         await db.close()
 

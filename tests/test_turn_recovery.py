@@ -15,18 +15,20 @@ import pytest
 import yaml
 
 from bot.slack import copy
-from tests.peers.model_server import HangStep
+from tests.peers.model_server import HangStep, TextStep
 from tests.postgres import PostgresServer
 from tests.test_approval_crashes import BotProcess, card_settled, wait_db
 from tests.test_approvals import (
+    card_now,
     card_text,
     click,
     has_buttons,
     propose_scale,
     real_writes,
     replicas,
+    wait_card,
 )
-from tests.world import ALICE, BOB, CAROL, SHOP_CHANNEL, World, merge
+from tests.world import ALICE, BOB, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World, merge
 
 # Short leases: a dead replica's turns are taken over about three seconds after its death.
 FAST_LEASES = {"slack": {"streaming": "native"}, "database": {"lease_s": 3}}
@@ -264,3 +266,60 @@ async def test_two_replicas_on_postgresql_share_the_work_and_take_over_a_dead_on
     await said(world, thread, "Back to normal.")
     assert sum("Checked once." in t for t in bot_texts(world, event["ts"])) == 1
     assert sum(copy.TURN_LOST in t for t in bot_texts(world, thread)) == 1
+
+
+async def test_a_stop_pressed_on_the_other_replica_stops_the_turn_where_it_runs(
+    world: World, launch: Callable[..., Start], postgres: PostgresServer
+):
+    url = await postgres.new_database()
+    start = launch(merge(FAST_LEASES, {"database": {"url": url}}))
+    await start()
+    await start()
+    # Everything the person says reaches the first replica's connection, which runs it.
+    world.model.reply_tool_calls(
+        [("scale_deployment", {"namespace": "shop", "name": "checkout-api", "replicas": 5})]
+    )
+    mention = world.slack.mention(OPS_CHANNEL, ALICE, "scale checkout-api to 5")
+    await world.slack.deliver_event(mention, connection=0)
+    thread = mention["ts"]
+    card = await wait_card(world, thread, timeout=TURN_S)
+    await world.slack.wait_for(
+        lambda s: s.session_status(OPS_CHANNEL, thread) == "suspended", timeout=TURN_S
+    )
+    world.model.enqueue(HangStep(300, then=TextStep("never shown")))
+    asked = len(world.model.requests)
+    question = world.slack.message(OPS_CHANNEL, BOB, "what would that change?", thread_ts=thread)
+    await world.slack.deliver_event(question, connection=0)
+    await world.slack.wait_for(
+        lambda s: (
+            len(world.model.requests) > asked
+            and s.session_status(OPS_CHANNEL, thread) == "processing"
+        ),
+        timeout=TURN_S,
+    )
+
+    # CAROL approves in #shop-ops: her stop, delivered to the other replica, stops BOB's
+    # turn where it runs (the thread says she did) and withdraws the card.
+    await world.slack.press_session_stop(OPS_CHANNEL, thread, CAROL, connection=1)
+    await world.slack.wait_for(
+        lambda s: s.session_status(OPS_CHANNEL, thread) == "active", timeout=TURN_S
+    )
+    turns = await thread_turns(url, thread, until=["awaiting_approval", "interrupted"])
+    assert turns[0]["owner"] == turns[1]["owner"]  # both ran where the messages arrived
+    stopped = await fetch(url, "SELECT stopped_by FROM turns WHERE state = 'interrupted'")
+    assert [row["stopped_by"] for row in stopped] == [CAROL]  # asked through the table
+    said_there = [m for m in world.slack.thread(OPS_CHANNEL, thread) if m.is_bot]
+    assert any(f"Stopped by <@{CAROL}>" in (m.text or "") for m in said_there)
+    assert not any(m.streaming for m in said_there)
+    await world.slack.wait_for(
+        lambda s: "Withdrawn" in card_text(s.get_message(OPS_CHANNEL, card.ts)), timeout=TURN_S
+    )
+    final = await card_now(world, card)
+    assert f"by <@{CAROL}>" in card_text(final) and not has_buttons(final)
+
+    # Nothing else runs: no further request to the model, nothing written, no new turn.
+    await asyncio.sleep(2)
+    assert len(world.model.requests) == asked + 1
+    assert real_writes(world) == [] and replicas(world) == 3
+    assert all("never shown" not in (m.text or "") for m in world.slack.thread(OPS_CHANNEL, thread))
+    assert len(await fetch(url, "SELECT 1 FROM turns")) == 2

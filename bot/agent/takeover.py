@@ -6,8 +6,8 @@ leases (the heartbeat), then claim what a dead replica left, whose leases expire
   it may have been half way through its tool calls);
 - a turn accepted but not started yet: run here, from the stored conversation;
 - a delivery acknowledged but never handled: handled here.
-The heartbeat also hands back the turns here that a newer message on another replica
-interrupts (`slack.on_new_message: interrupt`).
+The heartbeat also hands back the turns here that another replica interrupts: a newer
+message there (`slack.on_new_message: interrupt`) or a person's stop pressed there.
 Claims are compare-and-set in the store, so each is taken over by exactly one replica.
 
 Knows no Slack: the notices and the redelivery are ports `app.py` fills in.
@@ -23,13 +23,13 @@ from typing import Protocol
 
 from bot.agent.continuation import TurnSubmit
 from bot.agent.session import AgentSessions
-from bot.values import OrphanDelivery, OrphanTurn, TurnState
+from bot.values import OrphanDelivery, OrphanTurn, TurnInterrupt, TurnState
 
 log = logging.getLogger(__name__)
 
 
 class Leases(Protocol):
-    async def renew(self) -> list[str]: ...
+    async def renew(self) -> list[TurnInterrupt]: ...
 
     async def take_orphans(self) -> list[OrphanTurn]: ...
 
@@ -57,7 +57,7 @@ class Takeover:
         redelivery: Redelivery,
         agent: AgentSessions,
         submit: TurnSubmit,
-        interrupt: Callable[[str], bool],
+        interrupt: Callable[[TurnInterrupt], bool],
     ) -> None:
         self._leases = leases
         self._deliveries = deliveries
@@ -68,9 +68,9 @@ class Takeover:
         self._interrupt = interrupt
 
     async def tick(self) -> None:
-        for session_key in await self._leases.renew():
-            if self._interrupt(session_key):
-                log.info("turn in %s interrupted by a message on another replica", session_key)
+        for request in await self._leases.renew():
+            if self._interrupt(request):
+                log.info("turn in %s interrupted from another replica", request.session_key)
         for turn in await self._leases.take_orphans():
             try:
                 await self._take(turn)

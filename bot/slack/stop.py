@@ -8,6 +8,12 @@ this person asked for or may approve. A requester of a waiting card who may not 
 running turn still withdraws the card; anyone else gets an ephemeral reply naming who may.
 The click is acked at once, before any lookup.
 
+With several replicas, the stop may reach one that does not run the turn: the turn's row
+(`store.turns`) then says who asked and where it runs, the same permission check applies,
+and the running replica is asked through the table to interrupt it (its heartbeat, or a
+notification, wakes it: `interrupt_elsewhere`), naming who stopped it; the cards are
+withdrawn here.
+
 Does not own: the registry of running turns (`progress.ActiveTurns`) or what the thread
 shows afterwards (the reporter).
 """
@@ -26,7 +32,7 @@ from bot.slack import copy
 from bot.slack.people import ApproverDirectory, approver_mentions
 from bot.slack.progress import STOP_ACTION_ID, ActiveTurn, ActiveTurns
 from bot.slack.replies import whisper
-from bot.values import SessionInfo
+from bot.values import RemoteTurn, SessionInfo, TurnInterrupt
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +47,14 @@ class Sessions(Protocol):
     async def find(self, session_key: str) -> SessionInfo | None: ...
 
 
+class RemoteTurns(Protocol):
+    """Turns running on other replicas (`store.turns.TurnRepository`)."""
+
+    async def running_elsewhere(self, session_key: str) -> RemoteTurn | None: ...
+
+    async def request_stop(self, turn_id: str, user: str) -> bool: ...
+
+
 class StopHandler:
     def __init__(
         self,
@@ -51,6 +65,7 @@ class StopHandler:
         interrupt: Interrupt,
         withdraw: Withdraw,
         sessions: Sessions,
+        elsewhere: RemoteTurns | None = None,
     ) -> None:
         self._app = app
         self._turns = turns
@@ -59,6 +74,7 @@ class StopHandler:
         self._interrupt = interrupt
         self._withdraw = withdraw
         self._sessions = sessions
+        self._elsewhere = elsewhere
 
     def register(self) -> None:
         self._app.action(STOP_ACTION_ID)(self._on_stop)
@@ -73,15 +89,54 @@ class StopHandler:
         channel = str((body.get("channel") or {}).get("id") or "")
         thread_ts = (body.get("container") or {}).get("thread_ts")
         turn = self._turns.get(session_key)
-        if turn is None:
+        if turn is not None:
+            await self.stop(user, turn)
+        elif await self.stop_elsewhere(user, session_key) is None:
             await whisper(client, channel, user, copy.TURN_ALREADY_FINISHED, thread_ts)
-            return
-        await self.stop(user, turn)
 
     async def stop(self, user: str, turn: ActiveTurn) -> bool:
-        """Stop `turn` for `user` (the Stop button, or the agent session's stop button in
-        `progress.sessions`): anyone but who may stop it is told who may. True when the
-        turn was interrupted."""
+        """Stop `turn`, running here, for `user` (the Stop button, or the agent session's
+        stop button in `progress.sessions`): anyone but who may stop it is told who may.
+        True when the turn was interrupted."""
+
+        async def here() -> bool:
+            turn.stopped_by = user
+            return self._interrupt(turn.session_key)
+
+        return await self._stop(user, turn, here)
+
+    async def stop_elsewhere(self, user: str, session_key: str) -> bool | None:
+        """Stop the thread's turn running on another replica, as `stop` does; None when no
+        turn runs there on any replica."""
+        elsewhere = self._elsewhere
+        remote = await elsewhere.running_elsewhere(session_key) if elsewhere else None
+        if elsewhere is None or remote is None:
+            return None
+
+        async def there() -> bool:
+            return await elsewhere.request_stop(remote.turn_id, user)
+
+        turn = ActiveTurn(
+            remote.session_key,
+            remote.asker,
+            remote.role,
+            remote.team_id,
+            remote.channel_id,
+            remote.thread_ts,
+        )
+        return await self._stop(user, turn, there)
+
+    def interrupt_elsewhere(self, request: TurnInterrupt) -> bool:
+        """Another replica asked to interrupt a turn running here (a stop pressed there
+        names who stopped it, as the thread will say); True when one was running."""
+        turn = self._turns.get(request.session_key)
+        if turn is not None and request.stopped_by is not None:
+            turn.stopped_by = request.stopped_by
+        return self._interrupt(request.session_key)
+
+    async def _stop(
+        self, user: str, turn: ActiveTurn, interrupt: Callable[[], Awaitable[bool]]
+    ) -> bool:
         if not await self.may_stop(user, turn):
             # Who asked for a waiting change may withdraw it, even from a turn they may not
             # stop (someone else's question in the same thread): the card says who did.
@@ -92,8 +147,7 @@ class StopHandler:
             text = copy.who_may_stop(turn.asker, approvers)
             await whisper(self._app.client, turn.channel_id, user, text, turn.thread_ts)
             return False
-        turn.stopped_by = user
-        stopped = self._interrupt(turn.session_key)
+        stopped = await interrupt()
         if stopped:
             log.info("turn in %s stopped by %s", turn.session_key, user)
         else:

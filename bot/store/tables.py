@@ -104,8 +104,10 @@ class TurnRow(SQLModel, table=True):
     # The `ts` of each message the turn opened and has not closed yet (a JSON list): a long
     # answer goes on in a second stream message, and a crash may leave either one live.
     open_messages: str = "[]"
-    # A newer message reached another replica: the owner interrupts it at its next beat.
+    # A newer message or a stop reached another replica: the owner interrupts the turn at
+    # its next beat; a stop says who pressed it.
     interrupt_requested: bool = False
+    stopped_by: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     ended_at: datetime | None = None
 

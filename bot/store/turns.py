@@ -28,7 +28,7 @@ from bot.store.db import Database, counting, executing, insert_ignoring_duplicat
 from bot.store.repositories import adding_messages
 from bot.store.tables import InboundEventRow, SessionRow, TurnRow, utcnow
 from bot.store.writer import Op
-from bot.values import Message, OrphanTurn, TurnState
+from bot.values import Message, OrphanTurn, RemoteTurn, TurnInterrupt, TurnState
 
 LIVE = (TurnState.QUEUED.value, TurnState.RUNNING.value)
 
@@ -188,10 +188,50 @@ class TurnRepository:
         )
         return await self._db.write(counting(statement))
 
-    async def renew(self) -> list[str]:
+    async def running_elsewhere(self, session_key: str) -> RemoteTurn | None:
+        """The thread's turn running on another replica, if any (a stop pressed here)."""
+        async with self._db.sessions() as session:
+            found = (
+                await session.exec(
+                    select(TurnRow, SessionRow)
+                    .join(SessionRow, col(SessionRow.id) == col(TurnRow.session_id))
+                    .where(
+                        col(SessionRow.session_key) == session_key,
+                        col(TurnRow.state) == TurnState.RUNNING.value,
+                        col(TurnRow.owner) != self.replica.id,
+                    )
+                )
+            ).first()
+        if found is None:
+            return None
+        row, thread = found
+        return RemoteTurn(
+            row.turn_id,
+            thread.session_key,
+            row.asker,
+            thread.role,
+            thread.team_id,
+            thread.channel_id,
+            thread.thread_ts,
+        )
+
+    async def request_stop(self, turn_id: str, user: str) -> bool:
+        """Ask the replica running this turn to stop it for `user`; True while it still
+        runs there."""
+        statement = (
+            update(TurnRow)
+            .where(
+                col(TurnRow.turn_id) == turn_id,
+                col(TurnRow.state) == TurnState.RUNNING.value,
+                col(TurnRow.owner) != self.replica.id,
+            )
+            .values(interrupt_requested=True, stopped_by=user)
+        )
+        return await self._db.write(counting(statement))
+
+    async def renew(self) -> list[TurnInterrupt]:
         """The heartbeat: push back the lease of every live turn and unhandled delivery
-        this replica holds. Returns the session keys whose running turn another replica
-        asked to interrupt."""
+        this replica holds. Returns the interrupts other replicas asked for."""
         now, until = self.replica.lease()
         me = self.replica.id
         turns = (
@@ -210,17 +250,21 @@ class TurnRepository:
             await session.exec(deliveries)
 
         await self._db.write(op)
+        return await self.interrupts()
+
+    async def interrupts(self) -> list[TurnInterrupt]:
+        """The running turns here that another replica asked to interrupt."""
         async with self._db.sessions() as session:
-            keys = await session.exec(
-                select(SessionRow.session_key)
+            rows = await session.exec(
+                select(SessionRow.session_key, TurnRow.stopped_by)
                 .join(TurnRow, col(TurnRow.session_id) == col(SessionRow.id))
                 .where(
-                    col(TurnRow.owner) == me,
+                    col(TurnRow.owner) == self.replica.id,
                     col(TurnRow.state) == TurnState.RUNNING.value,
                     col(TurnRow.interrupt_requested),
                 )
             )
-            return list(keys.all())
+            return [TurnInterrupt(key, stopped_by) for key, stopped_by in rows.all()]
 
     async def take_orphans(self, limit: int = 50) -> list[OrphanTurn]:
         """Claim live turns whose lease expired (their replica died); each is ours once our

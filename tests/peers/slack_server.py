@@ -668,9 +668,12 @@ class SlackServer:
         """Simulate the user pressing stop: further appends answer `stopped_by_user`."""
         self._set_stream_state(ts, "stopped_by_user")
 
-    async def press_session_stop(self, channel: str, thread_ts: str, user: str) -> None:
+    async def press_session_stop(
+        self, channel: str, thread_ts: str, user: str, *, connection: int | None = None
+    ) -> None:
         """`user` presses the stop button Slack shows on a processing agent session: Slack
-        stops the session's live streams itself and sends `agent_session_stopped`."""
+        stops the session's live streams itself and sends `agent_session_stopped` (over the
+        `connection`-th Socket Mode connection, if given)."""
         session = self.agent_sessions.get((channel, thread_ts))
         if session is None or session.status != "processing" or not self.session_stop_subscribed:
             raise AssertionError("Slack shows no stop button on this thread now")
@@ -689,7 +692,8 @@ class SlackServer:
                 "user": user,
                 "streaming_message_ts": stopped,
                 "event_ts": self._next_ts(),
-            }
+            },
+            connection=connection,
         )
 
     def session_status(self, channel: str, thread_ts: str) -> str | None:
@@ -1482,11 +1486,18 @@ class SlackServer:
         retry_attempt: int = 0,
         retry_reason: str = "",
         timeout: float = 5,
+        connection: int | None = None,
     ) -> str:
-        """Send one envelope to one open connection (round robin); return its envelope_id."""
+        """Send one envelope to one open connection (round robin, or the `connection`-th
+        open one, in the order they connected: with several replicas, a test chooses which
+        one gets it); return its envelope_id."""
         await self.wait_connected(timeout=timeout)
         live = [ws for ws in self._sockets if not ws.closed]
-        ws = live[next(self._socket_cursor) % len(live)]
+        ws = (
+            live[connection]
+            if connection is not None
+            else live[next(self._socket_cursor) % len(live)]
+        )
         envelope_id = envelope_id or str(uuid.uuid4())
         self._ack_events.setdefault(envelope_id, asyncio.Event())
         envelope: Json = {
@@ -1503,13 +1514,19 @@ class SlackServer:
         return envelope_id
 
     async def deliver_event(
-        self, event: Json, *, event_id: str | None = None, retry_attempt: int = 0
+        self,
+        event: Json,
+        *,
+        event_id: str | None = None,
+        retry_attempt: int = 0,
+        connection: int | None = None,
     ) -> str:
         """Deliver `event` wrapped in an `event_callback` body over Socket Mode."""
         return await self.deliver(
             "events_api",
             self.event_envelope_payload(event, event_id=event_id),
             retry_attempt=retry_attempt,
+            connection=connection,
         )
 
     async def disconnect_all(self, *, reason: str | None = None) -> None:

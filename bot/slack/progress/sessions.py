@@ -115,18 +115,28 @@ def idle(awaiting_approval: bool) -> SessionStatus:
 # Asks the Stop button's owner to stop a turn for `user` (who-may-stop check, the refusal
 # whisper and the interrupt included); True when the turn was stopped.
 StopTurn = Callable[[str, ActiveTurn], Awaitable[bool]]
+# The same for a thread whose turn runs on another replica (by session key); None when no
+# turn runs there on any replica.
+StopElsewhere = Callable[[str, str], Awaitable[bool | None]]
 
 
 class SessionStopEvents:
-    """`agent_session_stopped` → the same stop as kelpie's Stop button."""
+    """`agent_session_stopped` → the same stop as kelpie's Stop button, wherever the turn
+    runs (Slack sends the event to any replica)."""
 
     def __init__(
-        self, app: AsyncApp, turns: ActiveTurns, sessions: AgentSessions, stop: StopTurn
+        self,
+        app: AsyncApp,
+        turns: ActiveTurns,
+        sessions: AgentSessions,
+        stop: StopTurn,
+        stop_elsewhere: StopElsewhere,
     ) -> None:
         self._app = app
         self._turns = turns
         self._sessions = sessions
         self._stop = stop
+        self._stop_elsewhere = stop_elsewhere
 
     def register(self) -> None:
         self._app.event("agent_session_stopped")(self._on_stopped)
@@ -135,12 +145,15 @@ class SessionStopEvents:
         channel = str(event.get("channel") or "")
         thread_ts = str(event.get("thread_ts") or "")
         user = str(event.get("user") or "")
+        team = str(body.get("team_id") or "")
         turn = self._turns.by_thread(channel, thread_ts)
         if turn is None:
-            # Nothing runs there (any more): just take the session off processing.
-            log.info("agent session in %s/%s stopped with no turn running", channel, thread_ts)
-            team = str(body.get("team_id") or "")
-            await self._sessions.set(team, channel, thread_ts, SessionStatus.ACTIVE)
+            # The turn may run on another replica, which stops it and settles the session.
+            stopped = await self._stop_elsewhere(user, f"{team}:{channel}:{thread_ts}")
+            if stopped is None:
+                # Nothing runs there (any more): just take the session off processing.
+                log.info("agent session in %s/%s stopped, no turn running", channel, thread_ts)
+                await self._sessions.set(team, channel, thread_ts, SessionStatus.ACTIVE)
             return
         if await self._stop(user, turn):
             log.info("turn in %s stopped by %s from the agent session", turn.session_key, user)
