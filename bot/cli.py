@@ -75,7 +75,7 @@ async def _run(config: Config, secrets: Secrets) -> None:
     await _verify(config, secrets)
     kelpie = build_kelpie(config, secrets)
     try:
-        await kelpie.start()
+        await kelpie.start(settle_heap=True)
     except OSError as error:  # a port taken or not ours to bind
         await kelpie.stop()
         raise StartupFailed(
