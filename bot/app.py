@@ -163,6 +163,25 @@ def model_gateway(config: Config, secrets: Secrets, profile_name: str) -> LiteLL
     )
 
 
+class ModelGateways:
+    """Each model profile's gateway, built once, and closed at shutdown: a gateway may hold
+    its own HTTP client (`auth: none`)."""
+
+    def __init__(self, config: Config, secrets: Secrets) -> None:
+        self._config = config
+        self._secrets = secrets
+        self._built: dict[str, LiteLLMGateway] = {}
+
+    def __call__(self, profile: str) -> LiteLLMGateway:
+        if profile not in self._built:
+            self._built[profile] = model_gateway(self._config, self._secrets, profile)
+        return self._built[profile]
+
+    async def close(self) -> None:
+        for gateway in self._built.values():
+            await gateway.close()
+
+
 def kube_clients(config: Config) -> KubeClients:
     return KubeClients.build(
         (
@@ -186,7 +205,9 @@ def config_problems(config: Config) -> list[str]:
     return pattern_problems(config.roles, tool_registry(KubeClients({})).all())
 
 
-def security_stages(config: Config, secrets: Secrets, messages: MessageRepository) -> list[Stage]:
+def security_stages(
+    config: Config, gateways: ModelGateways, messages: MessageRepository
+) -> list[Stage]:
     """The pipeline's checks in the design brief's order (its tail follows: see
     `call_pipeline`)."""
     stages: list[Stage] = [
@@ -201,7 +222,7 @@ def security_stages(config: Config, secrets: Secrets, messages: MessageRepositor
         stages.append(
             GuardianStage(
                 # The guardian's requests leave kelpie too: the same outbound masking.
-                MaskingGateway(model_gateway(config, secrets, profile)),
+                MaskingGateway(gateways(profile)),
                 recent=messages.recent_texts,
                 timeout_s=config.models.profiles[profile].timeout_s,
             )
@@ -372,6 +393,8 @@ class AgentCore:
     router: ModelRouter
     # Prunes old conversations (and audits, when configured) in the background.
     retention: Pruner
+    # The model profiles' gateways, closed last (no turn or check runs any more).
+    gateways: ModelGateways
     # Each turn's state and lease (Slack only: the terminal runs no heartbeat).
     turns: TurnRepository | None = None
 
@@ -385,6 +408,7 @@ class AgentCore:
             await background.drain()
         self.kube.close()
         await self.db.close()
+        await self.gateways.close()
 
 
 @dataclass(frozen=True)
@@ -421,6 +445,7 @@ def build_core(
     sessions = SessionRepository(db)
     kube = kube_clients(config)
     registry = tool_registry(kube)
+    gateways = ModelGateways(config, secrets)
     post_hooks = PostToolUseHooks(config.hooks.post_tool_use)
     session_hooks = SessionHooks(config.hooks.session_start, config.hooks.session_end)
     approval_store = MeteredApprovalRepository(db, metrics)
@@ -430,7 +455,7 @@ def build_core(
         registry, write_audit or WriteAuditRepository(db), WriteReservationRepository(db)
     )
     pipeline = call_pipeline(
-        security_stages(config, secrets, messages),
+        security_stages(config, gateways, messages),
         timeout_s=config.agent.tool_timeout_s,
         approvals=ApprovalRequests(approval_store, front.cards, bell),
         writes=RecordedWrites(coordinator, approval_store),
@@ -443,7 +468,7 @@ def build_core(
     engine = Engine(
         # Every request is masked, size-limited and kept (the last one per session).
         MaskingGateway(
-            MeteredGateway(model_gateway(config, secrets, config.models.active), metrics),
+            MeteredGateway(gateways(config.models.active), metrics),
             payloads,
         ),
         harness,
@@ -501,6 +526,7 @@ def build_core(
         pipeline,
         router,
         retention,
+        gateways,
         turns,
     )
 

@@ -199,7 +199,10 @@ async def model_check(config: Config, secrets: Secrets) -> CheckResult:
     name = f"model {config.models.active} ({config.models.active_profile.model})"
     try:
         gateway = model_gateway(config, secrets, config.models.active)
-        await gateway.ping()
+        try:
+            await gateway.ping()
+        finally:
+            await gateway.close()
     except ConfigError as error:
         return CheckResult(name, False, str(error))
     except ModelError as error:

@@ -20,6 +20,7 @@ from bot.config import Secrets, parse_config
 from bot.model.types import ModelError, ModelRequest
 from tests.peers.model_server import ModelServer, ScriptedPeer
 from tests.peers.provider_servers import AnthropicServer, GeminiServer, OllamaServer
+from tests.world import ALICE, SHOP_CHANNEL, World
 
 ENV_KEYS = {
     "OPENAI_API_KEY": "sk-env-openai-0123456789abcdef",
@@ -82,6 +83,25 @@ async def test_auth_none_sends_no_credential_even_with_provider_keys_in_env(
         assert credentials(peer) == [{}]
         assert all("key" not in r.query for r in peer.recorded)
         peer.assert_script_consumed()
+        # Its own HTTP client is closed with the gateway: no connection is left open.
+        assert peer.open_connections
+        await gateway.close()
+        await peer.wait_connections_closed()
+
+
+async def test_the_bot_closes_the_auth_none_client_when_it_stops(world: World) -> None:
+    world.model.reply_text("All pods are running.")
+    bot = await world.start_bot({"models": {"profiles": {"default": {"auth": {"method": "none"}}}}})
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "how is shop?")
+    await world.slack.wait_for(
+        lambda s: any("All pods" in m.text for m in s.thread(SHOP_CHANNEL, mention["ts"]))
+    )
+    assert credentials(world.model) == [{}]
+    assert world.model.open_connections  # kept alive for the next question
+
+    await world.stop_bot(bot)
+
+    await world.model.wait_connections_closed()
 
 
 async def test_auth_environment_sends_only_the_named_variable(provider_keys_in_env: None) -> None:

@@ -203,6 +203,13 @@ class LiteLLMGateway:
             options.setdefault("output_cost_per_token", 0.0)
         return options
 
+    async def close(self) -> None:
+        """Close the `auth: none` HTTP client and its connections, if one was made (the
+        other methods' clients are LiteLLM's own, cached and shared)."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
     def _no_credential_client(self) -> Any:
         if self._client is None:
             provider = _import_litellm().get_llm_provider(self._model)[1]

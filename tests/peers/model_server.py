@@ -289,6 +289,18 @@ class ScriptedPeer:
                 await self._arrived.wait_for(lambda: len(self.requests) >= n)
         return self.requests
 
+    @property
+    def open_connections(self) -> int:
+        """TCP connections clients hold open to this peer now (kept-alive ones included)."""
+        server = self._runner.server if self._runner is not None else None
+        return len(server.connections) if server is not None else 0
+
+    async def wait_connections_closed(self, timeout: float = 10) -> None:
+        """Until every client has closed its connections (a client left open holds them)."""
+        async with asyncio.timeout(timeout):
+            while self.open_connections:
+                await asyncio.sleep(0.01)
+
     def _report(self, usage: dict[str, int]) -> dict[str, int]:
         """Record an OpenAI-shaped usage report on its way out."""
         self.usage_reported.append((usage["prompt_tokens"], usage["completion_tokens"]))
