@@ -91,17 +91,20 @@ async def test_a_turn_that_interrupts_another_can_itself_be_stopped():
 
 
 async def test_a_thread_over_the_limit_shows_it_is_queued_then_gets_its_answer(world: World):
-    # The first question keeps the only slot busy while the model thinks.
-    world.model.reply_hang(3, then=TextStep("first answer"))
+    # The first question keeps the only slot busy: the model answers it when the test says.
+    first_answer = world.model.reply_held(then=TextStep("first answer"))
     world.model.reply_text("second answer")
     await world.start_bot({"agent": {"max_concurrent_turns": 1}})
     first = await world.mention(SHOP_CHANNEL, ALICE, "first question")
     await world.model.wait_for_requests(1, timeout=60)  # the first request imports LiteLLM
     second = await world.mention(DEV_CHANNEL, BOB, "second question")
+    (queued,) = await world.wait_bot_replies(DEV_CHANNEL, second["ts"], 1)
+    assert len(world.model.requests) == 1  # the second waits for the slot
+    first_answer.set()
 
     replies = await world.wait_bot_replies(DEV_CHANNEL, second["ts"], 3)
     texts = [reply.text for reply in replies]
-    assert "Queued: kelpie is answering 1 other requests" in texts[0]
+    assert "Queued: kelpie is answering 1 other requests" in texts[0] == queued.text
     assert "second answer" in texts[-1]
     first_replies = await world.wait_bot_replies(SHOP_CHANNEL, first["ts"], 2)
     assert "first answer" in first_replies[-1].text
@@ -132,8 +135,9 @@ async def test_caps_per_person_and_per_lane_refuse_new_sessions_only():
 
 
 async def test_a_person_or_channel_over_its_cap_is_told_when_to_ask_again(world: World):
-    world.model.reply_hang(10, then=TextStep("alice's answer"))
-    world.model.reply_hang(8, then=TextStep("bob's answer"))
+    # Alice's and Bob's questions hold their places until the test lets the model answer.
+    alices = world.model.reply_held(then=TextStep("alice's answer"))
+    bobs = world.model.reply_held(then=TextStep("bob's answer"))
     world.model.reply_text("alice's next answer")
     await world.start_bot({"agent": {"max_turns_per_person": 1, "max_turns_per_channel": 2}})
     first = await world.mention(SHOP_CHANNEL, ALICE, "first question")
@@ -149,6 +153,8 @@ async def test_a_person_or_channel_over_its_cap_is_told_when_to_ask_again(world:
     assert told.text == copy.channel_busy(2)
     assert len(world.model.requests) == 2  # the refused ones never reached the model
 
+    alices.set()
+    bobs.set()
     await world.drain()
     assert any("alice's answer" in text for text in bot_texts(world, first["ts"]))
     # Her turn has ended: her place is free again.

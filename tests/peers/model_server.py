@@ -81,10 +81,12 @@ class CutStep:
 
 @dataclass(frozen=True)
 class HangStep:
-    """Hold the request for `seconds` without sending anything, then play `then` (or drop)."""
+    """Hold the request for `seconds` without sending anything, then play `then` (or drop).
+    With `release`, hold it until the test sets that event instead: no clock decides."""
 
     seconds: float
     then: Step | None = None
+    release: asyncio.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -261,6 +263,13 @@ class ScriptedPeer:
     def reply_hang(self, seconds: float, *, then: Step | None = None) -> None:
         self.enqueue(HangStep(seconds, then))
 
+    def reply_held(self, *, then: Step | None = None) -> asyncio.Event:
+        """The next request waits, sending nothing, until the returned event is set (or the
+        client gives up), then gets `then` (None: the connection is dropped)."""
+        release = asyncio.Event()
+        self.enqueue(HangStep(0, then, release))
+        return release
+
     def reply_with(self, decide: Callable[[dict[str, Any]], Step]) -> None:
         self.enqueue(DynamicStep(decide))
 
@@ -351,10 +360,7 @@ class ScriptedPeer:
     async def _play_common(self, request: web.Request, step: Step) -> Step | web.StreamResponse:
         """Hang and error steps look the same on every peer but for the error body."""
         while isinstance(step, HangStep):
-            try:
-                await asyncio.wait_for(self._closing.wait(), step.seconds)
-            except TimeoutError:
-                pass
+            await self._hang(step)
             if step.then is None or self._closing.is_set():
                 _drop(request)
                 return web.Response(status=204)
@@ -362,6 +368,18 @@ class ScriptedPeer:
         if isinstance(step, ErrorStep):
             return self._error(step)
         return step
+
+    async def _hang(self, step: HangStep) -> None:
+        """Until the step's time passed or its release was set, or the peer stops."""
+        waits = [asyncio.ensure_future(self._closing.wait())]
+        if step.release is not None:
+            waits.append(asyncio.ensure_future(step.release.wait()))
+        timeout = None if step.release is not None else step.seconds
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
     def _error(self, step: ErrorStep) -> web.Response:
         raise NotImplementedError
