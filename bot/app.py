@@ -500,7 +500,7 @@ def build_core(
             front.approvers,
             self_approval=front.self_approval,
         ),
-        DecisionTurns(messages, agent, front.submit),
+        DecisionTurns(messages, sessions, agent, front.submit),
         KubeReadback(kube),
         bell,
     )

@@ -21,7 +21,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.agent.events import ToolFinished, TurnEvent, TurnFinished
-from bot.agent.session import IncomingMessage, Reporter, ReporterFactory, TurnMessages
+from bot.agent.session import Reporter, ReporterFactory, TurnMessages, TurnOrigin
 from bot.model.types import ModelError, ModelGateway, ModelReply, ModelRequest, TextSink
 from bot.store.approvals import ApprovalRepository
 from bot.store.db import Database
@@ -125,9 +125,9 @@ class MeteredReporters:
         self._metrics = metrics
 
     async def open(
-        self, session: SessionInfo, message: IncomingMessage, messages: TurnMessages
+        self, session: SessionInfo, origin: TurnOrigin, messages: TurnMessages
     ) -> Reporter:
-        reporter = await self._inner.open(session, message, messages)
+        reporter = await self._inner.open(session, origin, messages)
         return _MeteredReporter(reporter, self._metrics)
 
     async def settle(self, session: SessionInfo, *, awaiting_approval: bool) -> None:

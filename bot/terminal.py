@@ -47,7 +47,7 @@ from bot.agent.events import (
     footer_line,
     seen_stats,
 )
-from bot.agent.session import AgentSessions, IncomingMessage, TurnMessages
+from bot.agent.session import AgentSessions, IncomingMessage, TurnMessages, TurnOrigin
 from bot.agent.turns import TurnBody
 from bot.config import ApprovalConfig
 from bot.errors import KelpieError
@@ -309,7 +309,7 @@ class TerminalReporters:
         self._model_name = model_name
 
     async def open(
-        self, session: SessionInfo, message: IncomingMessage, messages: TurnMessages
+        self, session: SessionInfo, origin: TurnOrigin, messages: TurnMessages
     ) -> TerminalReporter:
         # A console keeps no message open: nothing is left to close after a crash.
         return TerminalReporter(self._console, self._model_name)

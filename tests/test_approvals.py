@@ -148,7 +148,9 @@ async def test_approve_by_allowed_user_writes_exactly_the_previewed_change(any_d
     card = await card_now(world, card)
     assert not has_buttons(card)
     assert f"Approved by <@{CAROL}>" in card_text(card) and "Outcome" in card_text(card)
+    # The turn after the click answers the decision's outcome: the last thing the model read.
     note = decision_note(world)
+    assert world.model.requests[-1]["messages"][-1] == {"role": "user", "content": note}
     assert f"approved by <@{CAROL}>" in note and "Scaled deployment shop/checkout-api" in note
 
     audits = await WriteAuditRepository(world.bots[0].db).all()

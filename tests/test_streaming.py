@@ -508,7 +508,7 @@ async def test_a_show_tool_attachment_is_uploaded_as_a_file_and_nothing_else_is(
             "T0TEST", SHOP_CHANNEL, "shop-oncall", False, asked.ts, asked.ts, ALICE, "logs"
         )
         messages = OpenMessages()
-        reporter = await reporters.open(session, message, messages)
+        reporter = await reporters.open(session, message.origin, messages)
         assert len(messages.open) == 1  # the progress message, closed by whoever takes over
         logs = "".join(f"line {i}: GET /healthz 200\n" for i in range(2000))
         await reporter.emit(ToolStarted("call_1", "show_logs", "pod=api-1"))

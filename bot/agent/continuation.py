@@ -9,7 +9,7 @@ import uuid
 from typing import Protocol
 
 from bot.agent.conversation import ConversationStore
-from bot.agent.session import AgentSessions
+from bot.agent.session import AgentSessions, DecisionTurn, SessionStore
 from bot.agent.turns import TurnBody
 from bot.values import Approval, ApprovalState, Message, Role
 
@@ -28,9 +28,14 @@ class DecisionTurns:
     """Implements the approval flow's `Continuation` port."""
 
     def __init__(
-        self, conversation: ConversationStore, agent: AgentSessions, submit: TurnSubmit
+        self,
+        conversation: ConversationStore,
+        sessions: SessionStore,
+        agent: AgentSessions,
+        submit: TurnSubmit,
     ) -> None:
         self._conversation = conversation
+        self._sessions = sessions
         self._agent = agent
         self._submit = submit
 
@@ -44,12 +49,12 @@ class DecisionTurns:
             if approval.status is not ApprovalState.CANCELLED:
                 await self._agent.settle(approval.session_id)
             return
-        accepted = await self._agent.resumable(approval.session_id, turn_id, approval.requested_by)
-        if accepted is None:
-            await self._agent.settle(approval.session_id)
+        session = await self._sessions.get(approval.session_id)
+        if session is None:
             return
+        turn = DecisionTurn(session, turn_id, approval, message)
         self._submit(
-            accepted.session.session_key,
-            lambda abort: self._agent.resume_turn(accepted, abort),
+            session.session_key,
+            lambda abort: self._agent.after_decision(turn, abort),
             may_interrupt=False,
         )

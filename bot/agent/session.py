@@ -21,13 +21,14 @@ from bot.agent.conversation import ConversationStore
 from bot.agent.engine import Engine, TurnRequest
 from bot.agent.events import TurnEvent, TurnFinish, TurnFinished, TurnStats
 from bot.agent.prompt import PromptContext, system_prompt, user_message
+from bot.agent.turns import TurnBody
 from bot.config import Config, OnNewMessage
 from bot.model.router import ModelRouter, ResolvedAgentPolicy, resolve_policy
 from bot.policy.decision import CallScope
 from bot.policy.roles import ChannelBinding, offered_tools
 from bot.tools.harness import ToolRegistry
 from bot.tools.spec import Tool
-from bot.values import Message, Role, SessionInfo, TurnState
+from bot.values import Approval, Message, Role, SessionInfo, TurnState
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,32 @@ class IncomingMessage:
     def session_key(self) -> str:
         return f"{self.team_id}:{self.channel_id}:{self.thread_ts}"
 
+    @property
+    def origin(self) -> TurnOrigin:
+        return TurnOrigin(self.user, self.ts, self.text)
+
+
+@dataclass(frozen=True)
+class TurnOrigin:
+    """What a front end shows of a turn beyond its session: whom it answers, and the
+    person's message that prompted it when one did."""
+
+    asker: str
+    message_ts: str | None = None  # None: no one wrote it (the turn after a decision)
+    text: str = ""  # that message's text, which titles a session it starts
+
+
+@dataclass(frozen=True)
+class DecisionTurn:
+    """The turn after a decision on an approval card: the agent reads the outcome (stored
+    as this turn's opening note) and tells the thread. Nobody wrote it: it answers the
+    person who asked for the change, reacting to no message."""
+
+    session: SessionInfo
+    turn_id: str
+    approval: Approval  # the decided card: who asked, who decided (`decided_by`), the outcome
+    note: Message  # the outcome as the model reads it
+
 
 class Reporter(Protocol):
     async def emit(self, event: TurnEvent) -> None: ...
@@ -68,7 +95,7 @@ class TurnMessages(Protocol):
 
 class ReporterFactory(Protocol):
     async def open(
-        self, session: SessionInfo, message: IncomingMessage, messages: TurnMessages
+        self, session: SessionInfo, origin: TurnOrigin, messages: TurnMessages
     ) -> Reporter: ...
 
     async def settle(self, session: SessionInfo, *, awaiting_approval: bool) -> None:
@@ -97,8 +124,20 @@ class AcceptedMessage:
     message: IncomingMessage
     binding: ChannelBinding
     turn_id: str
-    # The stored user message; None for a turn resumed from the stored conversation.
-    user_message: Message | None = None
+    user_message: Message  # as stored
+
+
+@dataclass(frozen=True)
+class _TurnSpec:
+    """What any turn runs on, whatever started it."""
+
+    session: SessionInfo
+    binding: ChannelBinding
+    turn_id: str
+    origin: TurnOrigin
+    # The turn's own stored opening (a person's message, a decision's note), answered by
+    # it; None: the turn's messages are all in the stored conversation already.
+    opening: Message | None
 
 
 class TurnLedger(Protocol):
@@ -220,21 +259,65 @@ class AgentSessions:
         return AcceptedMessage(session, message, binding, turn_id, user)
 
     async def run_turn(self, accepted: AcceptedMessage, abort: asyncio.Event) -> None:
-        session = accepted.session
+        """Answer a person's message (already stored, with its turn)."""
+        spec = _TurnSpec(
+            accepted.session,
+            accepted.binding,
+            accepted.turn_id,
+            accepted.message.origin,
+            accepted.user_message,
+        )
         interrupting = self._config.slack.on_new_message is OnNewMessage.INTERRUPT
-        owning = self._owning(accepted, abort, interrupting=interrupting)
-        async with owning as ending, self._reporting(accepted) as reporter:
-            # Turns that began before this one, then this turn's own (already stored) message.
+        await self._run_spec(spec, abort, interrupting=interrupting)
+
+    async def after_decision(self, turn: DecisionTurn, abort: asyncio.Event) -> None:
+        """Tell the thread what a decision led to: a turn on the decision's note, under the
+        session's role as the configuration defines it now (a role that is gone: the thread
+        is only settled)."""
+        binding = self._binding(turn.session)
+        if binding is None:
+            await self.settle(turn.session.id)
+            return
+        origin = TurnOrigin(turn.approval.requested_by)
+        await self._run_spec(
+            _TurnSpec(turn.session, binding, turn.turn_id, origin, turn.note), abort
+        )
+
+    async def take_over(
+        self, session_id: int, turn_id: str, asker: str
+    ) -> tuple[str, TurnBody] | None:
+        """A turn accepted by a replica that died before running it: its session key and
+        its body, which runs it here from the stored conversation (its message included);
+        None if its session or role is gone."""
+        session = await self._sessions.get(session_id)
+        binding = self._binding(session) if session is not None else None
+        if session is None or binding is None:
+            return None
+        spec = _TurnSpec(session, binding, turn_id, TurnOrigin(asker), None)
+        return session.session_key, lambda abort: self._run_spec(spec, abort)
+
+    def _binding(self, session: SessionInfo) -> ChannelBinding | None:
+        role = self._config.roles.get(session.role)
+        if role is None:
+            return None
+        return ChannelBinding(session.role, role, session.cluster, session.namespace)
+
+    async def _run_spec(
+        self, spec: _TurnSpec, abort: asyncio.Event, *, interrupting: bool = False
+    ) -> None:
+        owning = self._owning(spec, abort, interrupting=interrupting)
+        async with owning as ending, self._reporting(spec) as reporter:
+            # Turns that began before this one, then this turn's own (stored) opening; with
+            # none, everything stored (a turn taken over: its message is stored with it).
+            before = spec.turn_id if spec.opening is not None else None
             history = await self._conversation.history(
-                session.id, self._config.agent.history_messages, before_turn=accepted.turn_id
+                spec.session.id, self._config.agent.history_messages, before_turn=before
             )
-            ending.state = await self._turn(
-                accepted, reporter, history, accepted.user_message, abort
-            )
+            ending.state = await self._turn(spec, reporter, history, abort)
 
     @contextlib.asynccontextmanager
     async def _owning(
-        self, accepted: AcceptedMessage, abort: asyncio.Event, *, interrupting: bool = False
+        self, spec: _TurnSpec, abort: asyncio.Event, *, interrupting: bool = False
     ) -> AsyncIterator[_Ending]:
         """The turn's row: claimed as running here once no other turn of its thread runs
         (on any replica), and given its final state when the turn ends. A shutdown (a
@@ -246,12 +329,12 @@ class AgentSessions:
         if ledger is None:
             yield ending
             return
-        turn_id, user = accepted.turn_id, accepted.message.user
+        session_id, turn_id = spec.session.id, spec.turn_id
         try:
             # Polled: the turn it waits for may run in another process; the table decides.
-            while not await ledger.claim(accepted.session.id, turn_id, user):
+            while not await ledger.claim(session_id, turn_id, spec.origin.asker):
                 if interrupting:
-                    interrupting = not await ledger.request_interrupt(accepted.session.id)
+                    interrupting = not await ledger.request_interrupt(session_id)
                 await asyncio.sleep(CLAIM_POLL_S)
             yield ending
         except asyncio.CancelledError:
@@ -273,14 +356,12 @@ class AgentSessions:
             log.exception("could not record that turn %s ended (%s)", turn_id, state)
 
     @contextlib.asynccontextmanager
-    async def _reporting(self, accepted: AcceptedMessage) -> AsyncIterator[Reporter]:
+    async def _reporting(self, spec: _TurnSpec) -> AsyncIterator[Reporter]:
         """The turn's reporter, closed whenever the turn ends, even when an interrupt lands
         in its first milliseconds (while the reporter is still opening): no stream or
         progress message is ever left unfinished."""
-        messages = _LedgerMessages(self._ledger, accepted.turn_id)
-        opening = asyncio.ensure_future(
-            self._reporters.open(accepted.session, accepted.message, messages)
-        )
+        messages = _LedgerMessages(self._ledger, spec.turn_id)
+        opening = asyncio.ensure_future(self._reporters.open(spec.session, spec.origin, messages))
         try:
             reporter = await asyncio.shield(opening)
         except asyncio.CancelledError:
@@ -297,45 +378,15 @@ class AgentSessions:
     async def _close_interrupted(reporter: Reporter) -> None:
         await reporter.close(TurnFinished(TurnFinish.INTERRUPTED, "", TurnStats(model="")))
 
-    async def resumable(self, session_id: int, turn_id: str, user: str) -> AcceptedMessage | None:
-        """What `resume_turn` needs, from the stored session; None if its role is gone."""
-        session = await self._sessions.get(session_id)
-        if session is None or session.role not in self._config.roles:
-            return None
-        binding = ChannelBinding(
-            session.role, self._config.roles[session.role], session.cluster, session.namespace
-        )
-        message = IncomingMessage(
-            team_id=session.team_id,
-            channel_id=session.channel_id,
-            channel_name=None,
-            is_dm=session.is_dm,
-            thread_ts=session.thread_ts,
-            ts=session.thread_ts,
-            user=user,
-            text="",
-        )
-        return AcceptedMessage(session, message, binding, turn_id)
-
-    async def resume_turn(self, accepted: AcceptedMessage, abort: asyncio.Event) -> None:
-        """Continue a turn from the stored conversation alone (its last message is a tool
-        result recorded after kelpie restarted, e.g. an approval decided meanwhile)."""
-        async with self._owning(accepted, abort) as ending, self._reporting(accepted) as reporter:
-            history = await self._conversation.history(
-                accepted.session.id, self._config.agent.history_messages
-            )
-            ending.state = await self._turn(accepted, reporter, history, None, abort)
-
     async def _turn(
         self,
-        accepted: AcceptedMessage,
+        spec: _TurnSpec,
         reporter: Reporter,
         history: list[Message],
-        user: Message | None,
         abort: asyncio.Event,
     ) -> TurnState:
-        session, message, binding = accepted.session, accepted.message, accepted.binding
-        logs.bind(session_id=session.id, turn_id=accepted.turn_id)  # this turn's task only
+        session, origin, binding = spec.session, spec.origin, spec.binding
+        logs.bind(session_id=session.id, turn_id=spec.turn_id)  # this turn's task only
         tools = offered_tools(binding.role, self._registry.all())
         policy = await self._policy(tools)
         cluster = next(c for c in self._config.kubernetes.clusters if c.name == binding.cluster)
@@ -355,21 +406,21 @@ class AgentSessions:
             session_id=session.id,
             session_key=session.session_key,
             channel_id=session.channel_id,
-            slack_user=message.user,
+            slack_user=origin.asker,
             role_name=binding.role_name,
             role=binding.role,
             tool_context=binding.tool_context(),
             offered=frozenset(tool.name for tool in tools),
             abort=abort,
-            user_request=message.text,
-            turn_id=accepted.turn_id,
+            user_request=origin.text,
+            turn_id=spec.turn_id,
         )
         request = TurnRequest(
             session=session,
-            turn_id=accepted.turn_id,
+            turn_id=spec.turn_id,
             system_prompt=prompt,
             history=history,
-            user_message=user,
+            user_message=spec.opening,
             tools=tools,
             scope=scope,
             policy=policy,
@@ -382,7 +433,7 @@ class AgentSessions:
         try:
             return await self._run(request, reporter, session.id)
         finally:
-            await self._hooks.session_end(_hook_info(session, message.user, accepted.turn_id))
+            await self._hooks.session_end(_hook_info(session, origin.asker, spec.turn_id))
 
     async def _run(self, request: TurnRequest, reporter: Reporter, session_id: int) -> TurnState:
         try:

@@ -91,14 +91,11 @@ class Takeover:
         await self._leases.finish(turn.turn_id, TurnState.INTERRUPTED)
 
     async def _resume(self, turn: OrphanTurn) -> bool:
-        accepted = await self._agent.resumable(turn.session_id, turn.turn_id, turn.asker)
-        if accepted is None:
+        taken = await self._agent.take_over(turn.session_id, turn.turn_id, turn.asker)
+        if taken is None:
             return False
-        self._submit(
-            accepted.session.session_key,
-            lambda abort: self._agent.resume_turn(accepted, abort),
-            may_interrupt=False,
-        )
+        session_key, body = taken
+        self._submit(session_key, body, may_interrupt=False)
         return True
 
 

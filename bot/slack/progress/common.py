@@ -31,7 +31,7 @@ from bot.agent.events import (
     plural,
     seen_stats,
 )
-from bot.agent.session import IncomingMessage, TurnMessages
+from bot.agent.session import TurnMessages, TurnOrigin
 from bot.slack import copy
 from bot.slack.markdown import (
     MAX_BLOCKS,
@@ -40,7 +40,7 @@ from bot.slack.markdown import (
     split_text,
 )
 from bot.slack.safe_text import escape_markdown
-from bot.values import ToolStatus
+from bot.values import SessionInfo, ToolStatus
 
 if TYPE_CHECKING:
     from bot.slack.progress.sessions import AgentSessions
@@ -326,23 +326,25 @@ class StatusIndicator:
         self,
         client: AsyncWebClient,
         memory: WorkspaceMemory,
-        message: IncomingMessage,
+        session: SessionInfo,
+        origin: TurnOrigin,
         *,
         reactions: bool,
     ) -> None:
         self._client = client
         self._memory = memory
-        self._message = message
+        self._session = session
+        self._origin = origin
         self._reactions = reactions
         self._kind: str | None = None
 
     async def start(self) -> None:
-        message = self._message
-        if message.is_dm and message.team_id not in self._memory.no_assistant_status_teams:
+        session = self._session
+        if session.is_dm and session.team_id not in self._memory.no_assistant_status_teams:
             try:
                 await self._client.assistant_threads_setStatus(
-                    channel_id=message.channel_id,
-                    thread_ts=message.thread_ts,
+                    channel_id=session.channel_id,
+                    thread_ts=session.thread_ts,
                     status=copy.ASSISTANT_STATUS,
                 )
                 self._kind = "assistant"
@@ -350,8 +352,9 @@ class StatusIndicator:
             except SLACK_FAILURES as error:
                 log.info("assistant status refused (%s); using reactions", error_code(error))
                 if isinstance(error, SlackApiError):
-                    self._memory.no_assistant_status_teams.add(message.team_id)
-        if self._reactions:
+                    self._memory.no_assistant_status_teams.add(session.team_id)
+        # A turn no person's message prompted (after a decision) has nothing to react to.
+        if self._reactions and self._origin.message_ts is not None:
             await self._react("reactions_add", "eyes")
             self._kind = "reaction"
 
@@ -359,8 +362,8 @@ class StatusIndicator:
         if self._kind == "assistant":
             try:
                 await self._client.assistant_threads_setStatus(
-                    channel_id=self._message.channel_id,
-                    thread_ts=self._message.thread_ts,
+                    channel_id=self._session.channel_id,
+                    thread_ts=self._session.thread_ts,
                     status="",
                 )
             except SLACK_FAILURES as error:
@@ -373,7 +376,7 @@ class StatusIndicator:
     async def _react(self, method: str, name: str) -> None:
         try:
             await getattr(self._client, method)(
-                channel=self._message.channel_id, timestamp=self._message.ts, name=name
+                channel=self._session.channel_id, timestamp=self._origin.message_ts, name=name
             )
         except SLACK_FAILURES as error:
             code = error_code(error)
@@ -393,7 +396,6 @@ class TurnContext:
     pacer: ThreadPacer
     turns: ActiveTurns
     turn: ActiveTurn
-    message: IncomingMessage
     messages: TurnMessages  # records each message the turn shows in while it is open
     status: StatusIndicator
     sessions: AgentSessions

@@ -7,7 +7,7 @@ import logging
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.agent.session import IncomingMessage, Reporter, TurnMessages
+from bot.agent.session import Reporter, TurnMessages, TurnOrigin
 from bot.config import SlackConfig, StreamingMode
 from bot.slack.progress.common import (
     CHANNEL_REFUSALS,
@@ -65,41 +65,40 @@ class SlackReporters:
         return configured
 
     async def open(
-        self, session: SessionInfo, message: IncomingMessage, messages: TurnMessages
+        self, session: SessionInfo, origin: TurnOrigin, messages: TurnMessages
     ) -> Reporter:
         turn = ActiveTurn(
             session_key=session.session_key,
-            asker=message.user,
+            asker=origin.asker,
             role=session.role,
-            team_id=message.team_id,
+            team_id=session.team_id,
             channel_id=session.channel_id,
             thread_ts=session.thread_ts,
         )
         self.turns.add(turn)
         status = StatusIndicator(
-            self._client, self._memory, message, reactions=self._config.status_reactions
+            self._client, self._memory, session, origin, reactions=self._config.status_reactions
         )
         await status.start()
-        await self.sessions.start_turn(message)
+        await self.sessions.start_turn(session, origin)
         ctx = TurnContext(
             client=self._client,
             memory=self._memory,
             pacer=self._pacer,
             turns=self.turns,
             turn=turn,
-            message=message,
             messages=messages,
             status=status,
             sessions=self.sessions,
             interrupt=self._interrupt,
             model_name=self._model_name,
         )
-        if self.mode_for(message.team_id, session.channel_id) is StreamingMode.NATIVE:
+        if self.mode_for(session.team_id, session.channel_id) is StreamingMode.NATIVE:
             native = NativeReporter(ctx)
             refused = await native.start()
             if refused is None:
                 return native
-            self._remember_refusal(message, session.channel_id, refused)
+            self._remember_refusal(session, refused)
         update = UpdateReporter(ctx)
         await update.start()
         return update
@@ -111,11 +110,11 @@ class SlackReporters:
             session.team_id, session.channel_id, session.thread_ts, idle(awaiting_approval)
         )
 
-    def _remember_refusal(self, message: IncomingMessage, channel_id: str, code: str) -> None:
+    def _remember_refusal(self, session: SessionInfo, code: str) -> None:
         log.warning("chat.startStream refused (%s); using chat.update for this turn", code)
         if self._config.streaming is not StreamingMode.AUTO:
             return
         if code in WORKSPACE_REFUSALS:
-            self._memory.update_only_teams.add(message.team_id)
+            self._memory.update_only_teams.add(session.team_id)
         elif code in CHANNEL_REFUSALS:
-            self._memory.update_only_channels.add((message.team_id, channel_id))
+            self._memory.update_only_channels.add((session.team_id, session.channel_id))

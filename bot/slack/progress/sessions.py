@@ -26,7 +26,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.agent.session import IncomingMessage
+from bot.agent.session import TurnOrigin
 from bot.slack.progress.common import (
     SLACK_FAILURES,
     ActiveTurn,
@@ -35,6 +35,7 @@ from bot.slack.progress.common import (
     error_code,
     truncate,
 )
+from bot.values import SessionInfo
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +93,14 @@ class AgentSessions:
                 STOP_EVENT,
             )
 
-    async def start_turn(self, message: IncomingMessage) -> None:
+    async def start_turn(self, session: SessionInfo, origin: TurnOrigin) -> None:
         await self.set(
-            message.team_id,
-            message.channel_id,
-            message.thread_ts,
+            session.team_id,
+            session.channel_id,
+            session.thread_ts,
             SessionStatus.PROCESSING,
-            title=session_title(message.text),
-            initiator_user_id=message.user,
+            title=session_title(origin.text),
+            initiator_user_id=origin.asker,
         )
 
     async def end_turn(self, turn: ActiveTurn, *, awaiting_approval: bool) -> None:
