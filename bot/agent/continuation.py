@@ -1,5 +1,5 @@
 """After an approval is decided: the outcome joins the conversation as a note, and a new
-turn of the agent (from the stored conversation) tells the thread. The turn that proposed
+turn of the agent on that note (`DecisionTurn`) tells the thread. The turn that proposed
 the write ended at the card; this is an ordinary new turn, queued behind any running one.
 """
 

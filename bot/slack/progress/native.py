@@ -320,10 +320,15 @@ class NativeReporter(ThreadReporter):
         if ts is None:
             return
         last = [plan, *self._without_repeated_details(last)]
-        if self._dead:
-            self._record(last)
-            await self._finish_by_update(slot, ts, "", blocks)
-        else:
+        if await self._end_message(slot, ts, last, blocks):
+            await self._ctx.messages.closed(ts)
+
+    async def _end_message(
+        self, slot: ThreadSlot, ts: str, last: list[Json], blocks: list[Json]
+    ) -> bool:
+        """Stop the stream at `ts` with `last` (finished by an edit where Slack ended it);
+        False when it stays open (whoever takes over after a shutdown closes it)."""
+        if not self._dead:
             try:
                 await self._ctx.pacer.call(
                     slot,
@@ -332,15 +337,17 @@ class NativeReporter(ThreadReporter):
                     ),
                     paced=False,
                 )
+                return True
             except SLACK_FAILURES as error:
                 code = error_code(error)
-                self._record(last)
                 if code not in STREAM_GONE and code != USER_STOPPED:
                     log.warning("chat.stopStream failed: %s", code)
+                    self._record(last)
                     self._lost = True
-                    return  # still open: whoever takes over after a shutdown closes it
-                await self._finish_by_update(slot, ts, "", blocks)
-        await self._ctx.messages.closed(ts)
+                    return False
+        self._record(last)
+        await self._finish_by_update(slot, ts, "", blocks)
+        return True
 
 
 def _plan(title: str) -> Json:
