@@ -54,7 +54,8 @@ def _import_litellm() -> ModuleType:
 
 async def warm_up(model: str) -> None:
     """Import LiteLLM (seconds, and most of kelpie's memory) off the event loop and resolve
-    the model's provider, so the first question does not pay for it."""
+    the model's provider, then rehearse a streamed request, so the first question does not
+    pay for any of it."""
 
     def load() -> None:
         litellm = _import_litellm()
@@ -62,6 +63,27 @@ async def warm_up(model: str) -> None:
             litellm.get_llm_provider(model)
 
     await asyncio.to_thread(load)
+    await _rehearse(model)
+
+
+async def _rehearse(model: str) -> None:
+    """One streamed completion that never leaves the process (LiteLLM's `mock_response`):
+    LiteLLM imports about 60 more modules on its first request (its stream wrapper, logging
+    and proxy types, anyio) and builds their pydantic types, about a second of the first
+    answer on 2 cores. Run on the loop that will serve the turns, before Slack connects."""
+    litellm = _import_litellm()
+    try:
+        stream = await litellm.acompletion(
+            model=model,
+            messages=[{"role": "user", "content": "warm-up"}],
+            stream=True,
+            stream_options={"include_usage": True},
+            mock_response="ok",
+        )
+        async for _ in stream:
+            pass
+    except Exception:  # a warm start is a nicety: the first question pays instead
+        log.info("the model library's warm-up request failed", exc_info=True)
 
 
 class LiteLLMGateway:
