@@ -44,6 +44,17 @@ def _rss_kb() -> int:
     return 0
 
 
+_SEEN_MODULES: set[str] = set()
+
+
+def _new_modules() -> list[str]:
+    """Modules imported since the previous `stats` (what a phase loaded lazily)."""
+    now = set(sys.modules)
+    new = sorted(now - _SEEN_MODULES) if _SEEN_MODULES else []
+    _SEEN_MODULES.update(now)
+    return new
+
+
 def _answer_stats(control: TextIO) -> None:
     for line in sys.stdin:
         if line.strip() == "stats":
@@ -51,6 +62,9 @@ def _answer_stats(control: TextIO) -> None:
                 **COUNTS,
                 "cpu_s": time.process_time(),
                 "rss_kb": _rss_kb(),
+                "threads": threading.active_count(),
+                "modules": len(sys.modules),
+                "new_modules": _new_modules(),
                 "litellm_loaded": "litellm" in sys.modules,
             }
             control.write(json.dumps(stats) + "\n")

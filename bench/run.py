@@ -299,6 +299,7 @@ class Bench:
             "statements": after["statements"] - before["statements"],
             "slack_calls": len(self.slack.calls) - calls_before,
             "ts": ts,
+            "new_modules": after["new_modules"],
         }
 
     async def burst(self, count: int, rate: float) -> list[tuple[int, str, float, str]]:
@@ -330,6 +331,7 @@ async def phase_start(bench: Bench, health_port: int) -> None:
     await asyncio.sleep(1.0)
     stats = await bench.bot.stats()
     bench.out.add("rss_idle_mb", stats["rss_kb"] / 1024, "MB")
+    bench.out.add("threads_idle", stats["threads"])
     bench.out.add("cpu_start_s", stats["cpu_s"], "s")
 
 
@@ -338,6 +340,10 @@ async def phase_turns(bench: Bench, repeats: dict[int, int]) -> None:
     first = await bench.turn(1)
     out.add("first_answer_ms", first["answer_ms"], "ms")
     out.add("rss_after_first_turn_mb", (await bench.bot.stats())["rss_kb"] / 1024, "MB")
+    # What the first turn still imported (lazily, on the clock of the first answer).
+    out.add("modules_imported_by_first_turn", len(first["new_modules"]))
+    for name in first["new_modules"][:12]:
+        print(f"# first turn imported {name}", flush=True)
     results: dict[int, list[dict[str, Any]]] = {}
     for rounds, count in repeats.items():
         if count:
@@ -401,6 +407,7 @@ async def phase_burst(bench: Bench, count: int, rate: float) -> None:
     out.add(f"cpu_per_turn_s_r1_{label}", (after["cpu_s"] - before["cpu_s"]) / count, "s")
     out.add("threads_total", bench.next_turn)
     out.add("rss_after_burst_mb", after["rss_kb"] / 1024, "MB")
+    out.add("threads_after_burst", after["threads"])
 
 
 # --- the world -----------------------------------------------------------------------------
