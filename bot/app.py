@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
@@ -83,6 +83,7 @@ from bot.store.repositories import (
 )
 from bot.store.retention import Pruner, Retention
 from bot.store.turns import Replica, TurnRepository
+from bot.store.wakeups import PgListener, Wakeups
 from bot.terminal import (
     WAITING_AT_PROMPT,
     Console,
@@ -273,6 +274,8 @@ class Kelpie:
     signing_secret: str
     # The heartbeat of this replica's leases, and the takeover of what dead ones left.
     keeper: LeaseKeeper
+    # PostgreSQL: wakes this replica when another one's write concerns it (None: SQLite).
+    listener: PgListener | None = None
     _socket: AsyncSocketModeHandler | None = None
     _runner: web.AppRunner | None = None
     http_port: int | None = None
@@ -311,6 +314,8 @@ class Kelpie:
                 health_app(self._readiness, self.metrics.render), health.host, health.port
             )
         await self.core.start()
+        if self.listener is not None:
+            self.listener.start()
         await warm_up(self.config.models.active_profile.model)
         await self.core.approvals.start()
         if settle_heap:
@@ -350,6 +355,8 @@ class Kelpie:
 
     async def stop(self) -> None:
         await self.keeper.stop()
+        if self.listener is not None:
+            await self.listener.drain()
         if self._socket is not None:
             await self._socket.close_async()
         for runner in (self._runner, self._health):
@@ -397,6 +404,8 @@ class AgentCore:
     gateways: ModelGateways
     # Each turn's state and lease (Slack only: the terminal runs no heartbeat).
     turns: TurnRepository | None = None
+    # Wake-ups from other replicas' writes (fed by a `PgListener` on PostgreSQL).
+    wakeups: Wakeups = field(default_factory=Wakeups)
 
     async def start(self) -> None:
         await self.db.upgrade()
@@ -441,6 +450,7 @@ def build_core(
     With a `replica`, every turn is recorded with its state and this replica's lease."""
     db = Database(config.database.url)
     turns = TurnRepository(db, replica) if replica is not None else None
+    wakeups = Wakeups()
     messages = MessageRepository(db)
     sessions = SessionRepository(db)
     kube = kube_clients(config)
@@ -488,6 +498,8 @@ def build_core(
         openings=SessionOpenings(db),
         waiting=approval_store,
         ledger=turns,
+        wakeups=wakeups,
+        claim_poll_s=config.database.poll_s,
     )
     approvals = ApprovalService(
         approval_store,
@@ -528,6 +540,7 @@ def build_core(
         retention,
         gateways,
         turns,
+        wakeups,
     )
 
 
@@ -625,10 +638,20 @@ def build_kelpie(
         scheduler.submit,
         stop.interrupt_elsewhere,
     )
-    keeper = LeaseKeeper(takeover, config.database.lease_s / 3)
+    keeper = LeaseKeeper(takeover, config.database.lease_s / 3, core.wakeups)
+    listener = None if core.db.is_sqlite else PgListener(config.database.url, core.wakeups)
     app_token = secrets.app_token if config.slack.mode is SlackMode.SOCKET else None
     return Kelpie(
-        config, core, slack_app, scheduler, inbox, app_token, metrics, signing_secret, keeper
+        config,
+        core,
+        slack_app,
+        scheduler,
+        inbox,
+        app_token,
+        metrics,
+        signing_secret,
+        keeper,
+        listener,
     )
 
 

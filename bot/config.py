@@ -108,6 +108,10 @@ class DatabaseConfig(_Strict):
     # How long a replica's hold on its turns outlives its last heartbeat (one every third of
     # it): after a crash, its turns are taken over (closed or run) about this much later.
     lease_s: float = Field(default=15.0, ge=2, le=600)
+    # How often a replica re-reads the shared turns table when nothing woke it: a turn
+    # waiting for its thread. On PostgreSQL a notification wakes it at once; this is the
+    # fallback should one be lost (SQLite: the only way).
+    poll_s: float = Field(default=0.5, gt=0, le=600)
 
 
 class StoreConfig(_Strict):

@@ -396,11 +396,19 @@ class RemoteTurn:
 
 @dataclass(frozen=True)
 class TurnInterrupt:
-    """Another replica asked this one to interrupt the running turn of a thread: a newer
+    """Another replica asked this one to interrupt its running turn `turn_id`: a newer
     message there (`stopped_by` None) or a person's stop."""
 
     session_key: str
+    turn_id: str
     stopped_by: str | None = None
+
+
+class Wake(StrEnum):
+    """What a write on one replica may wake the others for (a PostgreSQL NOTIFY channel)."""
+
+    TURN_ENDED = "kelpie_turn_ended"  # a turn waiting for its thread may claim it now
+    INTERRUPT = "kelpie_interrupt"  # a replica asked the one running a turn to interrupt it
 
 
 @dataclass(frozen=True)

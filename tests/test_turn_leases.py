@@ -5,13 +5,18 @@ exactly one live replica, and nothing taken from a replica that still beats."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
+
+import asyncpg
 
 from bot.store.db import Database
 from bot.store.inbox import Inbox
 from bot.store.repositories import MessageRepository, SessionRepository
 from bot.store.turns import Replica, TurnRepository
-from bot.values import Message, Role, SessionInfo, TurnInterrupt, TurnState
+from bot.store.wakeups import LISTENER_NAME, PgListener, Wakeups, asyncpg_dsn
+from bot.values import Message, Role, SessionInfo, TurnInterrupt, TurnState, Wake
+from tests.postgres import PostgresServer
 
 THREAD = SessionInfo(
     id=0,
@@ -79,7 +84,7 @@ async def test_a_newer_message_on_another_replica_interrupts_the_running_turn(
         # Its own turn is the local scheduler's to interrupt; another replica asks.
         assert not await a.request_interrupt(session_id)
         assert await b.request_interrupt(session_id)
-        assert await a.renew() == [TurnInterrupt(THREAD.session_key)]
+        assert await a.renew() == [TurnInterrupt(THREAD.session_key, "turn-a")]
         await a.finish("turn-a", TurnState.INTERRUPTED)
         assert await a.renew() == []
         assert not await b.request_interrupt(session_id)
@@ -107,7 +112,7 @@ async def test_a_stop_on_another_replica_asks_the_running_one_naming_who_stopped
         )
         assert not await a.request_stop("turn-a", "U0CAROL")  # its own: stopped locally
         assert await b.request_stop("turn-a", "U0CAROL")
-        assert await a.interrupts() == [TurnInterrupt(THREAD.session_key, "U0CAROL")]
+        assert await a.interrupts() == [TurnInterrupt(THREAD.session_key, "turn-a", "U0CAROL")]
         await a.finish("turn-a", TurnState.INTERRUPTED)
         assert await a.renew() == [] and not await b.request_stop("turn-a", "U0CAROL")
         assert await b.running_elsewhere(THREAD.session_key) is None
@@ -150,3 +155,60 @@ async def test_a_dead_replicas_turns_and_deliveries_are_taken_over_once(database
         assert [d.key for found in deliveries for d in found] == ["Ev0LOST"]
     finally:
         await db.close()
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 30) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.02)
+
+
+async def test_on_postgresql_a_write_wakes_the_other_replica_and_a_dropped_listener_returns(
+    postgres: PostgresServer,
+):
+    url = await postgres.new_database()
+    db, session_id = await opened(url)
+    other = Database(url)
+    a, b = TurnRepository(db, replica("a")), TurnRepository(other, replica("b"))
+    wakeups = Wakeups()
+    # Probing rarely: a connection the server closes is noticed without it.
+    listener = PgListener(url, wakeups, retry_s=0.1, probe_s=120)
+    with wakeups.watch(Wake.INTERRUPT) as interrupts, wakeups.watch(Wake.TURN_ENDED) as ended:
+        try:
+            listener.start()
+            await until(lambda: listener.connections == 1)
+            # Connecting wakes every watcher (what was sent before was lost): consumed here.
+            assert await interrupts.wait(5) and await ended.wait(5)
+            for turn in ("turn-1", "turn-2"):
+                await a.accept(session_id, turn, "U0ALICE", question("slow?"))
+                assert await a.claim(session_id, turn, "U0ALICE")
+                assert not await interrupts.wait(0.2)  # nothing pending
+                # Another replica's stop wakes this one's interrupt watcher, and the turn's
+                # end wakes whoever waits for the thread. `wait` is True only when woken.
+                assert await b.request_stop(turn, "U0CAROL")
+                assert await interrupts.wait(30)
+                await a.finish(turn, TurnState.INTERRUPTED)
+                assert await ended.wait(30)
+                if turn == "turn-1":  # the listening connection is killed: it comes back
+                    assert await kill_listeners(url) == 1
+                    await until(lambda: listener.connections == 2)
+                    assert await interrupts.wait(5) and await ended.wait(5)
+            assert listener.connections == 2
+        finally:
+            await listener.drain()
+            await other.close()
+            await db.close()
+
+
+async def kill_listeners(url: str) -> int:
+    connection = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        return int(
+            await connection.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = $1",
+                LISTENER_NAME,
+            )
+        )
+    finally:
+        await connection.close()

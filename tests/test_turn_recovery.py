@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from bot.slack import copy
+from bot.store.wakeups import LISTENER_NAME
 from tests.peers.model_server import HangStep, TextStep
 from tests.postgres import PostgresServer
 from tests.test_approval_crashes import BotProcess, card_settled, wait_db
@@ -28,10 +29,16 @@ from tests.test_approvals import (
     replicas,
     wait_card,
 )
+from tests.test_turn_leases import kill_listeners
 from tests.world import ALICE, BOB, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World, merge
 
 # Short leases: a dead replica's turns are taken over about three seconds after its death.
 FAST_LEASES = {"slack": {"streaming": "native"}, "database": {"lease_s": 3}}
+# Polls far longer than any wait here: only a notification explains a prompt reaction.
+SLOW_POLLS = {
+    "slack": {"streaming": "native", "on_new_message": "queue"},
+    "database": {"lease_s": 600, "poll_s": 600},
+}
 # A fresh process imports LiteLLM before its first answer: a ceiling, not a speed check.
 TURN_S = 120
 
@@ -76,13 +83,16 @@ async def said(world: World, thread_ts: str, text: str) -> None:
     )
 
 
-async def hang_mid_stream(world: World, text: str, *, thread_ts: str | None = None) -> str:
-    """A question whose turn reads the pods, then waits on the model: a live stream."""
+async def hang_mid_stream(
+    world: World, text: str, *, thread_ts: str | None = None, connection: int | None = None
+) -> str:
+    """A question whose turn reads the pods, then waits on the model: a live stream (on
+    the replica behind the `connection`-th Socket Mode connection, if given)."""
     world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
     world.model.enqueue(HangStep(300))
     asked = len(world.model.recorded)
     event = world.slack.mention(SHOP_CHANNEL, ALICE, text, thread_ts=thread_ts)
-    await world.slack.deliver_event(event)
+    await world.slack.deliver_event(event, connection=connection)
     root = thread_ts or event["ts"]
     await world.slack.wait_for(
         lambda s: (
@@ -231,12 +241,20 @@ async def test_two_replicas_on_postgresql_share_the_work_and_take_over_a_dead_on
     await said(world, event["ts"], "Checked once.")
 
     # An approval card clicked twice, one click through each replica: decided and run once.
-    _mention, card = await propose_scale(world, timeout=TURN_S)
+    mention, card = await propose_scale(world, timeout=TURN_S)
     await click(world, CAROL, card)
     await click(world, CAROL, card)
     final = await card_settled(world, card)
     assert not has_buttons(final) and "scaled shop/checkout-api to 5" in card_text(final)
     assert len(real_writes(world)) == 1 and replicas(world) == 5
+    # The decision's turn has its answer before the next question is scripted (the model's
+    # script is one queue for every thread).
+    await world.slack.wait_for(
+        lambda s: any(
+            m.is_bot and "Done." in (m.text or "") for m in s.thread(OPS_CHANNEL, mention["ts"])
+        ),
+        timeout=TURN_S,
+    )
 
     # A newer message reaching the other replica (deliveries alternate between the two
     # sockets) interrupts the turn where it runs, and is answered.
@@ -323,3 +341,44 @@ async def test_a_stop_pressed_on_the_other_replica_stops_the_turn_where_it_runs(
     assert real_writes(world) == [] and replicas(world) == 3
     assert all("never shown" not in (m.text or "") for m in world.slack.thread(OPS_CHANNEL, thread))
     assert len(await fetch(url, "SELECT 1 FROM turns")) == 2
+
+
+async def listeners(url: str) -> set[int]:
+    """The backend pids of the replicas' wake-up listeners."""
+    rows = await fetch(
+        url, "SELECT pid FROM pg_stat_activity WHERE application_name = $1", LISTENER_NAME
+    )
+    return {row["pid"] for row in rows}
+
+
+async def test_replicas_wake_each_other_at_once_even_after_their_listeners_dropped(
+    world: World, launch: Callable[..., Start], postgres: PostgresServer
+):
+    url = await postgres.new_database()
+    start = launch(merge(SLOW_POLLS, {"database": {"url": url}}))
+    await start()
+    await start()
+    for attempt in (1, 2):
+        # A turn hangs on the first replica; a follow-up, queued behind it, reaches the other.
+        thread = await hang_mid_stream(world, f"why is checkout slow ({attempt})?", connection=0)
+        world.model.reply_text(f"Queued answer {attempt}.")
+        follow = world.slack.mention(SHOP_CHANNEL, ALICE, "and the pods?", thread_ts=thread)
+        await world.slack.deliver_event(follow, connection=1)
+        await thread_turns(url, thread, until=["running", "queued"])
+        # A stop there: the first replica is woken to interrupt its turn, whose end wakes
+        # the second to run the follow-up (the heartbeat and the poll are minutes away).
+        await world.slack.press_session_stop(SHOP_CHANNEL, thread, ALICE, connection=1)
+        await said(world, thread, f"Queued answer {attempt}.")
+        turns = await thread_turns(url, thread, until=["interrupted", "done"])
+        assert turns[0]["owner"] != turns[1]["owner"]
+        assert not any(m.streaming for m in streams(world, thread))
+        assert sum(f"Stopped by <@{ALICE}>" in t for t in bot_texts(world, thread)) == 1
+        if attempt == 1:  # both listening connections are killed; they come back
+            before = await listeners(url)
+            assert len(before) == 2 and await kill_listeners(url) == 2
+            for _ in range(300):
+                now = await listeners(url)
+                if len(now) == 2 and not now & before:
+                    break
+                await asyncio.sleep(0.1)
+            assert len(now) == 2 and not now & before

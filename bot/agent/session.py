@@ -26,9 +26,10 @@ from bot.config import Config, OnNewMessage
 from bot.model.router import ModelRouter, ResolvedAgentPolicy, resolve_policy
 from bot.policy.decision import CallScope
 from bot.policy.roles import ChannelBinding, offered_tools
+from bot.store.wakeups import Wakeups
 from bot.tools.harness import ToolRegistry
 from bot.tools.spec import Tool
-from bot.values import Approval, Message, Role, SessionInfo, TurnState
+from bot.values import Approval, Message, Role, SessionInfo, TurnState, Wake
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,8 @@ class TurnLedger(Protocol):
     async def finish(self, turn_id: str, state: TurnState) -> None: ...
 
 
-# How often a turn waiting for its thread asks again (another replica runs a turn there).
+# How often a turn waiting for its thread asks again (another replica runs a turn there),
+# unless a wake-up (PostgreSQL) says that turn ended.
 CLAIM_POLL_S = 0.5
 
 
@@ -192,6 +194,8 @@ class AgentSessions:
         openings: SessionOpenings | None = None,
         waiting: WaitingApprovals | None = None,
         ledger: TurnLedger | None = None,
+        wakeups: Wakeups | None = None,
+        claim_poll_s: float = CLAIM_POLL_S,
     ) -> None:
         self._config = config
         self._sessions = sessions
@@ -204,6 +208,8 @@ class AgentSessions:
         self._openings = openings
         self._waiting = waiting
         self._ledger = ledger
+        self._wakeups = wakeups or Wakeups()
+        self._claim_poll_s = claim_poll_s
 
     async def _policy(self, tools: list[Tool]) -> ResolvedAgentPolicy:
         """The turn's policy from the router; without one, from the config alone."""
@@ -331,11 +337,13 @@ class AgentSessions:
             return
         session_id, turn_id = spec.session.id, spec.turn_id
         try:
-            # Polled: the turn it waits for may run in another process; the table decides.
-            while not await ledger.claim(session_id, turn_id, spec.origin.asker):
-                if interrupting:
-                    interrupting = not await ledger.request_interrupt(session_id)
-                await asyncio.sleep(CLAIM_POLL_S)
+            # The turn it waits for may run in another process: the table decides, asked
+            # again when a turn ends (a wake-up) or at the next poll.
+            with self._wakeups.watch(Wake.TURN_ENDED) as ended:
+                while not await ledger.claim(session_id, turn_id, spec.origin.asker):
+                    if interrupting:
+                        interrupting = not await ledger.request_interrupt(session_id)
+                    await ended.wait(self._claim_poll_s)
             yield ending
         except asyncio.CancelledError:
             if not abort.is_set():

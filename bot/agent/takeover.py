@@ -18,18 +18,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from bot.agent.continuation import TurnSubmit
 from bot.agent.session import AgentSessions
-from bot.values import OrphanDelivery, OrphanTurn, TurnInterrupt, TurnState
+from bot.store.wakeups import Wakeups
+from bot.values import OrphanDelivery, OrphanTurn, TurnInterrupt, TurnState, Wake
 
 log = logging.getLogger(__name__)
 
 
 class Leases(Protocol):
     async def renew(self) -> list[TurnInterrupt]: ...
+
+    async def interrupts(self) -> list[TurnInterrupt]: ...
 
     async def take_orphans(self) -> list[OrphanTurn]: ...
 
@@ -66,11 +69,12 @@ class Takeover:
         self._agent = agent
         self._submit = submit
         self._interrupt = interrupt
+        # The turns already interrupted for another replica: a turn stays flagged in the
+        # table until it has ended, and is interrupted once.
+        self._handed_over: set[str] = set()
 
     async def tick(self) -> None:
-        for request in await self._leases.renew():
-            if self._interrupt(request):
-                log.info("turn in %s interrupted from another replica", request.session_key)
+        self._hand_over(await self._leases.renew())
         for turn in await self._leases.take_orphans():
             try:
                 await self._take(turn)
@@ -81,6 +85,19 @@ class Takeover:
                 await self._redelivery.redeliver(delivery)
             except Exception:
                 log.exception("could not take over delivery %s", delivery.key)
+
+    async def interrupts(self) -> None:
+        """Only the interrupts other replicas asked for (a wake-up said there is one)."""
+        self._hand_over(await self._leases.interrupts())
+
+    def _hand_over(self, requests: list[TurnInterrupt]) -> None:
+        handed_over = set()
+        for request in requests:
+            if request.turn_id in self._handed_over or self._interrupt(request):
+                handed_over.add(request.turn_id)
+                if request.turn_id not in self._handed_over:
+                    log.info("turn in %s interrupted from another replica", request.session_key)
+        self._handed_over = handed_over
 
     async def _take(self, turn: OrphanTurn) -> None:
         if turn.state is TurnState.QUEUED and await self._resume(turn):
@@ -101,11 +118,15 @@ class Takeover:
 
 class LeaseKeeper:
     """Runs the takeover's tick at start and then every third of the lease's lifetime, so
-    a lease is renewed twice before it could expire."""
+    a lease is renewed twice before it could expire. In between, a wake-up from another
+    replica (PostgreSQL) hands its interrupts over at once rather than at the next beat."""
 
-    def __init__(self, takeover: Takeover, interval_s: float) -> None:
+    def __init__(
+        self, takeover: Takeover, interval_s: float, wakeups: Wakeups | None = None
+    ) -> None:
         self._takeover = takeover
         self._interval_s = interval_s
+        self._wakeups = wakeups or Wakeups()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -119,10 +140,19 @@ class LeaseKeeper:
             self._task = None
 
     async def _run(self) -> None:
-        while True:
-            try:
-                await self._takeover.tick()
-            except Exception as error:
-                # The store is down: a missed beat is not yet a lost lease (three fit in one).
-                log.warning("lease heartbeat failed (retrying): %s", error)
-            await asyncio.sleep(self._interval_s)
+        loop = asyncio.get_running_loop()
+        with self._wakeups.watch(Wake.INTERRUPT) as woken:
+            while True:
+                await self._guarded(self._takeover.tick)
+                due = loop.time() + self._interval_s
+                while (left := due - loop.time()) > 0:
+                    if await woken.wait(left):
+                        await self._guarded(self._takeover.interrupts)
+
+    @staticmethod
+    async def _guarded(step: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await step()
+        except Exception as error:
+            # The store is down: a missed beat is not yet a lost lease (three fit in one).
+            log.warning("lease heartbeat failed (retrying): %s", error)

@@ -19,16 +19,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import exists, update
+from sqlalchemy import Update, exists, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from bot.store.db import Database, counting, executing, insert_ignoring_duplicates
+from bot.store.db import Database, counting, insert_ignoring_duplicates
 from bot.store.repositories import adding_messages
 from bot.store.tables import InboundEventRow, SessionRow, TurnRow, utcnow
+from bot.store.wakeups import notify
 from bot.store.writer import Op
-from bot.values import Message, OrphanTurn, RemoteTurn, TurnInterrupt, TurnState
+from bot.values import Message, OrphanTurn, RemoteTurn, TurnInterrupt, TurnState, Wake
 
 LIVE = (TurnState.QUEUED.value, TurnState.RUNNING.value)
 
@@ -163,16 +164,14 @@ class TurnRepository:
         return op
 
     async def finish(self, turn_id: str, state: TurnState) -> None:
-        """The turn ended here (not if another replica took it over meanwhile)."""
-        await self._set(turn_id, state=state.value, ended_at=utcnow())
-
-    async def _set(self, turn_id: str, **values: object) -> None:
+        """The turn ended here (not if another replica took it over meanwhile): a turn
+        waiting for its thread, on any replica, is woken to claim it."""
         statement = (
             update(TurnRow)
             .where(col(TurnRow.turn_id) == turn_id, col(TurnRow.owner) == self.replica.id)
-            .values(**values)
+            .values(state=state.value, ended_at=utcnow())
         )
-        await self._db.write(executing(statement))
+        await self._db.write(_waking(statement, Wake.TURN_ENDED))
 
     async def request_interrupt(self, session_id: int) -> bool:
         """Ask the replica running the thread's turn to interrupt it (a newer message came
@@ -186,7 +185,7 @@ class TurnRepository:
             )
             .values(interrupt_requested=True)
         )
-        return await self._db.write(counting(statement))
+        return await self._db.write(_waking(statement, Wake.INTERRUPT))
 
     async def running_elsewhere(self, session_key: str) -> RemoteTurn | None:
         """The thread's turn running on another replica, if any (a stop pressed here)."""
@@ -227,7 +226,7 @@ class TurnRepository:
             )
             .values(interrupt_requested=True, stopped_by=user)
         )
-        return await self._db.write(counting(statement))
+        return await self._db.write(_waking(statement, Wake.INTERRUPT))
 
     async def renew(self) -> list[TurnInterrupt]:
         """The heartbeat: push back the lease of every live turn and unhandled delivery
@@ -256,7 +255,7 @@ class TurnRepository:
         """The running turns here that another replica asked to interrupt."""
         async with self._db.sessions() as session:
             rows = await session.exec(
-                select(SessionRow.session_key, TurnRow.stopped_by)
+                select(SessionRow.session_key, TurnRow.turn_id, TurnRow.stopped_by)
                 .join(TurnRow, col(TurnRow.session_id) == col(SessionRow.id))
                 .where(
                     col(TurnRow.owner) == self.replica.id,
@@ -264,7 +263,7 @@ class TurnRepository:
                     col(TurnRow.interrupt_requested),
                 )
             )
-            return [TurnInterrupt(key, stopped_by) for key, stopped_by in rows.all()]
+            return [TurnInterrupt(*row) for row in rows.all()]
 
     async def take_orphans(self, limit: int = 50) -> list[OrphanTurn]:
         """Claim live turns whose lease expired (their replica died); each is ours once our
@@ -308,3 +307,16 @@ class TurnRepository:
             .values(owner=self.replica.id, heartbeat_at=now, lease_expires_at=until)
         )
         return await self._db.write(counting(statement))
+
+
+def _waking(statement: Update, wake: Wake) -> Op[bool]:
+    """`counting`, and when the statement changed a row, a wake-up for the other replicas
+    (sent as the write commits)."""
+
+    async def op(session: AsyncSession) -> bool:
+        changed = await counting(statement)(session)
+        if changed:
+            await notify(session, wake)
+        return changed
+
+    return op
