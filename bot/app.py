@@ -590,7 +590,8 @@ def build_kelpie(
     core = build_core(config, secrets, front, metrics, write_audit=write_audit, replica=replica)
     assert core.turns is not None
     agent = core.agent
-    ApprovalClicks(slack_app, core.approvals).register()
+    inbox = Inbox(core.db, replica)
+    ApprovalClicks(slack_app, core.approvals, inbox.handled).register()
     stop = StopHandler(
         slack_app,
         reporters.turns,
@@ -599,13 +600,13 @@ def build_kelpie(
         scheduler.interrupt,
         core.approvals.withdraw_for,
         core.sessions,
+        inbox.handled,
         core.turns,
     )
     stop.register()
     SessionStopEvents(
         slack_app, reporters.turns, reporters.sessions, stop.stop, stop.stop_elsewhere
     ).register()
-    inbox = Inbox(core.db, replica)
     # Registered first: every request is stored before Bolt acknowledges it.
     slack_app.middleware(InboxMiddleware(inbox).process)
     SlashCommands(
@@ -617,6 +618,7 @@ def build_kelpie(
         core.payloads,
         approvers,
         core.router,
+        inbox.handled,
     ).register()
     SlackAdapter(
         slack_app,
@@ -633,7 +635,7 @@ def build_kelpie(
         core.turns,
         inbox,
         SlackOrphanNotices(client, reporters.sessions),
-        SlackRedelivery(slack_app),
+        SlackRedelivery(slack_app, inbox.handled),
         agent,
         scheduler.submit,
         stop.interrupt_elsewhere,

@@ -126,8 +126,14 @@ async def test_a_dead_replicas_turns_and_deliveries_are_taken_over_once(database
     takers = [TurnRepository(db, replica(f"taker-{n}")) for n in range(3)]
     try:
         gone, alive = TurnRepository(db, dead), TurnRepository(db, beating)
-        await Inbox(db, dead).record("Ev0LOST", "app_mention", "{}")
-        await Inbox(db, dead).record("Ev0CLICK", "block_actions", "{}")
+        # A mention, a click and a slash command are taken over; a rename needs no handling.
+        for key, kind in [
+            ("Ev0LOST", "app_mention"),
+            ("block_actions:1.T0.click", "block_actions"),
+            ("command:2.T0.role", "command"),
+            ("Ev0RENAME", "channel_rename"),
+        ]:
+            await Inbox(db, dead).record(key, kind, "{}")
         await gone.accept(session_id, "turn-dead", "U0ALICE", question("lost?"))
         assert await gone.claim(session_id, "turn-dead", "U0ALICE")
         # A long answer went on in a second stream message: the first one was closed.
@@ -150,9 +156,19 @@ async def test_a_dead_replicas_turns_and_deliveries_are_taken_over_once(database
         await owner.finish("turn-dead", TurnState.INTERRUPTED)
         assert await alive.claim(session_id, "turn-alive", "U0ALICE")
 
-        inboxes = [Inbox(db, replica(f"inbox-{n}")) for n in range(3)]
+        inboxes = [Inbox(db, replica(f"inbox-{n}", ttl_s=0.2)) for n in range(3)]
         deliveries = await asyncio.gather(*(i.take_orphans() for i in inboxes))
-        assert [d.key for found in deliveries for d in found] == ["Ev0LOST"]
+        assert sorted(d.key for found in deliveries for d in found) == [
+            "Ev0LOST",
+            "block_actions:1.T0.click",
+            "command:2.T0.role",
+        ]
+        # Handled by its taker: nobody takes it again, even once the taker's lease is gone.
+        for inbox, found in zip(inboxes, deliveries, strict=True):
+            for delivery in found:
+                await inbox.handled(delivery.key)
+        await asyncio.sleep(0.3)
+        assert await Inbox(db, replica("late", ttl_s=0.2)).take_orphans() == []
     finally:
         await db.close()
 

@@ -25,6 +25,7 @@ from bot.config import SlackConfig
 from bot.policy.roles import ChannelBinding, ChannelRoles
 from bot.slack import copy
 from bot.slack.channels import ChannelDirectory
+from bot.slack.inbox import Handled
 from bot.slack.payloads import PersonMessage, is_from_a_person, person_message
 from bot.store.repositories import SessionRepository
 
@@ -34,8 +35,6 @@ _MENTION = re.compile(r"<@[A-Z0-9]+>")
 
 # Withdraws the session's pending approval cards that this person asked for.
 Withdraw = Callable[[int, str], Awaitable[int]]
-# Tells the inbox a delivery (by key) was handled: no replica takes it over after a crash.
-Handled = Callable[[str], Awaitable[None]]
 
 
 class SlackAdapter:

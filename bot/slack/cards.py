@@ -18,10 +18,12 @@ import logging
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.async_context import AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.approvals.service import ApprovalService, ResumeResult
 from bot.slack import copy
+from bot.slack.inbox import REPLAYED, Handled, marking_handled
 from bot.slack.markdown import SECTION_LIMIT, split_text
 from bot.slack.progress.common import ThreadWriter
 from bot.slack.replies import whisper
@@ -207,25 +209,31 @@ class SlackApprovalCards:
 
 
 class ApprovalClicks:
-    """The Approve / Reject listeners: one `resume` per click; the service decides once."""
+    """The Approve / Reject listeners: one `resume` per click; the service decides once.
 
-    def __init__(self, app: AsyncApp, service: ApprovalService) -> None:
+    A click is handled once `resume` returned: a click whose replica died before that is
+    dispatched again by another one (`REPLAYED`) and goes through `resume` like any click,
+    so a card decided meanwhile is not decided twice, and one expired meanwhile expires.
+    Nothing depends on the click's response_url or trigger_id, which may be stale by then."""
+
+    def __init__(self, app: AsyncApp, service: ApprovalService, handled: Handled) -> None:
         self._app = app
         self._service = service
+        self._handled = handled
 
     def register(self) -> None:
-        self._app.action(APPROVE_ACTION)(self._on_approve)
-        self._app.action(REJECT_ACTION)(self._on_reject)
+        self._app.action(APPROVE_ACTION)(marking_handled(self._handled, self._on_approve))
+        self._app.action(REJECT_ACTION)(marking_handled(self._handled, self._on_reject))
 
-    async def _on_approve(self, ack: Any, body: dict[str, Any]) -> None:
+    async def _on_approve(self, ack: Any, body: dict[str, Any], context: AsyncBoltContext) -> None:
         await ack()
-        await self._click(body, DecisionKind.APPROVE)
+        await self._click(body, DecisionKind.APPROVE, replayed=bool(context.get(REPLAYED)))
 
-    async def _on_reject(self, ack: Any, body: dict[str, Any]) -> None:
+    async def _on_reject(self, ack: Any, body: dict[str, Any], context: AsyncBoltContext) -> None:
         await ack()
-        await self._click(body, DecisionKind.REJECT)
+        await self._click(body, DecisionKind.REJECT, replayed=bool(context.get(REPLAYED)))
 
-    async def _click(self, body: dict[str, Any], kind: DecisionKind) -> None:
+    async def _click(self, body: dict[str, Any], kind: DecisionKind, *, replayed: bool) -> None:
         user = (body.get("user") or {}).get("id")
         channel = (body.get("channel") or {}).get("id")
         actions = body.get("actions") or [{}]
@@ -246,5 +254,7 @@ class ApprovalClicks:
             log.info("user %s may not decide approval %s", user, approval.id)
             await whisper(self._app.client, channel, user, resumed.why, approval.thread_ts)
         elif resumed.result is ResumeResult.ALREADY_DECIDED:
+            if replayed and approval.decided_by == user:
+                return  # its own decision, claimed before the crash: the thread tells the rest
             text = copy.approval_already(str(approval.status))
             await whisper(self._app.client, channel, user, text, approval.thread_ts)

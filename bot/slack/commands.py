@@ -1,5 +1,9 @@
 """`/kelpie` slash command: `role`, `help`, `model`, `payload`. Every answer is
-ephemeral; the payload is shown only to people allowed to approve in that channel."""
+ephemeral; the payload is shown only to people allowed to approve in that channel.
+
+A command is handled once its answer is sent: one whose replica died before is answered by
+another (`REPLAYED`); its response_url may be stale by then, and the reply falls back to an
+ephemeral message when Slack refuses it."""
 
 from __future__ import annotations
 
@@ -8,12 +12,14 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.async_context import AsyncBoltContext
 
 from bot.model.outbound import mask_text
 from bot.model.router import ResolvedAgentPolicy
 from bot.policy.roles import ChannelBinding, ChannelRoles, offered_tools
 from bot.slack import copy
 from bot.slack.channels import ChannelDirectory
+from bot.slack.inbox import Handled, marking_handled
 from bot.slack.people import ApproverDirectory, describe_approvers
 from bot.slack.replies import CommandReply
 from bot.slack.safe_text import escape_mrkdwn
@@ -107,8 +113,10 @@ class SlashCommands:
         payloads: PayloadSource,
         approvers: ApproverDirectory,
         models: ModelPolicies,
+        handled: Handled,
     ) -> None:
         self._models = models
+        self._handled = handled
         self._app = app
         self._channels = channels
         self._roles = roles
@@ -118,9 +126,9 @@ class SlashCommands:
         self._approvers = approvers
 
     def register(self) -> None:
-        self._app.command(COMMAND)(self._on_command)
+        self._app.command(COMMAND)(marking_handled(self._handled, self._on_command))
 
-    async def _on_command(self, ack: Any, body: dict[str, Any]) -> None:
+    async def _on_command(self, ack: Any, body: dict[str, Any], context: AsyncBoltContext) -> None:
         await ack()
         channel_id = str(body.get("channel_id") or "")
         user = str(body.get("user_id") or "")

@@ -70,6 +70,12 @@ ASSISTANT_STATUS = "is looking into it…"
 CONTINUED_BELOW = "_(continued below)_"
 TOOL_NOT_FINISHED = "not finished: the turn ended first"
 TURN_ALREADY_FINISHED = "That turn has already finished; there is nothing to stop."
+# A Stop pressed just before kelpie restarted, handled after: it interrupts no answer (the
+# cards it withdrew say so themselves).
+STOP_AFTER_RESTART = (
+    "kelpie restarted before your Stop was handled, so it stopped no answer. If one is still "
+    "running in this thread, press Stop again."
+)
 
 
 def stopped_by(user: str) -> str:

@@ -6,6 +6,10 @@ before: here. If the store cannot take it, the request is answered 503, which Bo
 adapter sends as is and its Socket Mode handler does not acknowledge, so Slack delivers it
 again and nobody is silently ignored. A key seen before (Slack's retry, or the same event
 sent to another replica) is acknowledged and goes no further.
+
+A message, a click or a command stays unhandled in the inbox until its listener is done
+(`marking_handled`, or the adapter for messages); what a replica that died left unhandled
+is dispatched again by another one (`bot.slack.recovery`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
@@ -23,6 +28,13 @@ from bot.store.inbox import Inbox
 
 # Set in the context of a delivery dispatched again after a replica died (bot.slack.recovery).
 REPLAYED = "kelpie_replayed_delivery"
+# The delivery's inbox key, in the context of every request the middleware lets through.
+DELIVERY_KEY = "kelpie_delivery_key"
+
+# Tells the inbox a delivery (by key) was handled: no replica takes it over after a crash.
+Handled = Callable[[str], Awaitable[None]]
+# A click's or command's listener, as `marking_handled` wraps it.
+Listener = Callable[[Any, dict[str, Any], AsyncBoltContext], Awaitable[None]]
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +53,8 @@ class InboxMiddleware:
         next: Callable[[], Awaitable[BoltResponse | None]],
     ) -> BoltResponse | None:
         if req.context.get(REPLAYED):
-            return await next()  # taken over from a replica that died: recorded already
+            # Taken over from a replica that died: recorded already (its key in the context).
+            return await next()
         body = req.body if isinstance(req.body, dict) else {}
         key, kind = delivery_key(body)
         content = {k: v for k, v in body.items() if k not in _SECRET_FIELDS}
@@ -55,7 +68,37 @@ class InboxMiddleware:
         if not first:
             log.info("ignoring duplicate delivery of %s %s", kind, key)
             return BoltResponse(status=200, body="")
+        req.context[DELIVERY_KEY] = key
         return await next()
+
+
+async def mark_handled(handled: Handled, context: dict[str, Any]) -> None:
+    """The delivery in `context` is handled: no replica dispatches it again. A failure is
+    logged: the delivery is then dispatched again if this replica dies, and its effects are
+    claimed once in the store (a turn accepted, an approval decided) whoever runs it."""
+    key = context.get(DELIVERY_KEY)
+    if not isinstance(key, str):
+        return
+    try:
+        await handled(key)
+    except Exception as error:
+        log.error("could not mark delivery %s handled: %s", key, error)
+
+
+def marking_handled(handled: Handled, listener: Listener) -> Listener:
+    """`listener` (a click's or a command's) marking its delivery handled once it has run,
+    failed or not: until then, the death of this replica has another one run it again."""
+
+    async def run(ack: Any, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        try:
+            await listener(ack, body, context)
+        except Exception:
+            log.exception(
+                "the listener for %s %s failed", body.get("type"), context.get(DELIVERY_KEY)
+            )
+        await mark_handled(handled, context)
+
+    return run
 
 
 def delivery_key(body: dict[str, Any]) -> tuple[str, str]:

@@ -3,9 +3,11 @@
 - A turn that was running: every stream message (or progress message) it left open is
   closed (a long answer goes on in a second stream message), and the thread is
   told, in one sentence, that the answer is unfinished; the session leaves `processing`.
-- A delivery acknowledged but never handled: dispatched again through Bolt, marked as a
-  replay so the inbox lets it through (its key is already recorded). The turn ledger makes
-  sure it is accepted at most once.
+- A delivery acknowledged but never handled (a message, a click, a slash command):
+  dispatched again through Bolt, marked as a replay so the inbox lets it through (its key
+  is already recorded). What it does is claimed once in the store: the turn ledger accepts a
+  message at most once, and an approval click goes through `ApprovalService.resume`, whose
+  compare-and-set decides an approval once (a card that expired meanwhile expires).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import copy
-from bot.slack.inbox import REPLAYED
+from bot.slack.inbox import DELIVERY_KEY, REPLAYED, Handled
 from bot.slack.markdown import section_blocks
 from bot.slack.progress.common import SLACK_FAILURES, error_code
 from bot.slack.progress.sessions import AgentSessions, SessionStatus
@@ -63,13 +65,18 @@ class SlackOrphanNotices:
 
 
 class SlackRedelivery:
-    """Implements the takeover's `Redelivery` port: the stored body, through Bolt again."""
+    """Implements the takeover's `Redelivery` port: the stored body, through Bolt again.
+    Its listener marks it handled when done; one that no listener takes is handled here."""
 
-    def __init__(self, app: AsyncApp) -> None:
+    def __init__(self, app: AsyncApp, handled: Handled) -> None:
         self._app = app
+        self._handled = handled
 
     async def redeliver(self, delivery: OrphanDelivery) -> None:
         body = json.loads(delivery.body_json)
-        request = AsyncBoltRequest(body=body, mode="socket_mode", context={REPLAYED: True})
+        context = {REPLAYED: True, DELIVERY_KEY: delivery.key}
+        request = AsyncBoltRequest(body=body, mode="socket_mode", context=context)
         response = await self._app.async_dispatch(request)
         log.info("took over %s %s (%s)", delivery.kind, delivery.key, response.status)
+        if response.status == 404:  # no listener for it (a button kelpie does not handle)
+            await self._handled(delivery.key)

@@ -6,7 +6,10 @@ role. A permitted click records who stopped the turn (the reporter says so in th
 interrupts it through the scheduler and withdraws the thread's pending approval cards that
 this person asked for or may approve. A requester of a waiting card who may not stop the
 running turn still withdraws the card; anyone else gets an ephemeral reply naming who may.
-The click is acked at once, before any lookup.
+The click is acked at once, before any lookup. A click whose replica died before handling
+it is dispatched again by another (`REPLAYED`): the turn it meant may be gone, and any turn
+running now may have started after it, so the replay interrupts nothing: it withdraws the
+cards, as the stop would have, and tells the person to press Stop again if need be.
 
 With several replicas, the stop may reach one that does not run the turn: the turn's row
 (`store.turns`) then says who asked and where it runs, the same permission check applies,
@@ -25,10 +28,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from slack_bolt.async_app import AsyncApp
-from slack_sdk.web.async_client import AsyncWebClient
+from slack_bolt.context.async_context import AsyncBoltContext
 
 from bot.config import ApprovalConfig, RoleConfig
 from bot.slack import copy
+from bot.slack.inbox import REPLAYED, Handled, marking_handled
 from bot.slack.people import ApproverDirectory, approver_mentions
 from bot.slack.progress import STOP_ACTION_ID, ActiveTurn, ActiveTurns
 from bot.slack.replies import whisper
@@ -65,9 +69,11 @@ class StopHandler:
         interrupt: Interrupt,
         withdraw: Withdraw,
         sessions: Sessions,
+        handled: Handled,
         elsewhere: RemoteTurns | None = None,
     ) -> None:
         self._app = app
+        self._handled = handled
         self._turns = turns
         self._approvers = approvers
         self._roles = roles
@@ -77,10 +83,10 @@ class StopHandler:
         self._elsewhere = elsewhere
 
     def register(self) -> None:
-        self._app.action(STOP_ACTION_ID)(self._on_stop)
+        self._app.action(STOP_ACTION_ID)(marking_handled(self._handled, self._on_stop))
 
     async def _on_stop(
-        self, ack: Callable[[], Awaitable[None]], body: dict[str, Any], client: AsyncWebClient
+        self, ack: Callable[[], Awaitable[None]], body: dict[str, Any], context: AsyncBoltContext
     ) -> None:
         await ack()
         user = str((body.get("user") or {}).get("id") or "")
@@ -88,6 +94,12 @@ class StopHandler:
         session_key = str(actions[0].get("value") or "")
         channel = str((body.get("channel") or {}).get("id") or "")
         thread_ts = (body.get("container") or {}).get("thread_ts")
+        client = self._app.client
+        if context.get(REPLAYED):
+            withdrawn = await self._withdraw_cards(session_key, user)
+            log.info("replayed stop by %s in %s: %d cards withdrawn", user, session_key, withdrawn)
+            await whisper(client, channel, user, copy.STOP_AFTER_RESTART, thread_ts)
+            return
         turn = self._turns.get(session_key)
         if turn is not None:
             await self.stop(user, turn)

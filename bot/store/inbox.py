@@ -1,10 +1,13 @@
 """The inbox: every request Slack sends is recorded (key and content) before it is
 acknowledged, and its unique key makes a retried delivery, on any replica, a no-op.
 
-A message or mention is held by the replica that acknowledged it (a lease its heartbeat
-renews) until its listener has handled it; if that replica dies first, another one takes
-the delivery over and handles it (`take_orphans`), so an acknowledged message is never lost.
-Handled deliveries are forgotten by the retention pass (`retention.py`) a day later.
+A message, mention, click or slash command is held by the replica that acknowledged it (a
+lease its heartbeat renews) until its listener has handled it; if that replica dies first,
+another one takes the delivery over and handles it (`take_orphans`), so an acknowledged
+request is never lost. Its effects are claimed in the store whoever runs it (a turn is
+accepted once, an approval decided once by compare-and-set), so handling it again after a
+crash does nothing twice. Handled deliveries are forgotten by the retention pass
+(`retention.py`) a day later.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from bot.store.tables import InboundEventRow, utcnow
 from bot.store.turns import Replica
 from bot.values import OrphanDelivery
 
-# What a listener turns into a turn: taken over when its replica died before handling it.
-# Clicks and commands are not: Slack shows their failure and the person can act again.
-TAKEN_OVER = frozenset({"app_mention", "message"})
+# Taken over when their replica died before handling them: what a listener turns into a
+# turn, a click (Approve, Reject, Stop) and a slash command. Slack never sends them again.
+TAKEN_OVER = frozenset({"app_mention", "message", "block_actions", "command"})
 
 
 class Inbox:

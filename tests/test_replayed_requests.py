@@ -1,0 +1,169 @@
+"""A click or a slash command that was stored and acknowledged, but not handled when the
+process died, is handled after a restart (or by another replica), exactly once.
+
+kelpie runs as real `kelpie run` subprocesses against the test world's peers, on SQLite and
+on the tests' real PostgreSQL, and is killed with SIGKILL at the moment between the record
+and the handling: its listener waits on a Slack call it makes before deciding anything (the
+approver's user group, the channel's name), and the test kills it once that call arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sqlalchemy import text
+
+from bot.store.db import Database
+from tests.test_approval_crashes import BotProcess, card_settled
+from tests.test_approvals import (
+    approval_id,
+    card_text,
+    click,
+    has_buttons,
+    propose_scale,
+    real_writes,
+    replicas,
+    wait_said,
+)
+from tests.world import ALICE, DAVE, OPS_CHANNEL, SHOP_CHANNEL, World, merge
+
+# Short leases: a dead replica's deliveries are taken over about three seconds after.
+FAST_LEASES = {"database": {"lease_s": 3}}
+# A fresh process imports LiteLLM before its first answer: a ceiling, not a speed check.
+TURN_S = 120
+
+Start = Callable[[], Awaitable[BotProcess]]
+
+
+@pytest.fixture
+async def launch(
+    world: World, tmp_path: Path, database_url: str
+) -> AsyncIterator[Callable[..., Start]]:
+    """Starts `kelpie run` processes on the test's database (SQLite or PostgreSQL)."""
+    started: list[BotProcess] = []
+
+    def launcher(override: dict[str, Any] | None = None) -> Start:
+        config_path = tmp_path / "kelpie.yaml"
+        config = merge(world.config_data, merge(FAST_LEASES, {"database": {"url": database_url}}))
+        config_path.write_text(yaml.safe_dump(merge(config, override or {})))
+
+        async def start() -> BotProcess:
+            # A killed process's socket may linger a moment: wait until it is gone.
+            live = sum(bot.process.poll() is None for bot in started)
+            await world.slack.wait_for(lambda s: s.connection_count == live, timeout=20)
+            bot = BotProcess(world, config_path)
+            started.append(bot)
+            await world.slack.wait_connected(count=live + 1, timeout=60)
+            return bot
+
+        return start
+
+    yield launcher
+    for bot in started:
+        bot.kill()
+
+
+async def rows(url: str, sql: str) -> list[Any]:
+    db = Database(url)
+    try:
+        async with db.sessions() as session:
+            return list((await session.exec(text(sql))).all())  # type: ignore[call-overload]
+    finally:
+        await db.close()
+
+
+async def kill_waiting_on(world: World, bot: BotProcess, method: str, deliver: Any) -> str:
+    """Deliver a request whose listener calls Slack's `method` before it decides anything;
+    kill kelpie once it was acknowledged and that call arrived (its answer held back)."""
+    asked = len(world.slack.calls_to(method))
+    world.slack.delay(method, 60)
+    envelope: str = await deliver()
+    await world.slack.wait_ack(envelope, timeout=TURN_S)
+    await world.slack.wait_for(lambda s: len(s.calls_to(method)) > asked, timeout=TURN_S)
+    bot.kill()
+    world.slack.clear_faults()
+    return envelope
+
+
+async def test_an_approval_click_killed_before_it_was_handled_is_applied_after_a_restart(
+    world: World, launch: Callable[..., Start], database_url: str
+):
+    start = launch()
+    bot = await start()
+    mention, card = await propose_scale(world, then="Scaled checkout-api to 5.", timeout=TURN_S)
+    identifier = approval_id(card)
+    # DAVE approves through the SRE user group, which kelpie asks Slack about at the click.
+    await kill_waiting_on(world, bot, "usergroups.users.list", lambda: click(world, DAVE, card))
+    assert await rows(database_url, f"SELECT status FROM approvals WHERE id = '{identifier}'") == [
+        ("pending",)
+    ]
+    assert real_writes(world) == []
+
+    await start()
+    final = await card_settled(world, card)
+    assert not has_buttons(final)
+    assert f"Approved by <@{DAVE}>" in card_text(final)
+    assert "scaled shop/checkout-api to 5" in card_text(final)
+    await wait_said(world, mention["ts"], "Scaled checkout-api to 5.", timeout=TURN_S)
+    # The cluster received the write once; the click is handled: nobody runs it again.
+    assert len(real_writes(world)) == 1 and replicas(world) == 5
+    handled = await rows(
+        database_url, "SELECT handled_at FROM inbound_events WHERE kind = 'block_actions'"
+    )
+    assert len(handled) == 1 and handled[0][0] is not None
+    assert world.slack.ephemerals(OPS_CHANNEL, DAVE) == []
+
+
+async def test_a_slash_command_killed_before_it_was_answered_is_answered_after_a_restart(
+    world: World, launch: Callable[..., Start], database_url: str
+):
+    start = launch()
+    bot = await start()
+    command = world.slack.slash_command("/kelpie", "role", ALICE, SHOP_CHANNEL)
+    # The command waits on the channel's name (a fresh process has none cached).
+    await kill_waiting_on(
+        world, bot, "conversations.info", lambda: world.slack.deliver("slash_commands", command)
+    )
+    assert world.slack.responses_to(command["response_url"]) == []
+
+    await start()
+    replies = await world.slack.wait_for(
+        lambda s: s.responses_to(command["response_url"]), timeout=TURN_S
+    )
+    assert "*Role here:* `viewer`" in str(replies[0].body.get("text"))
+    handled = await rows(
+        database_url, "SELECT handled_at FROM inbound_events WHERE kind = 'command'"
+    )
+    assert len(handled) == 1 and handled[0][0] is not None
+    assert len(world.slack.responses_to(command["response_url"])) == 1
+
+
+async def test_a_click_replayed_after_its_card_expired_expires_and_runs_nothing(
+    world: World, launch: Callable[..., Start], database_url: str
+):
+    start = launch({"roles": {"operator": {"approval": {"timeout_s": 15}}}})
+    bot = await start()
+    _mention, card = await propose_scale(world, timeout=TURN_S)
+    identifier = approval_id(card)
+    await kill_waiting_on(world, bot, "usergroups.users.list", lambda: click(world, DAVE, card))
+    # kelpie stays down until the card's deadline has passed.
+    stored = await rows(database_url, f"SELECT expires_at FROM approvals WHERE id = '{identifier}'")
+    deadline = datetime.fromisoformat(str(stored[0][0]))
+    while datetime.now(UTC) <= deadline.replace(tzinfo=deadline.tzinfo or UTC):
+        await asyncio.sleep(0.2)
+
+    await start()
+    final = await card_settled(world, card)
+    assert not has_buttons(final) and "Expired with no decision" in card_text(final)
+    said = await world.slack.wait_for(lambda s: s.ephemerals(OPS_CHANNEL, DAVE), timeout=TURN_S)
+    assert "expired" in said[0].text
+    assert real_writes(world) == [] and replicas(world) == 3
+    assert await rows(database_url, f"SELECT status FROM approvals WHERE id = '{identifier}'") == [
+        ("expired",)
+    ]
