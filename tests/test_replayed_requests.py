@@ -31,7 +31,7 @@ from tests.test_approvals import (
     replicas,
     wait_said,
 )
-from tests.world import ALICE, DAVE, OPS_CHANNEL, SHOP_CHANNEL, World, merge
+from tests.world import ALICE, CAROL, DAVE, OPS_CHANNEL, SHOP_CHANNEL, World, merge
 
 # Short leases: a dead replica's deliveries are taken over about three seconds after.
 FAST_LEASES = {"database": {"lease_s": 3}}
@@ -78,17 +78,36 @@ async def rows(url: str, sql: str) -> list[Any]:
         await db.close()
 
 
+async def handled_once(url: str, kind: str) -> None:
+    """The one delivery of `kind` ends handled: no replica dispatches it again."""
+    sql = f"SELECT handled_at FROM inbound_events WHERE kind = '{kind}'"
+    for _ in range(200):
+        found = await rows(url, sql)
+        assert len(found) == 1
+        if found[0][0] is not None:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the {kind} delivery was never handled")
+
+
 async def kill_waiting_on(world: World, bot: BotProcess, method: str, deliver: Any) -> str:
     """Deliver a request whose listener calls Slack's `method` before it decides anything;
     kill kelpie once it was acknowledged and that call arrived (its answer held back)."""
     asked = len(world.slack.calls_to(method))
-    world.slack.delay(method, 60)
+    world.slack.hold(method)
     envelope: str = await deliver()
     await world.slack.wait_ack(envelope, timeout=TURN_S)
     await world.slack.wait_for(lambda s: len(s.calls_to(method)) > asked, timeout=TURN_S)
     bot.kill()
-    world.slack.clear_faults()
+    await released(world)
     return envelope
+
+
+async def released(world: World) -> None:
+    """Once the killed process's connections are seen gone, held calls go: those it made are
+    dropped, never applied (it died before they got through)."""
+    await world.slack.wait_for(lambda s: s.connection_count == 0, timeout=20)
+    world.slack.clear_faults()
 
 
 async def test_an_approval_click_killed_before_it_was_handled_is_applied_after_a_restart(
@@ -113,10 +132,7 @@ async def test_an_approval_click_killed_before_it_was_handled_is_applied_after_a
     await wait_said(world, mention["ts"], "Scaled checkout-api to 5.", timeout=TURN_S)
     # The cluster received the write once; the click is handled: nobody runs it again.
     assert len(real_writes(world)) == 1 and replicas(world) == 5
-    handled = await rows(
-        database_url, "SELECT handled_at FROM inbound_events WHERE kind = 'block_actions'"
-    )
-    assert len(handled) == 1 and handled[0][0] is not None
+    await handled_once(database_url, "block_actions")
     assert world.slack.ephemerals(OPS_CHANNEL, DAVE) == []
 
 
@@ -137,10 +153,7 @@ async def test_a_slash_command_killed_before_it_was_answered_is_answered_after_a
         lambda s: s.responses_to(command["response_url"]), timeout=TURN_S
     )
     assert "*Role here:* `viewer`" in str(replies[0].body.get("text"))
-    handled = await rows(
-        database_url, "SELECT handled_at FROM inbound_events WHERE kind = 'command'"
-    )
-    assert len(handled) == 1 and handled[0][0] is not None
+    await handled_once(database_url, "command")
     assert len(world.slack.responses_to(command["response_url"])) == 1
 
 
@@ -167,3 +180,68 @@ async def test_a_click_replayed_after_its_card_expired_expires_and_runs_nothing(
     assert await rows(database_url, f"SELECT status FROM approvals WHERE id = '{identifier}'") == [
         ("expired",)
     ]
+
+
+async def test_a_click_applied_before_the_crash_is_not_applied_again_and_its_card_says_so(
+    world: World, launch: Callable[..., Start], database_url: str
+):
+    start = launch()
+    bot = await start()
+    _mention, card = await propose_scale(world, timeout=TURN_S)
+    identifier = approval_id(card)
+    # The decision ran to its outcome; kelpie dies while the card is being updated with it,
+    # before the click is marked handled.
+    world.slack.hold("chat.update", lambda params: "Outcome" in str(params.get("blocks")))
+    await click(world, CAROL, card)
+    await world.slack.wait_for(
+        lambda s: any("Outcome" in str(c.params.get("blocks")) for c in s.calls_to("chat.update")),
+        timeout=TURN_S,
+    )
+    bot.kill()
+    await released(world)
+    assert len(real_writes(world)) == 1
+    assert "Outcome" not in card_text(world.slack.get_message(OPS_CHANNEL, card.ts))
+
+    await start()
+    final = await card_settled(world, card)
+    assert not has_buttons(final) and f"Approved by <@{CAROL}>" in card_text(final)
+    assert "scaled shop/checkout-api to 5" in card_text(final)
+    await handled_once(database_url, "block_actions")
+    # Decided once, written once; the replayed click says nothing to the person who clicked.
+    assert len(real_writes(world)) == 1 and replicas(world) == 5
+    decided = await rows(
+        database_url, f"SELECT status, decided_by FROM approvals WHERE id = '{identifier}'"
+    )
+    assert decided == [("approved", CAROL)]
+    assert world.slack.ephemerals(OPS_CHANNEL, CAROL) == []
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_click_a_dead_replica_left_is_applied_once_by_the_replicas_alive(
+    world: World, launch: Callable[..., Start], database_url: str
+):
+    start = launch()
+    bots = [await start(), await start()]
+    mention, card = await propose_scale(world, then="Scaled checkout-api to 5.", timeout=TURN_S)
+    asked = len(world.slack.calls_to("usergroups.users.list"))
+    world.slack.hold("usergroups.users.list")
+    await world.slack.wait_ack(await click(world, DAVE, card), timeout=TURN_S)
+    await world.slack.wait_for(
+        lambda s: len(s.calls_to("usergroups.users.list")) > asked, timeout=TURN_S
+    )
+    # The replica that acknowledged the click dies; the other and a new one stay.
+    clicks = "SELECT owner, handled_at FROM inbound_events WHERE kind = 'block_actions'"
+    owners = await rows(database_url, clicks)
+    pid = int(str(owners[0][0]).split(":")[1])
+    dead = next(bot for bot in bots if bot.process.pid == pid)
+    dead.kill()
+    world.slack.clear_faults()
+    await start()
+
+    final = await card_settled(world, card)
+    assert not has_buttons(final) and f"Approved by <@{DAVE}>" in card_text(final)
+    await wait_said(world, mention["ts"], "Scaled checkout-api to 5.", timeout=TURN_S)
+    assert len(real_writes(world)) == 1 and replicas(world) == 5
+    await handled_once(database_url, "block_actions")
+    taken = await rows(database_url, clicks)
+    assert int(str(taken[0][0]).split(":")[1]) != pid

@@ -439,6 +439,15 @@ class ApprovalService:
             withdrawn += done.result is ResumeResult.DECIDED
         return withdrawn
 
+    async def show_decided(self, approval: Approval) -> None:
+        """Show a decided approval's card as stored, with its outcome: a click replayed after
+        a crash finds its own decision, and the process that applied it may have died before
+        the card said so. Without an outcome yet it is in flight here or is reconciled at the
+        next start, which shows the card then."""
+        if approval.status is ApprovalState.PENDING or approval.outcome is None:
+            return
+        await self._show(approval, _Ending(approval.outcome, "", answer=False))
+
     async def pending_in(self, session_id: int) -> list[Approval]:
         return await self._store.pending_in(session_id)
 

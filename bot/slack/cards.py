@@ -255,6 +255,9 @@ class ApprovalClicks:
             await whisper(self._app.client, channel, user, resumed.why, approval.thread_ts)
         elif resumed.result is ResumeResult.ALREADY_DECIDED:
             if replayed and approval.decided_by == user:
-                return  # its own decision, claimed before the crash: the thread tells the rest
+                # Its own decision, claimed before the crash: "already decided" would mislead,
+                # and the card may not show the outcome yet.
+                await self._service.show_decided(approval)
+                return
             text = copy.approval_already(str(approval.status))
             await whisper(self._app.client, channel, user, text, approval.thread_ts)

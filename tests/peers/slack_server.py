@@ -473,6 +473,7 @@ class SlackServer:
         self._usergroups: dict[str, list[str]] = {}
         self._faults: dict[str, list[_Fault]] = {}
         self._delays: dict[str, float] = {}
+        self._holds: list[tuple[str, Callable[[Json], bool], asyncio.Event]] = []
         self._response_targets: dict[str, _ResponseTarget] = {}
         self._sockets: list[web.WebSocketResponse] = []
         self._socket_cursor = itertools.count()
@@ -652,11 +653,24 @@ class SlackServer:
         """Answer `method` only after `seconds` (a slow Slack), until `clear_faults`."""
         self._delays[method] = seconds
 
+    def hold(
+        self, method: str, when: Callable[[Json], bool] = lambda params: True
+    ) -> asyncio.Event:
+        """Keep calls of `method` whose params match `when` waiting (recorded, neither applied
+        nor answered) until the returned event is set or `clear_faults`: a moment a test can
+        act in. A held call whose caller has gone by then is dropped, never applied."""
+        released = asyncio.Event()
+        self._holds.append((method, when, released))
+        return released
+
     def clear_faults(self, method: str | None = None) -> None:
-        """Remove injected faults for `method`, or for every method."""
+        """Remove injected faults for `method`, or for every method (releasing held calls)."""
         if method is None:
             self._faults.clear()
             self._delays.clear()
+            for _method, _when, released in self._holds:
+                released.set()
+            self._holds.clear()
         else:
             self._faults.pop(method, None)
 
@@ -851,6 +865,14 @@ class SlackServer:
         if method in self._delays:
             self._notify()  # the call is seen while it waits
             await asyncio.sleep(self._delays[method])
+        for held, when, released in list(self._holds):
+            if held == method and when(params):
+                self._notify()
+                await released.wait()
+                if request.transport is None or request.transport.is_closing():
+                    # The caller died while it waited: the call never got through.
+                    call.status = 499
+                    return web.Response(status=499)
         response = self._dispatch(call)
         call.response = response
         self._notify()
