@@ -19,6 +19,8 @@ import pytest
 import yaml
 from sqlalchemy import text
 
+from bot.slack import copy
+from bot.slack.progress import STOP_ACTION_ID
 from bot.store.db import Database
 from tests.test_approval_crashes import BotProcess, card_settled
 from tests.test_approvals import (
@@ -31,7 +33,8 @@ from tests.test_approvals import (
     replicas,
     wait_said,
 )
-from tests.world import ALICE, CAROL, DAVE, OPS_CHANNEL, SHOP_CHANNEL, World, merge
+from tests.test_streaming import key, stop_button
+from tests.world import ALICE, BOB, CAROL, DAVE, OPS_CHANNEL, SHOP_CHANNEL, World, merge
 
 # Short leases: a dead replica's deliveries are taken over about three seconds after.
 FAST_LEASES = {"database": {"lease_s": 3}}
@@ -245,3 +248,38 @@ async def test_a_click_a_dead_replica_left_is_applied_once_by_the_replicas_alive
     await handled_once(database_url, "block_actions")
     taken = await rows(database_url, clicks)
     assert int(str(taken[0][0]).split(":")[1]) != pid
+
+
+async def test_a_stop_killed_before_it_was_handled_withdraws_the_cards_after_a_restart(
+    world: World, launch: Callable[..., Start], database_url: str
+):
+    start = launch()
+    bot = await start()
+    mention, card = await propose_scale(world, timeout=TURN_S)
+    thread = mention["ts"]
+    # BOB's follow-up runs a turn (its pod list held) beside ALICE's waiting card.
+    world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
+    pods = world.kube.hold(r"/namespaces/shop/pods$")
+    await world.slack.deliver_event(
+        world.slack.message(OPS_CHANNEL, BOB, "and the pods?", thread_ts=thread)
+    )
+    button = await stop_button(world, OPS_CHANNEL, thread)
+    # DAVE, an approver through the SRE group, stops it: kelpie dies checking his group.
+    stop = world.slack.block_action(
+        DAVE, OPS_CHANNEL, button.ts, STOP_ACTION_ID, key(OPS_CHANNEL, thread)
+    )
+    await kill_waiting_on(
+        world, bot, "usergroups.users.list", lambda: world.slack.deliver("interactive", stop)
+    )
+    pods.set()
+
+    await start()
+    # The turn died with the process (closed with a note); the stop withdraws the card, as
+    # it would have, and tells DAVE there was nothing left to stop.
+    final = await card_settled(world, card)
+    assert not has_buttons(final) and f"Withdrawn: not executed by <@{DAVE}>" in card_text(final)
+    await wait_said(world, thread, copy.TURN_LOST, timeout=TURN_S)
+    told = await world.slack.wait_for(lambda s: s.ephemerals(OPS_CHANNEL, DAVE), timeout=TURN_S)
+    assert told[0].text == copy.TURN_ALREADY_FINISHED
+    await handled_once(database_url, "block_actions")
+    assert real_writes(world) == []
