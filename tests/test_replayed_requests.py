@@ -275,11 +275,11 @@ async def test_a_stop_killed_before_it_was_handled_withdraws_the_cards_after_a_r
 
     await start()
     # The turn died with the process (closed with a note); the stop withdraws the card, as
-    # it would have, and tells DAVE there was nothing left to stop.
+    # it would have, stops no other turn, and tells DAVE so.
     final = await card_settled(world, card)
     assert not has_buttons(final) and f"Withdrawn: not executed by <@{DAVE}>" in card_text(final)
     await wait_said(world, thread, copy.TURN_LOST, timeout=TURN_S)
     told = await world.slack.wait_for(lambda s: s.ephemerals(OPS_CHANNEL, DAVE), timeout=TURN_S)
-    assert told[0].text == copy.TURN_ALREADY_FINISHED
+    assert told[0].text == copy.STOP_AFTER_RESTART
     await handled_once(database_url, "block_actions")
     assert real_writes(world) == []
