@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from bot.slack import copy
+from bot.slack.progress import STOP_ACTION_ID
 from bot.store.wakeups import LISTENER_NAME
 from tests.peers.model_server import HangStep, TextStep
 from tests.postgres import PostgresServer
@@ -29,6 +30,7 @@ from tests.test_approvals import (
     replicas,
     wait_card,
 )
+from tests.test_streaming import key, stop_button
 from tests.test_turn_leases import kill_listeners
 from tests.world import ALICE, BOB, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World, merge
 
@@ -382,3 +384,41 @@ async def test_replicas_wake_each_other_at_once_even_after_their_listeners_dropp
                     break
                 await asyncio.sleep(0.1)
             assert len(now) == 2 and not now & before
+
+
+async def test_kelpies_stop_button_clicked_through_the_other_replica_stops_the_turn(
+    world: World, launch: Callable[..., Start], postgres: PostgresServer
+):
+    url = await postgres.new_database()
+    update = {"slack": {"streaming": "update"}, "database": {"lease_s": 3, "url": url}}
+    start = launch(update)
+    await start()
+    await start()
+    world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
+    world.model.enqueue(HangStep(300, then=TextStep("never shown")))
+    event = world.slack.mention(SHOP_CHANNEL, ALICE, "why is checkout slow?")
+    await world.slack.deliver_event(event, connection=0)
+    thread = event["ts"]
+    await world.model.wait_for_requests(2, timeout=TURN_S)
+    button = await stop_button(world, SHOP_CHANNEL, thread)
+
+    async def click(user: str) -> None:
+        payload = world.slack.block_action(
+            user, SHOP_CHANNEL, button.ts, STOP_ACTION_ID, key(SHOP_CHANNEL, thread)
+        )
+        await world.slack.wait_ack(await world.slack.deliver("interactive", payload, connection=1))
+
+    # BOB neither asked nor approves in #shop: the other replica tells him who may stop.
+    await click(BOB)
+    whisper = await world.slack.wait_for(lambda s: s.ephemerals(SHOP_CHANNEL, BOB), timeout=TURN_S)
+    assert f"<@{ALICE}>" in whisper[0].text
+    assert (await fetch(url, "SELECT state FROM turns"))[0]["state"] == "running"
+    # ALICE asked: her click there stops the turn where it runs, and the thread says so.
+    await click(ALICE)
+    await said(world, thread, f"Stopped by <@{ALICE}>")
+    await thread_turns(url, thread, until=["interrupted"])
+    stopped = await fetch(url, "SELECT state, stopped_by FROM turns")
+    assert [(row["state"], row["stopped_by"]) for row in stopped] == [("interrupted", ALICE)]
+    await asyncio.sleep(2)
+    assert len(world.model.requests) == 2
+    assert all("never shown" not in t for t in bot_texts(world, thread))
