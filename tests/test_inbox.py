@@ -93,7 +93,11 @@ async def test_http_mode_answers_5xx_for_an_event_it_cannot_store(
         status, answer = await world.slack.post_signed(url, body)
     # A 503 Slack retries, and one clear line in the log: no traceback, no bare 500.
     assert status == 503, answer
-    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # The background retention pass may meet the same outage and say so on its own logger;
+    # what is asserted here is what the request itself left in the log.
+    errors = [
+        r for r in caplog.records if r.levelno >= logging.ERROR and r.name != "bot.store.retention"
+    ]
     assert [r.getMessage().split(" (")[0] for r in errors] == ["could not store a Slack request"]
     assert "Slack delivers it again" in errors[0].getMessage() and errors[0].exc_info is None
     await asyncio.sleep(0.2)
