@@ -162,6 +162,33 @@ async def test_native_stream_shows_tasks_in_order_then_the_answer_and_a_footer(w
     assert world.slack.calls_to("chat.update") == []
 
 
+async def test_the_model_is_asked_while_slack_holds_the_threads_first_post(world: World):
+    # Slack takes about one post a second per channel, so in a busy channel a turn's first
+    # post may wait seconds. The turn does not wait for it: both rounds run meanwhile, and
+    # what they did shows, in order, once the stream is open.
+    world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
+    answer = "All three `checkout-api` pods are **Running**."
+    world.model.reply_text(answer)
+    await world.start_bot(NATIVE)
+    first_post = world.slack.hold("chat.startStream")
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "are the checkout pods fine?")
+    await world.model.wait_for_requests(2, timeout=TURN_S)
+    start = await world.slack.wait_for_call("chat.startStream", timeout=TURN_S)
+    assert start.response == {}  # not answered yet: Slack still holds the first post
+    first_post.set()
+    await world.slack.wait_for_call("chat.stopStream", timeout=TURN_S)
+    await world.drain()
+
+    calls = stream_calls(world, SHOP_CHANNEL)
+    assert [calls[0].method, calls[-1].method] == ["chat.startStream", "chat.stopStream"]
+    statuses = task_statuses(calls)
+    assert list(statuses) == ["list_pods"]
+    assert statuses["list_pods"][0] == "in_progress" and statuses["list_pods"][-1] == "complete"
+    assert streamed_text(calls) == answer
+    replies = bot_messages(world, SHOP_CHANNEL, mention["ts"])
+    assert [(m.kind, m.streaming, m.text) for m in replies] == [("stream", False, answer)]
+
+
 async def test_a_long_streamed_answer_takes_a_bounded_number_of_appends(world: World):
     paragraph = "The checkout-api pod restarts because the JVM heap is too small. " * 8
     answer = "\n\n".join(f"{i}. {paragraph}" for i in range(16))[:8000]

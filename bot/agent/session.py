@@ -367,19 +367,15 @@ class AgentSessions:
     async def _reporting(self, spec: _TurnSpec) -> AsyncIterator[Reporter]:
         """The turn's reporter, closed whenever the turn ends, even when an interrupt lands
         in its first milliseconds (while the reporter is still opening): no stream or
-        progress message is ever left unfinished."""
+        progress message is ever left unfinished. The turn does not wait for it to open."""
         messages = _LedgerMessages(self._ledger, spec.turn_id)
-        opening = asyncio.ensure_future(self._reporters.open(spec.session, spec.origin, messages))
-        try:
-            reporter = await asyncio.shield(opening)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._close_interrupted(await opening))
-            raise
+        reporter = _OpeningReporter(self._reporters.open(spec.session, spec.origin, messages))
         try:
             yield reporter
         except asyncio.CancelledError:
-            await asyncio.shield(self._close_interrupted(reporter))
+            with contextlib.suppress(Exception):
+                opened = await asyncio.shield(reporter.opening)
+                await asyncio.shield(self._close_interrupted(opened))
             raise
 
     @staticmethod
@@ -525,6 +521,37 @@ async def _recording(write: Awaitable[None], ts: str) -> None:
     except Exception:
         # Only a crash's clean-up depends on it: the turn goes on.
         log.exception("could not record the state of message %s", ts)
+
+
+class _OpeningReporter:
+    """A reporter the turn can use while it is still opening. Opening posts the turn's
+    first message, which may wait seconds for the channel's posting budget (Slack takes
+    about one post a second per channel); the model is asked meanwhile. Events are held in
+    order and handed on once it is open. If opening failed, the next event raises its
+    error, so the turn stops before running anything more that nobody would see."""
+
+    def __init__(self, opening: Awaitable[Reporter]) -> None:
+        self._held: list[TurnEvent] = []
+        self._open: Reporter | None = None
+        self.opening: asyncio.Future[Reporter] = asyncio.ensure_future(self._hand_on(opening))
+
+    async def _hand_on(self, opening: Awaitable[Reporter]) -> Reporter:
+        reporter = await opening
+        while self._held:  # an event emitted while one is handed on waits its turn
+            await reporter.emit(self._held.pop(0))
+        self._open = reporter
+        return reporter
+
+    async def emit(self, event: TurnEvent) -> None:
+        if self._open is not None:
+            await self._open.emit(event)
+            return
+        if self.opening.done():
+            self.opening.result()  # opening failed: its error ends the turn
+        self._held.append(event)
+
+    async def close(self, finished: TurnFinished) -> None:
+        await (await self.opening).close(finished)
 
 
 @dataclass
