@@ -39,7 +39,7 @@ from bot.metrics import (
     Metrics,
 )
 from bot.model.gateway import LiteLLMGateway, probe_capabilities, warm_up
-from bot.model.outbound import MaskingGateway
+from bot.model.outbound import MaskingGateway, MaskMemo
 from bot.model.router import ModelRouter
 from bot.policy.decision import Stage
 from bot.policy.firewall import FirewallStage
@@ -451,7 +451,9 @@ def build_core(
     db = Database(config.database.url)
     turns = TurnRepository(db, replica) if replica is not None else None
     wakeups = Wakeups()
-    messages = MessageRepository(db)
+    # One memo for the model requests and the store: a message is masked once for both.
+    memo = MaskMemo()
+    messages = MessageRepository(db, memo)
     sessions = SessionRepository(db)
     kube = kube_clients(config)
     registry = tool_registry(kube)
@@ -480,6 +482,7 @@ def build_core(
         MaskingGateway(
             MeteredGateway(gateways(config.models.active), metrics),
             payloads,
+            memo=memo,
         ),
         harness,
         messages,

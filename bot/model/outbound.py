@@ -362,6 +362,17 @@ class MaskMemo:
         self._entries.move_to_end(text)
         return entry[0], [Masking(kind, where) for kind in entry[1]]
 
+    def keep(self, text: str) -> str:
+        """`text` masked, from the memo or masked now and remembered: the store keeps what
+        the next request sends (a round's tool results), so it is masked once for both."""
+        entry = self._entries.get(text)
+        if entry is not None:
+            self._entries.move_to_end(text)
+            return entry[0]
+        masked, findings = mask_text(text)
+        self.add(text, masked, findings)
+        return masked
+
 
 def _mask_all(texts: list[str]) -> list[tuple[str, list[Masking]]]:
     return [mask_text(text) for text in texts]
@@ -377,13 +388,15 @@ class MaskingGateway:
         *,
         max_message_chars: int = MAX_MESSAGE_CHARS,
         max_request_chars: int = MAX_REQUEST_CHARS,
+        memo: MaskMemo | None = None,
     ) -> None:
         self._inner = inner
         self._sink = sink
         self._max_message_chars = max_message_chars
         self._max_request_chars = max_request_chars
         self.last_payload: SentPayload | None = None
-        self._memo = MaskMemo()
+        # Shared with the store (`app.py`), which masks what it keeps with the same memo.
+        self._memo = memo or MaskMemo()
 
     @property
     def model_name(self) -> str:

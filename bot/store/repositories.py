@@ -4,11 +4,12 @@ handed to the one writer (`Database.write` awaits the commit, `Database.defer` d
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from sqlmodel import SQLModel, col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from bot.model.outbound import mask_text, storable_thinking
+from bot.model.outbound import MaskMemo, mask_text, storable_thinking
 from bot.model.types import Usage
 from bot.store.db import Database, insert_ignoring_duplicates, inserting
 from bot.store.tables import (
@@ -117,20 +118,22 @@ def _speaker(message: Message) -> str:
 
 
 class MessageRepository:
-    """Implements the agent's ConversationStore port."""
+    """Implements the agent's ConversationStore port. With the model gateway's `memo`, a
+    text the request masked already (a round's tool results) is not masked again here."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, memo: MaskMemo | None = None) -> None:
         self._db = db
+        self._mask = memo.keep if memo is not None else _masked
 
     async def append(self, session_id: int, turn_id: str, messages: list[Message]) -> None:
         if messages:
-            await self._db.write(adding_messages(session_id, turn_id, messages))
+            await self._db.write(adding_messages(session_id, turn_id, messages, self._mask))
 
     def stage(self, session_id: int, turn_id: str, messages: list[Message]) -> None:
         """Queue messages to be committed with the turn's next durable write (a round's tool
         results ride along with the next round's commit). Order is kept."""
         if messages:
-            self._db.defer(adding_messages(session_id, turn_id, messages))
+            self._db.defer(adding_messages(session_id, turn_id, messages, self._mask))
 
     async def history(
         self, session_id: int, limit: int, before_turn: str | None = None
@@ -204,21 +207,29 @@ class MessageRepository:
         self._db.defer(inserting(row))
 
 
-def _kept(text: str | None) -> str | None:
+def _masked(text: str) -> str:
+    return mask_text(text)[0]
+
+
+def adding_messages(
+    session_id: int,
+    turn_id: str,
+    messages: list[Message],
+    mask: Callable[[str], str] = _masked,
+) -> Op[None]:
     # Nothing is kept unmasked: a person's words and tool calls pass the same masker
     # (tool results were masked in the harness; masking twice changes nothing).
-    return mask_text(text)[0] if text else text
+    def kept(text: str | None) -> str | None:
+        return mask(text) if text else text
 
-
-def adding_messages(session_id: int, turn_id: str, messages: list[Message]) -> Op[None]:
     return inserting(
         *[
             MessageRow(
                 session_id=session_id,
                 turn_id=turn_id,
                 role=str(message.role),
-                content=_kept(message.content),
-                tool_calls_json=_kept(tool_calls_to_json(message.tool_calls)),
+                content=kept(message.content),
+                tool_calls_json=kept(tool_calls_to_json(message.tool_calls)),
                 # Verbatim, or not at all: a masked block could not be sent back.
                 thinking_json=thinking_to_json(storable_thinking(message.thinking)),
                 tool_call_id=message.tool_call_id,
