@@ -460,7 +460,11 @@ def build_core(
     gateways = ModelGateways(config, secrets)
     post_hooks = PostToolUseHooks(config.hooks.post_tool_use)
     session_hooks = SessionHooks(config.hooks.session_start, config.hooks.session_end)
-    approval_store = MeteredApprovalRepository(db, metrics)
+    # An approved change is leased to this replica until its outcome (one of its own when
+    # there is no replica: `kelpie chat`).
+    approval_store = MeteredApprovalRepository(
+        db, metrics, replica or Replica.this_process(config.database.lease_s)
+    )
     bell = ExpiryBell()
     tool_audit = ToolAuditRepository(db)
     coordinator = WriteCoordinator(
@@ -642,6 +646,7 @@ def build_kelpie(
         agent,
         scheduler.submit,
         stop.interrupt_elsewhere,
+        core.approvals,
     )
     keeper = LeaseKeeper(takeover, config.database.lease_s / 3, core.wakeups)
     listener = None if core.db.is_sqlite else PgListener(config.database.url, core.wakeups)

@@ -25,6 +25,7 @@ from bot.agent.session import Reporter, ReporterFactory, TurnMessages, TurnOrigi
 from bot.model.types import ModelError, ModelGateway, ModelReply, ModelRequest, TextSink
 from bot.store.approvals import ApprovalRepository
 from bot.store.db import Database
+from bot.store.turns import Replica
 from bot.values import ApprovalState, SessionInfo
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -138,8 +139,8 @@ class MeteredApprovalRepository(ApprovalRepository):
     """Counts a decision when its transition wins: exactly once per approval, whoever
     (a click, the expiry sweeper, a withdrawal) ended it."""
 
-    def __init__(self, db: Database, metrics: Metrics) -> None:
-        super().__init__(db)
+    def __init__(self, db: Database, metrics: Metrics, replica: Replica | None = None) -> None:
+        super().__init__(db, replica)
         self._metrics = metrics
 
     async def transition(

@@ -22,16 +22,27 @@ from sqlmodel import SQLModel
 
 from bot.config import sqlalchemy_async_url
 from bot.errors import StoreError
+from bot.store.approvals import ApprovalRepository
 from bot.store.db import Database, executing
 from bot.store.inbox import Inbox
 from bot.store.repositories import MessageRepository, SessionRepository
 from bot.store.schema import alembic_config, head_revision
 from bot.store.turns import Replica, TurnRepository
-from bot.values import Role, SessionInfo
+from bot.values import Role, SessionInfo, WritePlan, WriteTarget, plan_to_json
 from tests.postgres import PostgresServer, free_port
 from tests.world import World, environ, merge
 
 RELEASE_0_1_0 = Path(__file__).parent / "data" / "release-0.1.0.sql"
+OLD_PLAN = plan_to_json(
+    WritePlan(
+        "scale",
+        "Scale deployment shop/checkout-api from 3 to 5 replicas",
+        "prod",
+        WriteTarget("Deployment", "shop", "checkout-api", "uid-1", "7"),
+        (),
+        {"replicas": 5},
+    )
+)
 
 
 async def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path: Path):
@@ -93,6 +104,43 @@ async def test_a_turn_stream_stored_before_revision_0008_is_still_closed_after_i
             await connection.run_sync(lambda sync: downgrade(alembic_config(sync), "0007"))
             kept = await connection.execute(text("SELECT stream_ts FROM turns"))
             assert kept.all() == [("1700000001.000200",)]
+    finally:
+        await db.close()
+        await migrating.dispose()
+
+
+async def test_an_approved_change_left_by_a_0009_kelpie_is_reconciled_after_the_upgrade(
+    database_url: str,
+):
+    """0010 leases an approved change to the replica executing it: a row approved with no
+    outcome under 0009 has no owner, so the first replica to look reconciles it (and only
+    one: the claim sets it as the owner)."""
+    migrating = create_async_engine(sqlalchemy_async_url(database_url))  # an older kelpie
+    db = Database(database_url)
+    try:
+        async with migrating.begin() as connection:
+            await connection.run_sync(lambda sync: upgrade(alembic_config(sync), "0009"))
+        session = await SessionRepository(db).get_or_create(
+            SessionInfo(0, "T:C:1", "T", "C", "1", False, "operator", "prod", None, "U")
+        )
+        await db.write(
+            executing(
+                text(
+                    "INSERT INTO approvals (id, session_id, turn_id, tool_call_id, tool,"
+                    " plan_json, reason, role, cluster, channel_id, thread_ts, requested_by,"
+                    " requesters_json, status, decided_by, decided_at, expires_at, created_at)"
+                    " VALUES ('old-approval', :session, 't', 'c', 'scale', :plan, '',"
+                    " 'operator', 'prod', 'C', '1', 'U', '[]', 'approved', 'U2', :at, :at, :at)"
+                ).bindparams(session=session.id, plan=OLD_PLAN, at=datetime(2026, 1, 1, tzinfo=UTC))
+            )
+        )
+        await db.upgrade()
+        first = ApprovalRepository(db, Replica.this_process(15))
+        second = ApprovalRepository(db, Replica.this_process(15))
+        assert [a.id for a in await first.unfinished()] == ["old-approval"]
+        assert await first.claim_unfinished("old-approval")
+        assert not await second.claim_unfinished("old-approval")
+        assert await second.unfinished() == []
     finally:
         await db.close()
         await migrating.dispose()

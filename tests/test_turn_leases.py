@@ -6,16 +6,28 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
+from bot.store.approvals import ApprovalRepository
 from bot.store.db import Database
 from bot.store.inbox import Inbox
 from bot.store.repositories import MessageRepository, SessionRepository
 from bot.store.turns import Replica, TurnRepository
 from bot.store.wakeups import LISTENER_NAME, PgListener, Wakeups, asyncpg_dsn
-from bot.values import Message, Role, SessionInfo, TurnInterrupt, TurnState, Wake
+from bot.values import (
+    Approval,
+    ApprovalState,
+    Message,
+    Role,
+    SessionInfo,
+    TurnInterrupt,
+    TurnState,
+    Wake,
+    WritePlan,
+    WriteTarget,
+)
 from tests.postgres import PostgresServer
 
 THREAD = SessionInfo(
@@ -170,6 +182,70 @@ async def test_a_dead_replicas_turns_and_deliveries_are_taken_over_once(database
         await asyncio.sleep(0.3)
         assert await Inbox(db, replica("late", ttl_s=0.2)).take_orphans() == []
     finally:
+        await db.close()
+
+
+def scale_approval(session_id: int) -> Approval:
+    target = WriteTarget("Deployment", "shop", "checkout-api", "uid-1", "7")
+    return Approval(
+        id="approval-leased",
+        session_id=session_id,
+        turn_id="turn-1",
+        tool_call_id="call-1",
+        plan=WritePlan("scale", "Scale checkout-api to 5", "prod", target, (), {}),
+        reason="",
+        role="operator",
+        channel_id=THREAD.channel_id,
+        thread_ts=THREAD.thread_ts,
+        requested_by="U0ALICE",
+        status=ApprovalState.PENDING,
+        expires_at=datetime.now(UTC) + timedelta(minutes=10),
+    )
+
+
+async def test_an_approved_change_is_reconciled_only_once_its_replicas_lease_expired(
+    database_url: str,
+):
+    """The replica that approved a change owns its execution until the outcome: another
+    replica's reconciliation leaves it alone while the owner beats, and once the owner is
+    gone exactly one of two racing replicas takes it."""
+    db, session_id = await opened(database_url)
+    other = Database(database_url)  # another process's connections and writer
+    owner = ApprovalRepository(db, replica("a", ttl_s=0.2))
+    b, c = ApprovalRepository(db, replica("b")), ApprovalRepository(other, replica("c"))
+    try:
+        approval = scale_approval(session_id)
+        await owner.create(approval)
+        assert await owner.transition(
+            approval.id,
+            ApprovalState.APPROVED,
+            by="U0CAROL",
+            now=datetime.now(UTC),
+            require_unexpired=True,
+        )
+        # Executing on a live replica: not another's to reconcile.
+        assert await b.unfinished() == []
+        assert not await b.claim_unfinished(approval.id)
+        # Its heartbeat (a longer lease than the one taken at the click) keeps it.
+        await asyncio.sleep(0.3)
+        await TurnRepository(db, replica("a", ttl_s=30)).renew()
+        assert await c.unfinished() == []
+        assert not await c.claim_unfinished(approval.id)
+        # The owner stops beating: its lease runs out, and exactly one racer takes the row.
+        await TurnRepository(db, replica("a", ttl_s=0.2)).renew()
+        await asyncio.sleep(0.3)
+        assert [a.id for a in await b.unfinished()] == [approval.id]
+        claims = await asyncio.gather(
+            b.claim_unfinished(approval.id), c.claim_unfinished(approval.id)
+        )
+        assert sorted(claims) == [False, True]
+        # The winner holds it now, and an outcome ends the lease business for good.
+        assert await ApprovalRepository(db, replica("d")).unfinished() == []
+        await owner.set_outcome(approval.id, "not executed: ask again")
+        await asyncio.sleep(0.3)
+        assert await ApprovalRepository(db, replica("d")).unfinished() == []
+    finally:
+        await other.close()
         await db.close()
 
 

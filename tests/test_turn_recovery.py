@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from tests.peers.model_server import HangStep, TextStep
 from tests.postgres import PostgresServer
 from tests.test_approval_crashes import BotProcess, card_settled, wait_db
 from tests.test_approvals import (
+    approval_id,
     card_now,
     card_text,
     click,
@@ -29,7 +31,9 @@ from tests.test_approvals import (
     real_writes,
     replicas,
     wait_card,
+    wait_said,
 )
+from tests.test_replayed_requests import rows
 from tests.test_streaming import key, stop_button
 from tests.test_turn_leases import kill_listeners
 from tests.world import ALICE, BOB, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World, merge
@@ -422,3 +426,99 @@ async def test_kelpies_stop_button_clicked_through_the_other_replica_stops_the_t
     await asyncio.sleep(2)
     assert len(world.model.requests) == 2
     assert all("never shown" not in t for t in bot_texts(world, thread))
+
+
+async def approval_row(url: str, identifier: str) -> tuple[Any, ...]:
+    """(outcome, owner, lease_expires_at) of an approval, as the database has it."""
+    found = await rows(
+        url, f"SELECT outcome, owner, lease_expires_at FROM approvals WHERE id = '{identifier}'"
+    )
+    assert len(found) == 1
+    return tuple(found[0])
+
+
+def thread_lines(world: World, thread_ts: str, card: Any, text: str) -> list[str]:
+    """The bot's messages in the thread, other than the card, that contain `text`."""
+    return [
+        m.text or ""
+        for m in world.slack.thread(OPS_CHANNEL, thread_ts)
+        if m.is_bot and m.ts != card.ts and text in (m.text or "")
+    ]
+
+
+async def test_an_approved_write_running_on_a_live_replica_is_left_to_it_by_one_starting(
+    world: World, launch: Callable[..., Start], postgres: PostgresServer
+):
+    """Replica A executes an approved write (held at the cluster) while replica B starts:
+    B neither records an outcome nor says anything, however long A's write takes; A's
+    write lands and the thread shows its one outcome."""
+    url = await postgres.new_database()
+    start = launch({"database": {"lease_s": 3, "url": url}})
+    await start()
+    mention, card = await propose_scale(world, then="Scaled checkout-api to 5.", timeout=TURN_S)
+    identifier = approval_id(card)
+    write = world.kube.hold(r"/deployments/checkout-api/scale$")
+    await click(world, CAROL, card)  # the only replica yet: A executes it
+    await world.slack.wait_for(lambda s: len(real_writes(world)) == 1, timeout=TURN_S)
+
+    await start()  # B reconciles at start (done before it connects to Slack)
+    assert await rows(url, f"SELECT outcome FROM approvals WHERE id = '{identifier}'") == [(None,)]
+    assert thread_lines(world, mention["ts"], card, "not executed") == []
+    _, owner, first_lease = await approval_row(url, identifier)
+    assert owner is not None
+    # A's heartbeat keeps its lease while the write is held: B's takeover ticks (three
+    # per lease) pass the first lease's expiry twice over and leave the row alone.
+    async with asyncio.timeout(TURN_S):
+        while (row := await approval_row(url, identifier))[2] < first_lease + timedelta(seconds=6):
+            assert row[:2] == (None, owner)
+            await asyncio.sleep(0.2)
+    assert thread_lines(world, mention["ts"], card, "not executed") == []
+    assert replicas(world) == 3
+
+    write.set()
+    final = await card_settled(world, card)
+    assert not has_buttons(final) and "scaled shop/checkout-api to 5" in card_text(final)
+    await wait_said(world, mention["ts"], "Scaled checkout-api to 5.", timeout=TURN_S)
+    outcome, _, _ = await approval_row(url, identifier)
+    assert outcome is not None and not outcome.startswith("not executed")
+    assert "not executed" not in card_text(final)
+    assert thread_lines(world, mention["ts"], card, "not executed") == []
+    assert len(real_writes(world)) == 1 and replicas(world) == 5
+
+
+async def test_an_approved_write_left_by_a_killed_replica_is_reconciled_by_a_live_one(
+    world: World, launch: Callable[..., Start], postgres: PostgresServer
+):
+    """Replica A is SIGKILLed after the click, before its write was sent: replica B, running
+    all along and never restarted, reconciles the change once A's lease has expired."""
+    url = await postgres.new_database()
+    start = launch({"database": {"lease_s": 3, "url": url}})
+    a = await start()
+    b = await start()
+    mention, card = await propose_scale(world, timeout=TURN_S)
+    identifier = approval_id(card)
+    reads = len(world.kube.requests)
+    # The re-read just before the write waits: A dies with the write not yet sent.
+    reread = world.kube.hold(r"/deployments/checkout-api$")
+    payload = world.slack.block_action(CAROL, OPS_CHANNEL, card.ts, "kelpie_approve", identifier)
+    await world.slack.deliver("interactive", payload, connection=0)  # A, connected first
+    await world.slack.wait_for(
+        lambda s: any(
+            r.method == "GET" and r.path.endswith("/deployments/checkout-api")
+            for r in world.kube.requests[reads:]
+        ),
+        timeout=TURN_S,
+    )
+    assert await rows(url, f"SELECT outcome FROM approvals WHERE id = '{identifier}'") == [(None,)]
+    a.kill()
+    reread.set()  # what B reads back is not held
+
+    said = await wait_said(world, mention["ts"], "not executed", timeout=TURN_S)
+    assert "ask again" in said.text
+    final = await card_settled(world, card)
+    assert not has_buttons(final) and "not executed" in card_text(final)
+    outcome, _, _ = await approval_row(url, identifier)
+    assert outcome is not None and outcome.startswith("not executed")
+    assert len(thread_lines(world, mention["ts"], card, "not executed")) == 1
+    assert real_writes(world) == [] and replicas(world) == 3
+    assert b.process.poll() is None  # the same live replica, not a restarted one

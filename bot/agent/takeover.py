@@ -5,7 +5,8 @@ leases (the heartbeat), then claim what a dead replica left, whose leases expire
 - a turn that was running: closed in its thread with a short note (it is not run again:
   it may have been half way through its tool calls);
 - a turn accepted but not started yet: run here, from the stored conversation;
-- a delivery acknowledged but never handled: handled here.
+- a delivery acknowledged but never handled: handled here;
+- an approved change left without an outcome: reconciled here (read back, never rerun).
 The heartbeat also hands back the turns here that another replica interrupts: a newer
 message there (`slack.on_new_message: interrupt`) or a person's stop pressed there.
 Claims are compare-and-set in the store, so each is taken over by exactly one replica.
@@ -51,6 +52,12 @@ class Redelivery(Protocol):
     async def redeliver(self, delivery: OrphanDelivery) -> None: ...
 
 
+class Reconciler(Protocol):
+    async def reconcile(self) -> None:
+        """Approved changes left without an outcome by a replica whose lease expired."""
+        ...
+
+
 class Takeover:
     def __init__(
         self,
@@ -61,7 +68,9 @@ class Takeover:
         agent: AgentSessions,
         submit: TurnSubmit,
         interrupt: Callable[[TurnInterrupt], bool],
+        approvals: Reconciler,
     ) -> None:
+        self._approvals = approvals
         self._leases = leases
         self._deliveries = deliveries
         self._notices = notices
@@ -85,6 +94,7 @@ class Takeover:
                 await self._redelivery.redeliver(delivery)
             except Exception:
                 log.exception("could not take over delivery %s", delivery.key)
+        await self._approvals.reconcile()
 
     async def interrupts(self) -> None:
         """Only the interrupts other replicas asked for (a wake-up said there is one)."""

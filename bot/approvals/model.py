@@ -47,7 +47,12 @@ class ApprovalStore(Protocol):
     async def next_expiry(self) -> datetime | None: ...
 
     async def unfinished(self) -> list[Approval]:
-        """Approved, with no outcome recorded: a crash between the click and the outcome."""
+        """Approved, with no outcome recorded, and the lease of the replica executing it
+        expired: it died between the click and the outcome."""
+        ...
+
+    async def claim_unfinished(self, approval_id: str) -> bool:
+        """Compare-and-set such a row to this replica; True only for the one that won."""
         ...
 
     async def requesters(self, session_id: int) -> list[str]:

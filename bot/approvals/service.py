@@ -6,10 +6,12 @@ requesters and expiry, posts the card and stores its ts, and returns a *pending*
 the turn ends there and the thread's lock is released.
 
 `resume` is used by a click (on any process sharing the database), the expiry sweeper, a
-withdrawal and start-up reconciliation. It claims the row by compare-and-set, so each
-decision happens once; an approved call then passes the whole pipeline again (its checks
-under the current configuration, then the same tail as any call: approval → execute via
-the write coordinator → mask → PostToolUse hooks → audit); the outcome is recorded whatever
+withdrawal and reconciliation (at start and at every heartbeat: an approved change whose
+replica died before its outcome, once that replica's lease expired). It claims the row by
+compare-and-set, so each decision happens once; an approved call then passes the whole
+pipeline again (its checks under the current configuration, then the same tail as any
+call: approval → execute via the write coordinator → mask → PostToolUse hooks → audit);
+the outcome is recorded whatever
 Slack does; the conversation learns it (a new turn answers in the thread); and the card is
 updated last, best effort, with the outcome posted in the thread when it cannot be.
 
@@ -257,6 +259,9 @@ class ApprovalService:
         if approval is None or decision.channel_id not in (None, approval.channel_id):
             return Resumed(ResumeResult.UNKNOWN)
         if decision.kind is DecisionKind.RECONCILE:
+            # Only a row no live replica executes, and only by the one replica claiming it.
+            if not await self._store.claim_unfinished(approval_id):
+                return Resumed(ResumeResult.ALREADY_DECIDED, approval)
             return await self._shielded(self._reconcile(approval))
         if decision.kind in (DecisionKind.APPROVE, DecisionKind.REJECT):
             assert decision.by is not None
@@ -401,10 +406,18 @@ class ApprovalService:
     async def start(self) -> None:
         """Reconcile approvals a crash left without an outcome, then sweep expiries (one
         that passed while kelpie was down is applied now) for as long as kelpie runs."""
-        for approval in await self._store.unfinished():
-            await self.resume(approval.id, ApprovalDecision(DecisionKind.RECONCILE))
+        await self.reconcile()
         await self.sweep()
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="approval-expiry")
+
+    async def reconcile(self) -> None:
+        """Approved changes whose replica died before their outcome (its lease expired): at
+        start and at every heartbeat of a live replica (the takeover's tick)."""
+        for approval in await self._store.unfinished():
+            try:
+                await self.resume(approval.id, ApprovalDecision(DecisionKind.RECONCILE))
+            except Exception:
+                log.exception("could not reconcile approval %s", approval.id)
 
     async def sweep(self) -> None:
         for approval in await self._store.expired(self._clock()):
@@ -442,8 +455,8 @@ class ApprovalService:
     async def show_decided(self, approval: Approval) -> None:
         """Show a decided approval's card as stored, with its outcome: a click replayed after
         a crash finds its own decision, and the process that applied it may have died before
-        the card said so. Without an outcome yet it is in flight here or is reconciled at the
-        next start, which shows the card then."""
+        the card said so. Without an outcome yet it is in flight on a live replica, or is
+        reconciled once that replica's lease expired, which shows the card then."""
         if approval.status is ApprovalState.PENDING or approval.outcome is None:
             return
         await self._show(approval, _Ending(approval.outcome, "", answer=False))

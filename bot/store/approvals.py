@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, update
+from sqlalchemy import delete, func, or_, update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -18,6 +18,7 @@ from bot.store.tables import (
     WriteReservationRow,
     utcnow,
 )
+from bot.store.turns import Replica
 from bot.values import Approval, ApprovalState, WriteAudit, plan_from_json, plan_to_json
 
 
@@ -49,8 +50,14 @@ def _approval(row: ApprovalRow) -> Approval:
 
 
 class ApprovalRepository:
-    def __init__(self, db: Database) -> None:
+    """An approved change is leased to the replica that approved it (`owner`, renewed by its
+    heartbeat, `TurnRepository.renew`) until its outcome is recorded; only a row whose lease
+    has expired is reconciled elsewhere, claimed by compare-and-set."""
+
+    def __init__(self, db: Database, replica: Replica | None = None) -> None:
         self._db = db
+        # Without one (a reader, `kelpie chat`): a lease of the default length.
+        self._replica = replica or Replica.this_process(15.0)
 
     async def create(self, approval: Approval) -> None:
         row = ApprovalRow(
@@ -98,11 +105,11 @@ class ApprovalRepository:
             conditions.append(col(ApprovalRow.expires_at) > now)
         if require_expired:
             conditions.append(col(ApprovalRow.expires_at) <= now)
-        statement = (
-            update(ApprovalRow)
-            .where(*conditions)
-            .values(status=str(to), decided_by=by, decided_at=now)
-        )
+        values: dict[str, object] = {"status": str(to), "decided_by": by, "decided_at": now}
+        if to is ApprovalState.APPROVED:
+            # The change runs here now: leased to this replica until its outcome.
+            values |= {"owner": self._replica.id, "lease_expires_at": self._replica.lease()[1]}
+        statement = update(ApprovalRow).where(*conditions).values(**values)
 
         async def op(session: AsyncSession) -> bool:
             return bool((await session.exec(statement)).rowcount)
@@ -132,10 +139,23 @@ class ApprovalRepository:
         )
 
     async def unfinished(self) -> list[Approval]:
-        return await self._select(
-            col(ApprovalRow.status) == str(ApprovalState.APPROVED),
-            col(ApprovalRow.outcome).is_(None),
+        """Approved, no outcome, and no live replica executing it (its lease expired, or it
+        has none: a row from before the leases)."""
+        return await self._select(*_orphaned(utcnow()))
+
+    async def claim_unfinished(self, approval_id: str) -> bool:
+        """Take an orphaned approved row to reconcile it here; True for exactly one caller."""
+        now, until = self._replica.lease()
+        statement = (
+            update(ApprovalRow)
+            .where(col(ApprovalRow.id) == approval_id, *_orphaned(now))
+            .values(owner=self._replica.id, lease_expires_at=until)
         )
+
+        async def op(session: AsyncSession) -> bool:
+            return bool((await session.exec(statement)).rowcount)
+
+        return await self._db.write(op)
 
     async def next_expiry(self) -> datetime | None:
         async with self._db.sessions() as session:
@@ -174,6 +194,14 @@ class ApprovalRepository:
                 select(ApprovalRow).where(*conditions).order_by(col(ApprovalRow.created_at))
             )
             return [_approval(row) for row in rows.all()]
+
+
+def _orphaned(now: datetime) -> list[Any]:
+    return [
+        col(ApprovalRow.status) == str(ApprovalState.APPROVED),
+        col(ApprovalRow.outcome).is_(None),
+        or_(col(ApprovalRow.owner).is_(None), col(ApprovalRow.lease_expires_at) <= now),
+    ]
 
 
 class WriteAuditRepository:

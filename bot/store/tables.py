@@ -172,6 +172,10 @@ class ApprovalRow(SQLModel, table=True):
     expires_at: datetime
     card_ts: str | None = None
     outcome: str | None = None
+    # Approved, no outcome yet: the replica executing it and its lease, renewed by that
+    # replica's heartbeat; once it expires another replica may reconcile the row.
+    owner: str | None = None
+    lease_expires_at: datetime | None = Field(default=None, index=True)
     created_at: datetime = Field(default_factory=utcnow, index=True)
 
 

@@ -26,10 +26,18 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store.db import Database, counting, insert_ignoring_duplicates
 from bot.store.repositories import adding_messages
-from bot.store.tables import InboundEventRow, SessionRow, TurnRow, utcnow
+from bot.store.tables import ApprovalRow, InboundEventRow, SessionRow, TurnRow, utcnow
 from bot.store.wakeups import notify
 from bot.store.writer import Op
-from bot.values import Message, OrphanTurn, RemoteTurn, TurnInterrupt, TurnState, Wake
+from bot.values import (
+    ApprovalState,
+    Message,
+    OrphanTurn,
+    RemoteTurn,
+    TurnInterrupt,
+    TurnState,
+    Wake,
+)
 
 LIVE = (TurnState.QUEUED.value, TurnState.RUNNING.value)
 
@@ -243,10 +251,21 @@ class TurnRepository:
             .where(col(InboundEventRow.owner) == me, col(InboundEventRow.handled_at).is_(None))
             .values(lease_expires_at=until)
         )
+        # An approved change executing here (no outcome yet) is not another's to reconcile.
+        approvals = (
+            update(ApprovalRow)
+            .where(
+                col(ApprovalRow.owner) == me,
+                col(ApprovalRow.status) == ApprovalState.APPROVED.value,
+                col(ApprovalRow.outcome).is_(None),
+            )
+            .values(lease_expires_at=until)
+        )
 
         async def op(session: AsyncSession) -> None:
             await session.exec(turns)
             await session.exec(deliveries)
+            await session.exec(approvals)
 
         await self._db.write(op)
         return await self.interrupts()
