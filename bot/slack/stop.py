@@ -70,7 +70,7 @@ class StopHandler:
         withdraw: Withdraw,
         sessions: Sessions,
         handled: Handled,
-        elsewhere: RemoteTurns | None = None,
+        elsewhere: RemoteTurns,
     ) -> None:
         self._app = app
         self._handled = handled
@@ -121,8 +121,8 @@ class StopHandler:
         """Stop the thread's turn running on another replica, as `stop` does; None when no
         turn runs there on any replica."""
         elsewhere = self._elsewhere
-        remote = await elsewhere.running_elsewhere(session_key) if elsewhere else None
-        if elsewhere is None or remote is None:
+        remote = await elsewhere.running_elsewhere(session_key)
+        if remote is None:
             return None
 
         async def there() -> bool:
