@@ -29,7 +29,7 @@ from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, WriteAuditLog
 from bot.approvals.recheck import Approvers, Bindings, CurrentPolicy
 from bot.approvals.service import ApprovalRequests, ApprovalService, ExpiryBell, RecordedWrites
-from bot.config import Config, OnNewMessage, Secrets, SlackMode
+from bot.config import Config, ModelClient, OnNewMessage, Secrets, SlackMode
 from bot.health import health_app, serve
 from bot.metrics import (
     MeteredApprovalRepository,
@@ -39,8 +39,11 @@ from bot.metrics import (
     Metrics,
 )
 from bot.model.gateway import LiteLLMGateway, probe_capabilities, warm_up
+from bot.model.model_map import map_capabilities
+from bot.model.openai_wire import OpenAIWireGateway
 from bot.model.outbound import MaskingGateway, MaskMemo
-from bot.model.router import ModelRouter
+from bot.model.router import CapabilityProbe, ModelRouter
+from bot.model.types import ModelCapabilities, ProviderGateway, ProviderSettings
 from bot.policy.decision import Stage
 from bot.policy.firewall import FirewallStage
 from bot.policy.guardian import GuardianStage
@@ -149,19 +152,22 @@ def slack_client(
     )
 
 
-def model_gateway(config: Config, secrets: Secrets, profile_name: str) -> LiteLLMGateway:
+def model_gateway(config: Config, secrets: Secrets, profile_name: str) -> ProviderGateway:
     profile = config.models.profiles[profile_name]
-    return LiteLLMGateway(
+    settings = ProviderSettings(
         model=profile.model,
         api_base=profile.api_base,
         api_key=secrets.model_api_key(profile_name),
         temperature=profile.temperature,
         max_tokens=profile.max_tokens,
         timeout_s=profile.timeout_s,
-        extra=dict(profile.options),
+        options=dict(profile.options),
         profile=profile_name,
         auth=profile.auth.method,
     )
+    if profile.client is ModelClient.OPENAI_COMPATIBLE:
+        return OpenAIWireGateway(settings)
+    return LiteLLMGateway(settings)
 
 
 class ModelGateways:
@@ -171,9 +177,9 @@ class ModelGateways:
     def __init__(self, config: Config, secrets: Secrets) -> None:
         self._config = config
         self._secrets = secrets
-        self._built: dict[str, LiteLLMGateway] = {}
+        self._built: dict[str, ProviderGateway] = {}
 
-    def __call__(self, profile: str) -> LiteLLMGateway:
+    def __call__(self, profile: str) -> ProviderGateway:
         if profile not in self._built:
             self._built[profile] = model_gateway(self._config, self._secrets, profile)
         return self._built[profile]
@@ -181,6 +187,21 @@ class ModelGateways:
     async def close(self) -> None:
         for gateway in self._built.values():
             await gateway.close()
+
+
+def capability_probe(config: Config) -> CapabilityProbe:
+    """LiteLLM's own probe for a model some profile reaches through LiteLLM; its model map
+    read as data otherwise, so a bot on the direct client never imports LiteLLM."""
+    through_litellm = {
+        p.model for p in config.models.profiles.values() if p.client is ModelClient.LITELLM
+    }
+
+    def probe(model: str) -> ModelCapabilities:
+        if model in through_litellm:
+            return probe_capabilities(model)
+        return map_capabilities(model)
+
+    return probe
 
 
 def kube_clients(config: Config) -> KubeClients:
@@ -316,7 +337,9 @@ class Kelpie:
         await self.core.start()
         if self.listener is not None:
             self.listener.start()
-        await warm_up(self.config.models.active_profile.model)
+        active = self.config.models.active_profile
+        if active.client is ModelClient.LITELLM:  # the direct client has nothing to load
+            await warm_up(active.model)
         await self.core.approvals.start()
         if settle_heap:
             _settle_heap()
@@ -480,7 +503,7 @@ def build_core(
     )
     harness = ToolHarness(registry, pipeline, tool_audit)
     payloads = PayloadLog(db)
-    router = ModelRouter(config, probe_capabilities)
+    router = ModelRouter(config, capability_probe(config))
     engine = Engine(
         # Every request is masked, size-limited and kept (the last one per session).
         MaskingGateway(

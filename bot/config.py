@@ -188,15 +188,69 @@ class Tier(StrEnum):
     HIGH = "high"
 
 
+class ModelClient(StrEnum):
+    """How kelpie talks to a profile's model: through LiteLLM (every provider), or directly
+    over the OpenAI Chat Completions wire (faster and lighter; `openai/` models only)."""
+
+    LITELLM = "litellm"
+    OPENAI_COMPATIBLE = "openai-compatible"
+
+
+# What `options` may not hold with client openai-compatible, whose options are fields of the
+# request body: LiteLLM's own settings (no server knows them) and the fields kelpie sets.
+WIRE_REFUSED_OPTIONS = frozenset(
+    {
+        "drop_params",
+        "num_retries",
+        "max_retries",
+        "timeout",
+        "api_key",
+        "api_base",
+        "base_url",
+        "api_version",
+        "custom_llm_provider",
+        "input_cost_per_token",
+        "output_cost_per_token",
+        "mock_response",
+        "extra_headers",
+        "extra_body",
+        "model",
+        "messages",
+        "tools",
+        "stream",
+        "stream_options",
+    }
+)
+
+
 class ModelProfile(_Strict):
     model: str
     api_base: str | None = None
     auth: ModelAuth = ModelAuth()
+    client: ModelClient = ModelClient.LITELLM
     tier: Tier | None = None
     temperature: float = Field(default=0.1, ge=0, le=2)
     max_tokens: int = Field(default=8192, ge=1)
     timeout_s: float = Field(default=120, gt=0)
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _wire_can_send_it(self) -> ModelProfile:
+        if self.client is not ModelClient.OPENAI_COMPATIBLE:
+            return self
+        if not self.model.startswith("openai/"):
+            raise ValueError(
+                "client openai-compatible needs an openai/ model reference "
+                f"(openai/<the name the server knows>), not {self.model!r}"
+            )
+        refused = sorted(WIRE_REFUSED_OPTIONS.intersection(self.options))
+        if refused:
+            raise ValueError(
+                f"client openai-compatible sends options as request fields; {', '.join(refused)} "
+                "are LiteLLM settings or fields kelpie sets itself: remove them or use "
+                "client: litellm"
+            )
+        return self
 
 
 class ModelsConfig(_Strict):

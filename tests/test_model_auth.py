@@ -37,13 +37,12 @@ async def _noop(_: str) -> None:
     return None
 
 
-def config(model: str, api_base: str, auth: dict[str, Any]) -> Any:
+def config(model: str, api_base: str, auth: dict[str, Any], client: str = "litellm") -> Any:
+    profile = {"model": model, "api_base": api_base, "auth": auth, "client": client}
     return parse_config(
         {
             "kubernetes": {"clusters": [{"name": "prod", "kubeconfig": "/nonexistent"}]},
-            "models": {
-                "profiles": {"default": {"model": model, "api_base": api_base, "auth": auth}}
-            },
+            "models": {"profiles": {"default": profile}},
         }
     )
 
@@ -61,21 +60,26 @@ def provider_keys_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(name, value)
 
 
+# Both clients for the OpenAI wire: each must send exactly the credential the profile says.
+CLIENTS = ["litellm", "openai-compatible"]
 PEERS = [
-    (ModelServer, "openai/test-model"),
-    (OllamaServer, "ollama_chat/test-model"),
-    (lambda: GeminiServer(model="gemini-test"), "gemini/gemini-test"),
-    (lambda: AnthropicServer(model="claude-test"), "anthropic/claude-test"),
+    (ModelServer, "openai/test-model", "litellm"),
+    (ModelServer, "openai/test-model", "openai-compatible"),
+    (OllamaServer, "ollama_chat/test-model", "litellm"),
+    (lambda: GeminiServer(model="gemini-test"), "gemini/gemini-test", "litellm"),
+    (lambda: AnthropicServer(model="claude-test"), "anthropic/claude-test", "litellm"),
 ]
 
 
-@pytest.mark.parametrize(("make_peer", "model"), PEERS, ids=[m for _, m in PEERS])
+@pytest.mark.parametrize(
+    ("make_peer", "model", "client"), PEERS, ids=[f"{m}-{c}" for _, m, c in PEERS]
+)
 async def test_auth_none_sends_no_credential_even_with_provider_keys_in_env(
-    make_peer: Any, model: str, provider_keys_in_env: None
+    make_peer: Any, model: str, client: str, provider_keys_in_env: None
 ) -> None:
     async with make_peer() as peer:
         peer.reply_text("ok")
-        cfg = config(model, peer.api_base, {"method": "none"})
+        cfg = config(model, peer.api_base, {"method": "none"}, client)
         gateway = model_gateway(cfg, Secrets(cfg, dict(os.environ)), "default")
         await gateway.complete(ModelRequest(MESSAGES), _noop)
 
@@ -89,9 +93,11 @@ async def test_auth_none_sends_no_credential_even_with_provider_keys_in_env(
         await peer.wait_connections_closed()
 
 
-async def test_the_bot_closes_the_auth_none_client_when_it_stops(world: World) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_the_bot_closes_the_auth_none_client_when_it_stops(world: World, client: str) -> None:
     world.model.reply_text("All pods are running.")
-    bot = await world.start_bot({"models": {"profiles": {"default": {"auth": {"method": "none"}}}}})
+    profile = {"auth": {"method": "none"}, "client": client}
+    bot = await world.start_bot({"models": {"profiles": {"default": profile}}})
     mention = await world.mention(SHOP_CHANNEL, ALICE, "how is shop?")
     await world.slack.wait_for(
         lambda s: any("All pods" in m.text for m in s.thread(SHOP_CHANNEL, mention["ts"]))
@@ -104,25 +110,50 @@ async def test_the_bot_closes_the_auth_none_client_when_it_stops(world: World) -
     await world.model.wait_connections_closed()
 
 
-async def test_auth_environment_sends_only_the_named_variable(provider_keys_in_env: None) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_auth_environment_sends_only_the_named_variable(
+    provider_keys_in_env: None, client: str
+) -> None:
     async with ModelServer() as peer:
         peer.reply_text("ok")
-        cfg = config(
-            "openai/test-model", peer.api_base, {"method": "environment", "env": "KELPIE_KEY"}
-        )
+        auth = {"method": "environment", "env": "KELPIE_KEY"}
+        cfg = config("openai/test-model", peer.api_base, auth, client)
         secrets = Secrets(cfg, {**os.environ, "KELPIE_KEY": NAMED_KEY})
-        await model_gateway(cfg, secrets, "default").complete(ModelRequest(MESSAGES), _noop)
+        gateway = model_gateway(cfg, secrets, "default")
+        await gateway.complete(ModelRequest(MESSAGES), _noop)
+        await gateway.close()
         assert credentials(peer) == [{"authorization": f"Bearer {NAMED_KEY}"}]
 
 
-async def test_auth_provider_default_uses_litellms_chain(provider_keys_in_env: None) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_auth_provider_default_uses_litellms_chain(
+    provider_keys_in_env: None, client: str
+) -> None:
     async with ModelServer() as peer:
         peer.reply_text("ok")
-        cfg = config("openai/test-model", peer.api_base, {"method": "provider-default"})
-        await model_gateway(cfg, Secrets(cfg, {}), "default").complete(
-            ModelRequest(MESSAGES), _noop
-        )
+        cfg = config("openai/test-model", peer.api_base, {"method": "provider-default"}, client)
+        gateway = model_gateway(cfg, Secrets(cfg, {}), "default")
+        await gateway.complete(ModelRequest(MESSAGES), _noop)
+        await gateway.close()
         assert credentials(peer) == [{"authorization": f"Bearer {ENV_KEYS['OPENAI_API_KEY']}"}]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_provider_default_without_openais_key_sends_nothing(
+    monkeypatch: pytest.MonkeyPatch, client: str
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    async with ModelServer() as peer:
+        cfg = config("openai/test-model", peer.api_base, {"method": "provider-default"}, client)
+        gateway = model_gateway(cfg, Secrets(cfg, {}), "default")
+        with pytest.raises(ModelError) as failure:
+            await gateway.complete(ModelRequest(MESSAGES), _noop)
+        await gateway.close()
+        assert failure.value.user_message == (
+            "The model rejected the API key: check models.profiles.default.auth."
+        )
+        assert (failure.value.retryable, failure.value.sent) == (False, False)
+        assert peer.requests == []
 
 
 async def test_provider_default_without_any_key_fails_instead_of_falling_back(

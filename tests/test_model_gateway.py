@@ -1,4 +1,6 @@
-"""LiteLLMGateway end to end: real LiteLLM, real HTTP, against the scripted ModelServer."""
+"""Both provider clients end to end against the scripted ModelServer, real HTTP: every
+contract test runs on `LiteLLMGateway` (real LiteLLM) and on `OpenAIWireGateway` (the
+OpenAI wire spoken directly), which must behave the same."""
 
 from __future__ import annotations
 
@@ -9,13 +11,21 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before litellm 
 import asyncio
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
-from bot.model.gateway import LiteLLMGateway, ThinkFilter
-from bot.model.types import FinishReason, ModelError, ModelRequest
+from bot.model.gateway import LiteLLMGateway
+from bot.model.openai_wire import OpenAIWireGateway
+from bot.model.streaming import ThinkFilter
+from bot.model.types import (
+    FinishReason,
+    ModelError,
+    ModelRequest,
+    ProviderGateway,
+    ProviderSettings,
+)
 from tests.peers.model_server import ModelServer, TextStep
 
 API_KEY = "sk-test"
@@ -62,16 +72,31 @@ async def server() -> AsyncIterator[ModelServer]:
         await srv.stop()
 
 
-def make_gateway(api_base: str, **overrides: Any) -> LiteLLMGateway:
-    options: dict[str, Any] = {
-        "model": "openai/test-model",
-        "api_base": api_base,
-        "api_key": API_KEY,
-        "timeout_s": 5.0,
-        "profile": "main",
-    }
-    options.update(overrides)
-    return LiteLLMGateway(**options)
+MakeGateway = Callable[..., ProviderGateway]
+CLIENTS = [LiteLLMGateway, OpenAIWireGateway]
+
+
+@pytest.fixture(params=CLIENTS, ids=["litellm", "openai-compatible"])
+async def make_gateway(request: pytest.FixtureRequest) -> AsyncIterator[MakeGateway]:
+    """Builds gateways of one client; closes them after the test."""
+    built: list[ProviderGateway] = []
+
+    def make(api_base: str, **overrides: Any) -> ProviderGateway:
+        options: dict[str, Any] = {
+            "model": "openai/test-model",
+            "api_base": api_base,
+            "api_key": API_KEY,
+            "timeout_s": 5.0,
+            "profile": "main",
+        }
+        options.update(overrides)
+        gateway: ProviderGateway = request.param(ProviderSettings(**options))
+        built.append(gateway)
+        return gateway
+
+    yield make
+    for gateway in built:
+        await gateway.close()
 
 
 class Sink:
@@ -95,7 +120,9 @@ async def no_more_requests(server: ModelServer, expected: int) -> None:
 # --- successful streams -----------------------------------------------------------
 
 
-async def test_text_streams_in_several_deltas(server: ModelServer) -> None:
+async def test_text_streams_in_several_deltas(
+    server: ModelServer, make_gateway: MakeGateway
+) -> None:
     answer = "web-1 is in CrashLoopBackOff: the container exits with code 1."
     server.reply_text(answer, chunk_size=5, usage=(120, 17))
     sink = Sink()
@@ -113,7 +140,9 @@ async def test_text_streams_in_several_deltas(server: ModelServer) -> None:
     server.assert_script_consumed()
 
 
-async def test_parallel_tool_calls_split_across_chunks_assemble(server: ModelServer) -> None:
+async def test_parallel_tool_calls_split_across_chunks_assemble(
+    server: ModelServer, make_gateway: MakeGateway
+) -> None:
     server.reply_tool_calls(
         [
             ("get_pods", {"namespace": "dev"}, "call_pods"),
@@ -137,7 +166,7 @@ async def test_parallel_tool_calls_split_across_chunks_assemble(server: ModelSer
     server.assert_script_consumed()
 
 
-async def test_length_finish_is_reported(server: ModelServer) -> None:
+async def test_length_finish_is_reported(server: ModelServer, make_gateway: MakeGateway) -> None:
     server.reply_text("This answer was cut by max_tokens", finish_reason="length")
 
     reply = await make_gateway(server.api_base).complete(ModelRequest(MESSAGES), Sink())
@@ -145,7 +174,9 @@ async def test_length_finish_is_reported(server: ModelServer) -> None:
     assert reply.finish_reason is FinishReason.LENGTH
 
 
-async def test_usage_is_estimated_when_the_server_sends_none(server: ModelServer) -> None:
+async def test_usage_is_estimated_when_the_server_sends_none(
+    server: ModelServer, make_gateway: MakeGateway
+) -> None:
     server.reply_text("Nothing is wrong with web-1.", usage=False)
 
     reply = await make_gateway(server.api_base).complete(ModelRequest(MESSAGES, TOOLS), Sink())
@@ -159,7 +190,9 @@ async def test_usage_is_estimated_when_the_server_sends_none(server: ModelServer
     assert reply.usage.input_tokens == pytest.approx(sent_chars / 4, abs=1)
 
 
-async def test_server_receives_messages_tools_and_options(server: ModelServer) -> None:
+async def test_server_receives_messages_tools_and_options(
+    server: ModelServer, make_gateway: MakeGateway
+) -> None:
     server.reply_text("ok")
     server.reply_text("ok again")
     gateway = make_gateway(server.api_base, temperature=0.2, max_tokens=256)
@@ -186,7 +219,7 @@ async def test_server_receives_messages_tools_and_options(server: ModelServer) -
 
 @pytest.mark.parametrize("chunk_size", [1, 2, 3, 5, 8])
 async def test_think_block_split_across_chunks_never_reaches_on_text(
-    server: ModelServer, chunk_size: int
+    server: ModelServer, chunk_size: int, make_gateway: MakeGateway
 ) -> None:
     server.reply_text("Answer: restart it.", think="secret reasoning", chunk_size=chunk_size)
     sink = Sink()
@@ -197,7 +230,9 @@ async def test_think_block_split_across_chunks_never_reaches_on_text(
     assert sink.text == reply.text == "Answer: restart it."
 
 
-async def test_unclosed_think_block_is_dropped(server: ModelServer) -> None:
+async def test_unclosed_think_block_is_dropped(
+    server: ModelServer, make_gateway: MakeGateway
+) -> None:
     server.reply_text("Before. <think>still thinking when the stream ended", chunk_size=3)
     sink = Sink()
 
@@ -227,7 +262,9 @@ def test_think_filter(deltas: list[str], expected: str) -> None:
 # --- failures ---------------------------------------------------------------------
 
 
-async def test_http_500_is_retryable_and_not_retried_by_litellm(server: ModelServer) -> None:
+async def test_http_500_is_retryable_and_not_retried_by_litellm(
+    server: ModelServer, make_gateway: MakeGateway
+) -> None:
     server.reply_error(500, "upstream exploded")
 
     with pytest.raises(ModelError) as caught:
@@ -239,7 +276,9 @@ async def test_http_500_is_retryable_and_not_retried_by_litellm(server: ModelSer
     server.assert_script_consumed()
 
 
-async def test_http_429_is_retryable_and_not_retried_by_litellm(server: ModelServer) -> None:
+async def test_http_429_is_retryable_and_not_retried_by_litellm(
+    server: ModelServer, make_gateway: MakeGateway
+) -> None:
     server.reply_error(429, "slow down")
 
     with pytest.raises(ModelError) as caught:
@@ -250,7 +289,7 @@ async def test_http_429_is_retryable_and_not_retried_by_litellm(server: ModelSer
     await no_more_requests(server, 1)
 
 
-async def test_cut_stream_is_retryable(server: ModelServer) -> None:
+async def test_cut_stream_is_retryable(server: ModelServer, make_gateway: MakeGateway) -> None:
     server.reply_cut("This answer will never finish", chunk_size=4)
     sink = Sink()
 
@@ -263,7 +302,7 @@ async def test_cut_stream_is_retryable(server: ModelServer) -> None:
 
 
 async def test_stream_ending_cleanly_without_finish_reason_is_retryable(
-    server: ModelServer,
+    server: ModelServer, make_gateway: MakeGateway
 ) -> None:
     """A clean end of the HTTP body is not enough: no finish_reason means no answer."""
     server.reply_cut("half an answer", abort=False)
@@ -275,7 +314,7 @@ async def test_stream_ending_cleanly_without_finish_reason_is_retryable(
     await no_more_requests(server, 1)
 
 
-async def test_timeout_is_retryable(server: ModelServer) -> None:
+async def test_timeout_is_retryable(server: ModelServer, make_gateway: MakeGateway) -> None:
     server.reply_hang(10)
 
     with pytest.raises(ModelError) as caught:
@@ -285,7 +324,7 @@ async def test_timeout_is_retryable(server: ModelServer) -> None:
     assert "did not answer" in caught.value.user_message
 
 
-async def test_connection_refused_is_retryable() -> None:
+async def test_connection_refused_is_retryable(make_gateway: MakeGateway) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -299,7 +338,9 @@ async def test_connection_refused_is_retryable() -> None:
     )
 
 
-async def test_http_401_is_not_retryable_and_never_shows_the_key(server: ModelServer) -> None:
+async def test_http_401_is_not_retryable_and_never_shows_the_key(
+    server: ModelServer, make_gateway: MakeGateway
+) -> None:
     server.reply_error(401, f"Incorrect API key provided: {API_KEY}")
 
     with pytest.raises(ModelError) as caught:
@@ -316,7 +357,7 @@ async def test_http_401_is_not_retryable_and_never_shows_the_key(server: ModelSe
 
 @pytest.mark.parametrize(("status", "needle"), [(404, "does not know model"), (400, "rejected")])
 async def test_client_errors_are_not_retryable(
-    server: ModelServer, status: int, needle: str
+    server: ModelServer, status: int, needle: str, make_gateway: MakeGateway
 ) -> None:
     server.reply_error(status, "nope")
 
@@ -328,7 +369,9 @@ async def test_client_errors_are_not_retryable(
     assert "models.profiles.main" in caught.value.user_message
 
 
-async def test_on_text_failure_is_not_a_model_error(server: ModelServer) -> None:
+async def test_on_text_failure_is_not_a_model_error(
+    server: ModelServer, make_gateway: MakeGateway
+) -> None:
     server.reply_text("Hello there", chunk_size=2)
 
     class SlackDown(Exception):
@@ -341,7 +384,9 @@ async def test_on_text_failure_is_not_a_model_error(server: ModelServer) -> None
         await make_gateway(server.api_base).complete(ModelRequest(MESSAGES), failing_sink)
 
 
-async def test_exhausted_script_fails_loudly(server: ModelServer) -> None:
+async def test_exhausted_script_fails_loudly(
+    server: ModelServer, make_gateway: MakeGateway
+) -> None:
     with pytest.raises(ModelError):
         await make_gateway(server.api_base).complete(ModelRequest(MESSAGES), Sink())
 
@@ -352,7 +397,9 @@ async def test_exhausted_script_fails_loudly(server: ModelServer) -> None:
 # --- ping ---------------------------------------------------------------------------
 
 
-async def test_ping_sends_one_non_streamed_token(server: ModelServer) -> None:
+async def test_ping_sends_one_non_streamed_token(
+    server: ModelServer, make_gateway: MakeGateway
+) -> None:
     server.reply_text("OK")
 
     await make_gateway(server.api_base).ping()
@@ -363,7 +410,7 @@ async def test_ping_sends_one_non_streamed_token(server: ModelServer) -> None:
     server.assert_script_consumed()
 
 
-async def test_ping_reports_a_bad_key(server: ModelServer) -> None:
+async def test_ping_reports_a_bad_key(server: ModelServer, make_gateway: MakeGateway) -> None:
     server.reply_error(401, "bad key")
 
     with pytest.raises(ModelError) as caught:
@@ -373,7 +420,9 @@ async def test_ping_reports_a_bad_key(server: ModelServer) -> None:
     assert "API key" in caught.value.user_message
 
 
-async def test_default_step_answers_when_the_queue_is_empty(server: ModelServer) -> None:
+async def test_default_step_answers_when_the_queue_is_empty(
+    server: ModelServer, make_gateway: MakeGateway
+) -> None:
     server.reply_default(TextStep("OK"))
     gateway = make_gateway(server.api_base)
 
@@ -384,7 +433,9 @@ async def test_default_step_answers_when_the_queue_is_empty(server: ModelServer)
     server.assert_script_consumed()
 
 
-async def test_reply_with_decides_from_the_request(server: ModelServer) -> None:
+async def test_reply_with_decides_from_the_request(
+    server: ModelServer, make_gateway: MakeGateway
+) -> None:
     def decide(body: dict[str, Any]) -> TextStep:
         return TextStep(f"{len(body.get('tools', []))} tools offered")
 
@@ -397,3 +448,94 @@ async def test_reply_with_decides_from_the_request(server: ModelServer) -> None:
 
     assert (first.text, second.text) == ("2 tools offered", "0 tools offered")
     server.assert_script_consumed()
+
+
+# --- the same failure, the same sentence, whichever client ------------------------------
+
+MAIN = "models.profiles.main"
+FAILURES = [
+    ((500, "upstream exploded", None), "The model server did not answer (HTTP 500).", True),
+    ((503, "overloaded", None), "The model server did not answer (HTTP 503).", True),
+    ((429, "slow down", None), "The model server is rate limiting requests (HTTP 429).", True),
+    ((401, "bad key", None), f"The model rejected the API key: check {MAIN}.auth.", False),
+    (
+        (403, "not for you", None),
+        f"The model server refused access (HTTP 403): check {MAIN}.auth.",
+        False,
+    ),
+    (
+        (404, "no such model", None),
+        "The model server does not know model 'openai/test-model' (HTTP 404): "
+        f"check {MAIN}.model and api_base.",
+        False,
+    ),
+    (
+        (400, "bad field", None),
+        f"The model server rejected the request (HTTP 400): check {MAIN}.model and its options.",
+        False,
+    ),
+    (
+        (422, "unprocessable", None),
+        f"The model server rejected the request (HTTP 422): check {MAIN}.model and its options.",
+        False,
+    ),
+    (
+        (
+            400,
+            "This model's maximum context length is 128000 tokens. However, your messages "
+            "resulted in 130000 tokens.",
+            "context_length_exceeded",
+        ),
+        "The conversation no longer fits the model's context window: start a new thread.",
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(("error", "sentence", "retryable"), FAILURES, ids=lambda v: str(v)[:24])
+async def test_an_http_failure_reads_the_same_on_every_client(
+    server: ModelServer,
+    make_gateway: MakeGateway,
+    error: tuple[int, str, str | None],
+    sentence: str,
+    retryable: bool,
+) -> None:
+    status, message, code = error
+    server.reply_error(status, message, code=code)
+
+    with pytest.raises(ModelError) as caught:
+        await make_gateway(server.api_base).complete(ModelRequest(MESSAGES), Sink())
+
+    assert (caught.value.user_message, caught.value.retryable) == (sentence, retryable)
+    assert caught.value.sent is True  # the server answered: the request counts
+    await no_more_requests(server, 1)
+
+
+async def test_transport_failures_say_whether_the_request_was_sent(
+    server: ModelServer, make_gateway: MakeGateway
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server.reply_hang(10)
+    server.reply_cut("half", abort=True)
+    server.reply_cut("half", abort=False)
+    seen = []
+    for api_base, timeout_s in [
+        (f"http://127.0.0.1:{port}/v1", 5.0),
+        (server.api_base, 0.5),
+        (server.api_base, 5.0),
+        (server.api_base, 5.0),
+    ]:
+        with pytest.raises(ModelError) as caught:
+            gateway = make_gateway(api_base, timeout_s=timeout_s)
+            await gateway.complete(ModelRequest(MESSAGES), Sink())
+        seen.append((caught.value.user_message, caught.value.retryable, caught.value.sent))
+
+    broke_off = ("The model's answer broke off before it finished.", True, True)
+    assert seen == [
+        (f"The model server could not be reached: check {MAIN}.api_base.", True, False),
+        ("The model server did not answer within 0.5 s.", True, True),
+        broke_off,
+        broke_off,
+    ]

@@ -1,5 +1,6 @@
 """The same three-round investigation on each wire format LiteLLM speaks for kelpie:
-OpenAI-compatible, Anthropic (extended thinking on), Gemini and Ollama (`ollama_chat/`).
+OpenAI-compatible, Anthropic (extended thinking on), Gemini and Ollama (`ollama_chat/`), and
+on the OpenAI wire through kelpie's own client (`client: openai-compatible`).
 
 Each peer refuses what its provider refuses (a tool-use turn sent back without its signed
 thinking, an empty text part beside function calls, tool-call arguments as a string…), so a
@@ -83,14 +84,24 @@ class Provider:
     model: str
     auth: dict[str, Any]
     agent: dict[str, Any] = field(default_factory=dict)
+    client: str = "litellm"
 
     def profile(self, peer: ScriptedPeer) -> dict[str, Any]:
-        return {"model": self.model, "api_base": peer.api_base, "auth": self.auth}
+        return {
+            "model": self.model,
+            "api_base": peer.api_base,
+            "auth": self.auth,
+            "client": self.client,
+        }
 
 
 KEYED = {"method": "environment", "env": "KELPIE_TEST_MODEL_KEY"}
 PROVIDERS = [
     Provider("openai", ModelServer, "openai/test-model", KEYED),
+    # The same wire without LiteLLM: kelpie's own client.
+    Provider(
+        "openai-compatible", ModelServer, "openai/test-model", KEYED, client="openai-compatible"
+    ),
     Provider(
         "anthropic",
         lambda: AnthropicServer(model="claude-sonnet-4-20250514", api_key=MODEL_KEY),
@@ -215,6 +226,7 @@ async def test_the_usage_is_what_the_provider_reported(
             reply = await gateway.complete(ModelRequest(MESSAGES, TOOLS), _ignore)
             usages.append((reply.usage.input_tokens, reply.usage.output_tokens))
             assert reply.usage.estimated is False
+        await gateway.close()
         assert usages == peer.usage_reported and len(usages) == 2
         peer.assert_script_consumed()
 

@@ -13,30 +13,27 @@ import asyncio
 import contextlib
 import logging
 import os
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from types import ModuleType
 from typing import Any
 
 from bot.config import AuthMethod
+from bot.model.failures import Failure, ModelCall, failure_of_status
 from bot.model.nocredential import PLACEHOLDER_KEY, no_credential_client
+from bot.model.streaming import StreamAssembly, assembled_reply, relay
 from bot.model.types import (
-    FinishReason,
     ModelCapabilities,
     ModelError,
     ModelReply,
     ModelRequest,
+    ProviderSettings,
     TextSink,
-    Usage,
-    estimate_usage,
 )
-from bot.values import ThinkingBlock, ToolCallRequest
 
 log = logging.getLogger(__name__)
 
 # Providers whose models run on the operator's own machines (LiteLLM prefixes).
 _LOCAL_PROVIDERS = frozenset({"ollama", "ollama_chat"})
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
 
 
 def _import_litellm() -> ModuleType:
@@ -89,35 +86,14 @@ async def _rehearse(model: str) -> None:
 class LiteLLMGateway:
     """Talks to one model through LiteLLM; built from plain configuration values."""
 
-    def __init__(
-        self,
-        *,
-        model: str,
-        api_base: str | None = None,
-        api_key: str | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        timeout_s: float = 120.0,
-        extra: dict[str, Any] | None = None,
-        profile: str = "default",
-        auth: AuthMethod = AuthMethod.PROVIDER_DEFAULT,
-    ) -> None:
-        if auth is AuthMethod.ENVIRONMENT and not api_key:
-            # Never fall back to LiteLLM's own lookup when the named variable is missing.
-            raise ValueError(f"profile {profile}: auth environment needs its key")
-        self._auth = auth
-        self._model = model
-        self._api_base = api_base
-        self._api_key = api_key
-        self._temperature = temperature
-        self._max_tokens = max_tokens
-        self._timeout_s = timeout_s
-        self._extra = dict(extra or {})
-        self._profile = profile
+    def __init__(self, settings: ProviderSettings) -> None:
+        self._settings = settings
+        self._model = settings.model
+        self._call = ModelCall.of(settings)
         self._client: Any = None  # `auth: none` only
 
     def __repr__(self) -> str:  # never show the key
-        return f"LiteLLMGateway(model={self._model!r}, api_base={self._api_base!r})"
+        return f"LiteLLMGateway(model={self._model!r}, api_base={self._settings.api_base!r})"
 
     @property
     def model_name(self) -> str:
@@ -130,8 +106,8 @@ class LiteLLMGateway:
         if request.tools:
             kwargs["tools"] = request.tools
         kwargs["stream_options"] = {"include_usage": True}
-        if self._max_tokens is not None:
-            kwargs["max_tokens"] = self._max_tokens
+        if self._settings.max_tokens is not None:
+            kwargs["max_tokens"] = self._settings.max_tokens
         if request.reasoning_effort is not None:
             kwargs["reasoning_effort"] = request.reasoning_effort
             # Reasoning models refuse a temperature (Anthropic with thinking: only 1).
@@ -142,24 +118,9 @@ class LiteLLMGateway:
         except Exception as exc:
             raise self._model_error(exc, litellm) from exc
 
-        assembly = _Assembly()
-        think = ThinkFilter()
+        assembly = StreamAssembly()
         try:
-            iterator = stream.__aiter__()
-            while True:
-                try:
-                    chunk = await iterator.__anext__()
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:
-                    raise self._model_error(exc, litellm, midway=True) from exc
-                # on_text runs outside the try: its failures are not the model's.
-                visible = think.feed(assembly.take(chunk))
-                if visible:
-                    await on_text(visible)
-            tail = think.finish()
-            if tail:
-                await on_text(tail)
+            text = await relay(self._chunks(stream, litellm), assembly, on_text)
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
@@ -167,22 +128,19 @@ class LiteLLMGateway:
                     await aclose()
                 except Exception:  # closing a broken stream may fail again; nothing to add
                     log.debug("closing the model stream failed", exc_info=True)
+        return assembled_reply(request, assembly, text, self._model)
 
-        if assembly.finish_reason is None:
-            raise ModelError(
-                "The model's answer broke off before it finished.",
-                retryable=True,
-                detail="stream ended without a finish_reason",
-                sent=True,
-            )
-        return ModelReply(
-            text=think.text,
-            tool_calls=assembly.tool_calls(),
-            finish_reason=assembly.finish(),
-            usage=self._usage(request, assembly),
-            model=self._model,
-            thinking=assembly.thinking_blocks(),
-        )
+    async def _chunks(self, stream: Any, litellm: Any) -> AsyncIterator[Any]:
+        """LiteLLM's chunks, its failures midway turned into a ModelError."""
+        iterator = stream.__aiter__()
+        while True:
+            try:
+                chunk = await iterator.__anext__()
+            except StopAsyncIteration:
+                return
+            except Exception as exc:
+                raise self._model_error(exc, litellm, midway=True) from exc
+            yield chunk
 
     async def ping(self) -> None:
         """One non-streamed, one-token request: proves the address, the key and the model."""
@@ -199,25 +157,25 @@ class LiteLLMGateway:
 
     def _call_options(self, *, stream: bool) -> dict[str, Any]:
         # drop_params: local servers reject options they do not know; `extra` may say otherwise.
-        options: dict[str, Any] = {"drop_params": True, **self._extra}
+        options: dict[str, Any] = {"drop_params": True, **self._settings.options}
         options.update(
             model=self._model,
             stream=stream,
-            timeout=self._timeout_s,
+            timeout=self._settings.timeout_s,
             max_retries=0,  # the openai client would retry 5xx and 429 twice
             num_retries=0,  # and LiteLLM has its own retry loop
         )
-        if self._api_base:
-            options["api_base"] = self._api_base
-        if self._auth is AuthMethod.NONE:
+        if self._settings.api_base:
+            options["api_base"] = self._settings.api_base
+        if self._settings.auth is AuthMethod.NONE:
             # A placeholder stops LiteLLM's environment lookup; the client strips it.
             options["api_key"] = PLACEHOLDER_KEY
             options["client"] = self._no_credential_client()
-        elif self._api_key:
+        elif self._settings.api_key:
             # environment: exactly the named variable; provider-default may still name one.
-            options["api_key"] = self._api_key
-        if self._temperature is not None:
-            options["temperature"] = self._temperature
+            options["api_key"] = self._settings.api_key
+        if self._settings.temperature is not None:
+            options["temperature"] = self._settings.temperature
         if self._model.split("/", 1)[0] in _LOCAL_PROVIDERS:
             # A local model costs nothing; saying so also keeps LiteLLM from asking the
             # server for the model's price with a blocking request on the event loop.
@@ -236,246 +194,32 @@ class LiteLLMGateway:
         if self._client is None:
             provider = _import_litellm().get_llm_provider(self._model)[1]
             self._client = no_credential_client(
-                provider, api_base=self._api_base, timeout_s=self._timeout_s
+                provider, api_base=self._settings.api_base, timeout_s=self._settings.timeout_s
             )
         return self._client
 
-    @staticmethod
-    def _usage(request: ModelRequest, assembly: _Assembly) -> Usage:
-        """The usage of LiteLLM's final stream chunk (`stream_options.include_usage`, its
-        documented way): the provider's own figures. When the provider sent none, that chunk
-        holds zeros (LiteLLM's token counter is off) and kelpie estimates."""
-        reported = assembly.usage
-        input_tokens = int(getattr(reported, "prompt_tokens", 0) or 0)
-        output_tokens = int(getattr(reported, "completion_tokens", 0) or 0)
-        if input_tokens or output_tokens:
-            return Usage(input_tokens, output_tokens)
-        calls = "".join(c.arguments for c in assembly.tool_calls())
-        return estimate_usage(request, assembly.raw_text, calls)
-
     def _model_error(self, exc: Exception, litellm: Any, *, midway: bool = False) -> ModelError:
-        detail = self._redact(f"{type(exc).__name__}: {exc}")
-        log.warning("model call to %s failed: %s", self._model, detail)
         status = getattr(exc, "status_code", None)
-        where = f"models.profiles.{self._profile}"
-
-        # The server saw the request when it answered with a status or its stream broke.
-        sent = midway or isinstance(status, int) or isinstance(exc, litellm.Timeout)
-
-        def err(message: str, retryable: bool) -> ModelError:
-            return ModelError(message, retryable=retryable, detail=detail, sent=sent)
-
-        if isinstance(exc, litellm.Timeout):
-            return err(f"The model server did not answer within {self._timeout_s:g} s.", True)
-        if isinstance(exc, litellm.RateLimitError):
-            return err("The model server is rate limiting requests (HTTP 429).", True)
-        if isinstance(exc, litellm.AuthenticationError):
-            return err(f"The model rejected the API key: check {where}.auth.", False)
-        if isinstance(exc, litellm.PermissionDeniedError):
-            return err(f"The model server refused access (HTTP 403): check {where}.auth.", False)
-        if isinstance(exc, litellm.NotFoundError):
-            return err(
-                f"The model server does not know model {self._model!r} (HTTP 404): "
-                f"check {where}.model and api_base.",
-                False,
+        if _no_key(exc):  # LiteLLM calls it a 500; no request left kelpie
+            failure, status, sent = Failure.BAD_KEY, None, False
+        else:
+            failure = _failure(exc, litellm, status, midway=midway)
+            # The server saw the request when it answered with a status or its stream
+            # broke; not when unreachable (LiteLLM gives a refused connection a 500 too).
+            sent = failure is not Failure.UNREACHABLE and (
+                midway or isinstance(status, int) or isinstance(exc, litellm.Timeout)
             )
-        if isinstance(exc, litellm.ContextWindowExceededError):
-            return err(
-                "The conversation no longer fits the model's context window: start a new thread.",
-                False,
-            )
-        if midway:
-            return err("The model's answer broke off before it finished.", True)
-        if isinstance(exc, litellm.BadRequestError) or status in (400, 422):
-            return err(
-                f"The model server rejected the request (HTTP {status or 400}): "
-                f"check {where}.model and its options.",
-                False,
-            )
-        # LiteLLM reports a refused connection as InternalServerError (500): look underneath.
-        if _caused_by_os_error(exc) or (
-            isinstance(exc, litellm.APIConnectionError) and status is None
-        ):
-            return err(f"The model server could not be reached: check {where}.api_base.", True)
-        if isinstance(status, int) and status >= 500:
-            return err(f"The model server did not answer (HTTP {status}).", True)
-        if isinstance(status, int) and 400 <= status < 500:
-            return err(f"The model server refused the request (HTTP {status}).", False)
-        return err("The model server could not be reached.", True)
-
-    def _redact(self, text: str) -> str:
-        if self._api_key:
-            text = text.replace(self._api_key, "***")
-        return text
-
-
-@dataclass
-class _ToolCallParts:
-    id: str | None = None
-    name: str | None = None
-    arguments: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _ThinkingParts:
-    thinking: list[str] = field(default_factory=list)
-    signature: str | None = None
-    redacted_data: str | None = None
-
-
-def _field(item: Any, name: str) -> Any:
-    """A field of a delta part, whether LiteLLM gives it as a dict or an object."""
-    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
-
-
-@dataclass
-class _Assembly:
-    """Accumulates streamed deltas: content, tool-call fragments by index, thinking blocks
-    by index, finish_reason."""
-
-    raw_text: str = ""
-    calls: dict[int, _ToolCallParts] = field(default_factory=dict)
-    thinking: dict[int, _ThinkingParts] = field(default_factory=dict)
-    finish_reason: str | None = None
-    usage: Any | None = None
-
-    def take(self, chunk: Any) -> str:
-        """Record one chunk; return its content delta."""
-        if getattr(chunk, "usage", None) is not None:
-            self.usage = chunk.usage
-        choices = getattr(chunk, "choices", None) or []
-        if not choices:
-            return ""
-        choice = choices[0]
-        if getattr(choice, "finish_reason", None):
-            self.finish_reason = choice.finish_reason
-        delta = getattr(choice, "delta", None)
-        if delta is None:
-            return ""
-        for fragment in getattr(delta, "tool_calls", None) or []:
-            self._take_tool_fragment(fragment)
-        for block in getattr(delta, "thinking_blocks", None) or []:
-            self._take_thinking(block)
-        content = getattr(delta, "content", None) or ""
-        self.raw_text += content
-        return content
-
-    def _take_tool_fragment(self, fragment: Any) -> None:
-        index = getattr(fragment, "index", None)
-        if index is None:  # some servers omit it: a fragment with an id starts a new call
-            if getattr(fragment, "id", None) or not self.calls:
-                index = len(self.calls)
-            else:
-                index = max(self.calls)
-        parts = self.calls.setdefault(index, _ToolCallParts())
-        if getattr(fragment, "id", None) and parts.id is None:
-            parts.id = fragment.id
-        function = getattr(fragment, "function", None)
-        if function is not None:
-            if getattr(function, "name", None) and parts.name is None:
-                parts.name = function.name
-            if getattr(function, "arguments", None):
-                parts.arguments.append(function.arguments)
-
-    def _take_thinking(self, block: Any) -> None:
-        index = _field(block, "index")
-        if not isinstance(index, int):
-            index = max(self.thinking, default=0)
-        parts = self.thinking.setdefault(index, _ThinkingParts())
-        if _field(block, "type") == "redacted_thinking":
-            parts.redacted_data = (parts.redacted_data or "") + str(_field(block, "data") or "")
-            return
-        if _field(block, "thinking"):
-            parts.thinking.append(str(_field(block, "thinking")))
-        if _field(block, "signature"):
-            parts.signature = str(_field(block, "signature"))
-
-    def thinking_blocks(self) -> tuple[ThinkingBlock, ...]:
-        return tuple(
-            ThinkingBlock("".join(p.thinking), p.signature, p.redacted_data)
-            for _, p in sorted(self.thinking.items())
+        return self._call.error(
+            failure,
+            detail=self._redact(f"{type(exc).__name__}: {exc}"),
+            sent=sent,
+            status=status if isinstance(status, int) else None,
         )
 
-    def tool_calls(self) -> list[ToolCallRequest]:
-        return [
-            ToolCallRequest(
-                # A missing id stays empty: the engine reports it to the model rather than
-                # inventing one silently.
-                id=parts.id or "",
-                name=parts.name or "",
-                arguments="".join(parts.arguments),
-            )
-            for index, parts in sorted(self.calls.items())
-        ]
-
-    def finish(self) -> FinishReason:
-        if self.finish_reason == "length":
-            return FinishReason.LENGTH
-        if self.calls or self.finish_reason in ("tool_calls", "function_call"):
-            return FinishReason.TOOL_CALLS
-        return FinishReason.STOP
-
-
-class ThinkFilter:
-    """Removes `<think>...</think>` blocks from streamed text, whatever the delta boundaries.
-
-    Text that could be the start of a tag is held back until the next delta decides; a
-    block still open when the stream ends is dropped.
-    """
-
-    def __init__(self) -> None:
-        self._pending = ""
-        self._inside = False
-        self._after_block = False
-        self.text = ""
-
-    def feed(self, delta: str) -> str:
-        self._pending += delta
-        out: list[str] = []
-        while self._pending:
-            if self._inside:
-                end = self._pending.find(THINK_CLOSE)
-                if end < 0:
-                    keep = _partial_tag(self._pending, THINK_CLOSE)
-                    self._pending = self._pending[len(self._pending) - keep :]
-                    break
-                self._pending = self._pending[end + len(THINK_CLOSE) :]
-                self._inside = False
-                self._after_block = True
-                continue
-            if self._after_block:  # the answer after a thought usually starts with blank lines
-                self._pending = self._pending.lstrip()
-                if not self._pending:
-                    break
-                self._after_block = False
-            start = self._pending.find(THINK_OPEN)
-            if start >= 0:
-                out.append(self._pending[:start])
-                self._pending = self._pending[start + len(THINK_OPEN) :]
-                self._inside = True
-                continue
-            keep = _partial_tag(self._pending, THINK_OPEN)
-            out.append(self._pending[: len(self._pending) - keep])
-            self._pending = self._pending[len(self._pending) - keep :]
-            break
-        visible = "".join(out)
-        self.text += visible
-        return visible
-
-    def finish(self) -> str:
-        """Flush held-back text at the end of the stream; an unclosed block is dropped."""
-        visible = "" if self._inside else self._pending
-        self._pending = ""
-        self.text += visible
-        return visible
-
-
-def _partial_tag(text: str, tag: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of `tag`."""
-    for size in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:size]):
-            return size
-    return 0
+    def _redact(self, text: str) -> str:
+        if self._settings.api_key:
+            text = text.replace(self._settings.api_key, "***")
+        return text
 
 
 def _caused_by_os_error(exc: BaseException) -> bool:
@@ -487,6 +231,39 @@ def _caused_by_os_error(exc: BaseException) -> bool:
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
     return False
+
+
+# What the openai SDK says (through LiteLLM) when it has no key to send: it sends nothing.
+_NO_KEY_MESSAGES = ("Missing credentials", "api_key client option must be set")
+
+
+def _no_key(exc: Exception) -> bool:
+    return any(message in str(exc) for message in _NO_KEY_MESSAGES)
+
+
+def _failure(exc: Exception, litellm: Any, status: Any, *, midway: bool) -> Failure:
+    """Which failure a LiteLLM exception is (its types first, then the status under it)."""
+    by_type = (
+        (litellm.Timeout, Failure.TIMEOUT),
+        (litellm.RateLimitError, Failure.RATE_LIMITED),
+        (litellm.AuthenticationError, Failure.BAD_KEY),
+        (litellm.PermissionDeniedError, Failure.FORBIDDEN),
+        (litellm.NotFoundError, Failure.UNKNOWN_MODEL),
+        (litellm.ContextWindowExceededError, Failure.CONTEXT_WINDOW),
+    )
+    for kind, failure in by_type:
+        if isinstance(exc, kind):
+            return failure
+    if midway:
+        return Failure.BROKE_OFF
+    if isinstance(exc, litellm.BadRequestError) or status in (400, 422):
+        return Failure.BAD_REQUEST
+    # LiteLLM reports a refused connection as InternalServerError (500): look underneath.
+    if _caused_by_os_error(exc) or (isinstance(exc, litellm.APIConnectionError) and status is None):
+        return Failure.UNREACHABLE
+    if isinstance(status, int):
+        return failure_of_status(status)
+    return Failure.UNKNOWN
 
 
 def probe_capabilities(model: str) -> ModelCapabilities:

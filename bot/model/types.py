@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from bot.config import AuthMethod
 from bot.values import ThinkingBlock, ToolCallRequest
 
 
@@ -36,6 +37,27 @@ class ModelCapabilities:
     reasoning: bool = False
     # The tier ("low" / "high") the provider recommends for the model, when it says one.
     recommended_tier: str | None = None
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """One model profile as a provider client needs it: plain values from the config."""
+
+    model: str
+    api_base: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never shown
+    temperature: float | None = None
+    max_tokens: int | None = None
+    timeout_s: float = 120.0
+    # More request settings, passed on as they are (`options` in the profile).
+    options: dict[str, Any] = field(default_factory=dict)
+    profile: str = "default"
+    auth: AuthMethod = AuthMethod.PROVIDER_DEFAULT
+
+    def __post_init__(self) -> None:
+        if self.auth is AuthMethod.ENVIRONMENT and not self.api_key:
+            # Never fall back to a provider's own lookup when the named variable is missing.
+            raise ValueError(f"profile {self.profile}: auth environment needs its key")
 
 
 @dataclass(frozen=True)
@@ -102,6 +124,18 @@ class ModelGateway(Protocol):
         Returns only when the stream ended normally; raises ModelError otherwise. Makes
         exactly one HTTP request (no hidden retries: the engine owns the retry policy).
         """
+        ...
+
+
+class ProviderGateway(ModelGateway, Protocol):
+    """A provider client as the composition root holds it: one per model profile."""
+
+    async def ping(self) -> None:
+        """One tiny request that proves the address, the key and the model."""
+        ...
+
+    async def close(self) -> None:
+        """Release the client's connections."""
         ...
 
 

@@ -1,0 +1,273 @@
+"""`OpenAIWireGateway`: the OpenAI Chat Completions wire, spoken directly over aiohttp.
+
+The opt-in client of a profile with `client: openai-compatible` (OpenAI itself, vLLM,
+llama.cpp, LM Studio, Ollama's `/v1`, most gateways). It exists for speed: LiteLLM and the
+openai SDK walk the whole conversation on every request and wrap every streamed chunk in
+their own objects; this client encodes the request once (the messages are plain dicts
+already), parses the server-sent events as they arrive and reuses one keep-alive session.
+It makes exactly one HTTP request per call (the engine owns retries) and says the same
+sentences as `LiteLLMGateway` for the same failures (`failures.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing
+from typing import Any
+
+import aiohttp
+
+from bot.config import AuthMethod
+from bot.model.failures import Failure, ModelCall, failure_of_status
+from bot.model.streaming import StreamAssembly, assembled_reply, relay
+from bot.model.types import ModelError, ModelReply, ModelRequest, ProviderSettings, TextSink
+
+DEFAULT_API_BASE = "https://api.openai.com/v1"
+MODEL_PREFIX = "openai/"
+# `auth: provider-default`: the variable LiteLLM's chain reads for `openai/` models.
+PROVIDER_KEY_ENV = "OPENAI_API_KEY"
+DONE = b"[DONE]"
+# An error body is read for its message and code; a server may send a whole page instead.
+_ERROR_BODY_BYTES = 64 * 1024
+
+
+class SseParser:
+    """Server-sent events to the `data` of each event, fed bytes split anywhere.
+
+    Lines end in LF or CRLF; an event ends at a blank line; several `data:` lines of one
+    event are joined by LF; comments (`:`) and other fields are skipped. Only the bytes
+    after the last line break are held, so a long line arriving in pieces stays linear.
+    """
+
+    def __init__(self) -> None:
+        self._partial: list[bytes] = []
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        self._partial.append(chunk)
+        if b"\n" not in chunk:
+            return []
+        lines = b"".join(self._partial).split(b"\n")
+        tail = lines.pop()
+        self._partial = [tail] if tail else []
+        events: list[bytes] = []
+        for line in lines:
+            self._line(line.removesuffix(b"\r"), events)
+        return events
+
+    def finish(self) -> list[bytes]:
+        """At the end of the body: an event whose blank line never came still counts (some
+        servers end with `data: [DONE]` and no blank line)."""
+        events: list[bytes] = []
+        tail = b"".join(self._partial)
+        self._partial = []
+        if tail:
+            self._line(tail.removesuffix(b"\r"), events)
+        self._line(b"", events)
+        return events
+
+    def _line(self, line: bytes, events: list[bytes]) -> None:
+        if not line:
+            if self._data:
+                events.append(b"\n".join(self._data))
+                self._data = []
+            return
+        name, _, value = line.partition(b":")
+        if name == b"data":
+            self._data.append(value.removeprefix(b" "))
+
+
+class OpenAIWireGateway:
+    """One model behind an OpenAI-compatible `/chat/completions`; one session it owns."""
+
+    def __init__(
+        self, settings: ProviderSettings, *, environ: Mapping[str, str] = os.environ
+    ) -> None:
+        if not settings.model.startswith(MODEL_PREFIX):
+            raise ValueError(
+                f"profile {settings.profile}: client openai-compatible needs an openai/ model"
+            )
+        self._settings = settings
+        self._model = settings.model
+        self._wire_model = settings.model.removeprefix(MODEL_PREFIX)
+        self._url = (settings.api_base or DEFAULT_API_BASE).rstrip("/") + "/chat/completions"
+        # `auth: provider-default` reads the key here, at each request, as LiteLLM does.
+        self._environ = environ
+        self._call = ModelCall.of(settings)
+        self._session: aiohttp.ClientSession | None = None
+
+    def __repr__(self) -> str:  # never show the key
+        return f"OpenAIWireGateway(model={self._model!r}, api_base={self._settings.api_base!r})"
+
+    @property
+    def model_name(self) -> str:
+        return self._model
+
+    async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelReply:
+        response = await self._send(self._body(request))
+        assembly = StreamAssembly()
+        try:
+            text = await relay(self._chunks(response), assembly, on_text)
+        finally:
+            response.release()
+        return assembled_reply(request, assembly, text, self._model)
+
+    async def ping(self) -> None:
+        """One non-streamed, one-token request: proves the address, the key and the model."""
+        body: dict[str, Any] = {**self._settings.options, "model": self._wire_model}
+        body["messages"] = [{"role": "user", "content": "Reply with OK."}]
+        body["max_tokens"] = 1
+        response = await self._send(body)
+        try:
+            await response.read()
+        except Exception as exc:
+            raise self._transport_error(exc, midway=True) from exc
+        finally:
+            response.release()
+
+    async def close(self) -> None:
+        """Close the session and its kept-alive connections."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    # the request
+
+    def _body(self, request: ModelRequest) -> dict[str, Any]:
+        """What LiteLLMGateway sends for an `openai/` model; `options` first, so kelpie's
+        own fields win (the config refuses options that name them)."""
+        body: dict[str, Any] = {**self._settings.options, "model": self._wire_model}
+        body["messages"] = request.messages
+        if request.tools:
+            body["tools"] = request.tools
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        if self._settings.temperature is not None:
+            body["temperature"] = self._settings.temperature
+        if self._settings.max_tokens is not None:
+            body["max_tokens"] = self._settings.max_tokens
+        if request.reasoning_effort is not None:
+            body["reasoning_effort"] = request.reasoning_effort
+            body.pop("temperature", None)  # reasoning models refuse one
+        return body
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if self._settings.auth is AuthMethod.NONE:
+            return headers
+        key = self._settings.api_key
+        if key is None and self._settings.auth is AuthMethod.PROVIDER_DEFAULT:
+            key = self._environ.get(PROVIDER_KEY_ENV) or None
+        if key is None:  # never send a request that can only be refused
+            raise self._call.error(
+                Failure.BAD_KEY, detail=f"no API key: {PROVIDER_KEY_ENV} is not set", sent=False
+            )
+        headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    async def _send(self, body: dict[str, Any]) -> aiohttp.ClientResponse:
+        headers = self._headers()
+        # One pass over the history; compact, as the server parses it once too.
+        data = json.dumps(body, separators=(",", ":")).encode()
+        try:
+            response = await self._client().post(self._url, data=data, headers=headers)
+        except Exception as exc:
+            raise self._transport_error(exc, midway=False) from exc
+        if response.status >= 400:
+            raise await self._status_error(response)
+        return response
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            # Per read, like the openai SDK's timeout: a long answer that keeps streaming
+            # is not cut, a server that goes quiet is.
+            timeout = aiohttp.ClientTimeout(
+                total=None,
+                sock_connect=self._settings.timeout_s,
+                sock_read=self._settings.timeout_s,
+            )
+            # trust_env: HTTPS_PROXY and friends apply, as they do under LiteLLM (httpx).
+            self._session = aiohttp.ClientSession(timeout=timeout, trust_env=True)
+        return self._session
+
+    # the response
+
+    async def _chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[Any]:
+        async with aclosing(self._events(response)) as events:
+            async for event in events:
+                if event == DONE:
+                    return
+                yield self._chunk(event)
+
+    async def _events(self, response: aiohttp.ClientResponse) -> AsyncGenerator[bytes]:
+        parser = SseParser()
+        reader = response.content.iter_any().__aiter__()
+        while True:
+            try:
+                data = await reader.__anext__()
+            except StopAsyncIteration:
+                break
+            except Exception as exc:
+                raise self._transport_error(exc, midway=True) from exc
+            for event in parser.feed(data):
+                yield event
+        for event in parser.finish():
+            yield event
+
+    def _chunk(self, event: bytes) -> Any:
+        try:
+            chunk = json.loads(event)
+        except ValueError as exc:
+            detail = self._redact(f"unreadable stream event: {event[:200]!r}")
+            raise self._call.error(Failure.BROKE_OFF, detail=detail, sent=True) from exc
+        if isinstance(chunk, dict) and chunk.get("error"):  # a failure after the 200
+            message, _ = _error_fields(chunk)
+            detail = self._redact(f"error in the stream: {message}")
+            raise self._call.error(Failure.BROKE_OFF, detail=detail, sent=True)
+        return chunk
+
+    async def _status_error(self, response: aiohttp.ClientResponse) -> ModelError:
+        status = response.status
+        try:
+            raw = await response.content.read(_ERROR_BODY_BYTES)
+        except Exception:  # the status says enough
+            raw = b""
+        finally:
+            response.release()
+        try:
+            message, code = _error_fields(json.loads(raw))
+        except ValueError:
+            message, code = raw.decode(errors="replace")[:500], None
+        detail = self._redact(f"HTTP {status}: {message}")
+        failure = failure_of_status(status, code, message)
+        return self._call.error(failure, detail=detail, sent=True, status=status)
+
+    def _transport_error(self, exc: Exception, *, midway: bool) -> ModelError:
+        detail = self._redact(f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, asyncio.TimeoutError):
+            return self._call.error(Failure.TIMEOUT, detail=detail, sent=True)
+        if midway:
+            return self._call.error(Failure.BROKE_OFF, detail=detail, sent=True)
+        if isinstance(exc, aiohttp.ClientConnectionError | OSError):
+            return self._call.error(Failure.UNREACHABLE, detail=detail, sent=False)
+        return self._call.error(Failure.UNKNOWN, detail=detail, sent=False)
+
+    def _redact(self, text: str) -> str:
+        for key in (self._settings.api_key, self._environ.get(PROVIDER_KEY_ENV)):
+            if key:
+                text = text.replace(key, "***")
+        return text
+
+
+def _error_fields(body: Any) -> tuple[str, str | None]:
+    """(message, code) of OpenAI's `{"error": {"message", "type", "code"}}`, or of the flat
+    `{"message", "code"}` some compatible servers send."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, str):
+        return error, None
+    fields = error if isinstance(error, dict) else body if isinstance(body, dict) else {}
+    code = fields.get("code")
+    return str(fields.get("message") or ""), code if isinstance(code, str) else None

@@ -1,0 +1,216 @@
+"""What only the direct OpenAI-wire client has: its event-stream parser, its one kept-alive
+session, its config rules, and a bot that never loads LiteLLM. (The contract it shares with
+`LiteLLMGateway` runs on both in tests/test_model_gateway.py and test_model_auth.py.)"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bot.config import ConfigError, parse_config
+from bot.model.model_map import map_capabilities, map_path
+from bot.model.openai_wire import OpenAIWireGateway, SseParser
+from bot.model.types import ModelError, ModelRequest, ProviderSettings
+from tests.peers.model_server import ModelServer
+
+REPO = Path(__file__).resolve().parents[1]
+KEY = "sk-wire-test-0123456789abcdef"
+MESSAGES = [{"role": "user", "content": "how is shop?"}]
+
+
+async def _ignore(_: str) -> None:
+    return None
+
+
+def wire(peer: ModelServer, **settings: Any) -> OpenAIWireGateway:
+    return OpenAIWireGateway(ProviderSettings("openai/test-model", peer.api_base, KEY, **settings))
+
+
+# --- the event-stream parser --------------------------------------------------------------
+
+EVENTS = [b'{"a": 1}', b'{"b": "x\\ny"}', b'{"c": "\xc3\xa9t\xc3\xa9"}', b"[DONE]"]
+
+
+def _stream(newline: bytes) -> bytes:
+    # One comment, one event of two data lines (joined by a newline), no space after a colon.
+    parts = [b": keep-alive" + newline * 2]
+    parts += [b"data: " + e + newline * 2 for e in EVENTS[:2]]
+    parts.append(b"data:" + EVENTS[2] + newline + b"id: 7" + newline * 2)
+    parts.append(b"data: [DO" + newline + b"data: NE]" + newline * 2)
+    return b"".join(parts)
+
+
+@given(st.sampled_from([b"\n", b"\r\n"]), st.lists(st.integers(1, 40), max_size=30))
+def test_events_are_the_same_however_the_bytes_are_split(newline: bytes, cuts: list[int]) -> None:
+    stream = _stream(newline)
+    parser, events, at = SseParser(), [], 0
+    for size in cuts:
+        events += parser.feed(stream[at : at + size])
+        at += size
+    events += parser.feed(stream[at:]) + parser.finish()
+
+    assert events == [*EVENTS[:3], b"[DO\nNE]"]
+    assert json.loads(events[2]) == {"c": "été"}  # a character split across reads survives
+
+
+def test_a_last_event_without_its_blank_line_still_counts() -> None:
+    parser = SseParser()
+    assert parser.feed(b'data: {"a": 1}\n\ndata: [DONE]') == [b'{"a": 1}']
+    assert parser.finish() == [b"[DONE]"]
+
+
+# --- the session -----------------------------------------------------------------------
+
+
+async def test_one_connection_serves_every_request_until_close() -> None:
+    async with ModelServer() as peer:
+        for text in ("one", "two", "three"):
+            peer.reply_text(text)
+        gateway = wire(peer)
+        replies = [await gateway.complete(ModelRequest(MESSAGES), _ignore) for _ in range(3)]
+
+        assert [r.text for r in replies] == ["one", "two", "three"]
+        assert peer.open_connections == 1  # kept alive and reused, not one per request
+        await gateway.close()
+        await peer.wait_connections_closed()
+
+
+async def test_the_key_reaches_no_log_line_and_no_error(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with ModelServer() as peer:
+        peer.reply_error(401, f"Incorrect API key provided: {KEY}.")
+        gateway = wire(peer)
+        with pytest.raises(ModelError) as caught:
+            await gateway.complete(ModelRequest(MESSAGES), _ignore)
+        await gateway.close()
+
+    assert peer.headers[0]["Authorization"] == f"Bearer {KEY}"  # it was sent, only there
+    assert "Incorrect API key provided: ***" in caplog.text
+    assert KEY not in caplog.text
+    assert KEY not in str(caught.value) and KEY not in caught.value.user_message
+    assert KEY not in repr(gateway)
+
+
+async def test_options_are_fields_of_the_request_body() -> None:
+    async with ModelServer() as peer:
+        peer.reply_text("ok")
+        gateway = wire(peer, temperature=0.3, options={"top_p": 0.5, "temperature": 1.5, "seed": 7})
+        await gateway.complete(ModelRequest(MESSAGES, reasoning_effort="low"), _ignore)
+        await gateway.close()
+
+    (body,) = peer.requests
+    assert (body["top_p"], body["seed"], body["reasoning_effort"]) == (0.5, 7, "low")
+    assert "temperature" not in body  # a reasoning request sends none, as through LiteLLM
+
+
+# --- configuration ---------------------------------------------------------------------
+
+
+def _profile(**settings: Any) -> dict[str, Any]:
+    return {
+        "kubernetes": {"clusters": [{"name": "prod", "kubeconfig": "/nonexistent"}]},
+        "models": {"profiles": {"default": {"client": "openai-compatible", **settings}}},
+    }
+
+
+def test_the_default_client_is_litellm() -> None:
+    config = parse_config(_profile(model="anthropic/claude-sonnet-4-20250514", client="litellm"))
+    assert config.models.active_profile.client.value == "litellm"
+
+
+@pytest.mark.parametrize(
+    ("settings", "sentence"),
+    [
+        (
+            {"model": "anthropic/claude-sonnet-4-20250514"},
+            "client openai-compatible needs an openai/ model reference",
+        ),
+        (
+            {"model": "openai/gpt-4o", "options": {"drop_params": True, "top_p": 0.9}},
+            "client openai-compatible sends options as request fields; drop_params are "
+            "LiteLLM settings or fields kelpie sets itself: remove them or use client: litellm",
+        ),
+        ({"model": "openai/gpt-4o", "client": "openai"}, "client"),
+    ],
+)
+def test_a_profile_the_wire_cannot_serve_is_one_sentence(
+    settings: dict[str, Any], sentence: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_profile(**settings))
+    (problem,) = caught.value.problems
+    assert "models.profiles.default" in problem and sentence in problem
+
+
+# --- no LiteLLM ------------------------------------------------------------------------
+
+
+def test_the_model_map_is_read_without_importing_litellm() -> None:
+    script = (
+        "import sys\n"
+        "from bot.model.model_map import map_capabilities\n"
+        "print(map_capabilities('openai/gpt-4o'), map_capabilities('openai/o3-mini'))\n"
+        "print(map_capabilities('openai/test-model'))\n"
+        "print('litellm' in sys.modules)\n"
+    )
+    out = _python(script).splitlines()
+    assert out == [
+        "ModelCapabilities(parallel_tool_calls=True, reasoning=False, recommended_tier=None) "
+        "ModelCapabilities(parallel_tool_calls=False, reasoning=True, recommended_tier=None)",
+        "ModelCapabilities(parallel_tool_calls=False, reasoning=False, recommended_tier=None)",
+        "False",
+    ]
+    assert map_path() is not None and map_capabilities("openai/gpt-5").reasoning is True
+
+
+TURN = """
+import asyncio, sys, tempfile
+from pathlib import Path
+from tests.world import ALICE, SHOP_CHANNEL, running_world
+
+async def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        async with running_world(Path(tmp)) as world:
+            world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
+            world.model.reply_text("All pods are running.")
+            profile = {"client": "openai-compatible", "tier": "high"}
+            await world.start_bot({"models": {"profiles": {"default": profile}}})
+            mention = await world.mention(SHOP_CHANNEL, ALICE, "how is shop?")
+            await world.slack.wait_for(lambda s: any(
+                m.is_bot and "All pods are running." in m.text
+                for m in s.thread(SHOP_CHANNEL, mention["ts"])), timeout=60)
+            await world.drain()
+            world.model.assert_script_consumed()
+            print("answered")
+    print(sorted(m for m in sys.modules if m.split(".")[0] in ("litellm", "openai")))
+
+asyncio.run(main())
+"""
+
+
+def test_a_bot_on_the_wire_client_never_loads_litellm() -> None:
+    """A whole turn in Slack (two rounds, a tool call) in a fresh interpreter: neither
+    LiteLLM nor the openai SDK is ever imported."""
+    assert _python(TURN).splitlines()[-2:] == ["answered", "[]"]
+
+
+def _python(script: str) -> str:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
