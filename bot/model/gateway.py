@@ -1,10 +1,11 @@
 """The LiteLLM implementation of `ModelGateway`: one streamed HTTP request per call.
 
-This is the only module that imports litellm. It imports it lazily (the import costs
-seconds and hundreds of MB) and never lets LiteLLM or the openai client retry on their
-own: the engine owns the retry policy. It owns turning a stream of deltas into a
-`ModelReply` and provider failures into a `ModelError` a person can act on. It does not
-mask or size-limit what is sent (that is `outbound.py`) and it does not choose models.
+This is the only module that imports litellm (`nocredential.py` aside, on its behalf). It
+imports it lazily (the import costs seconds and hundreds of MB) and never lets LiteLLM or
+the openai client retry on their own: the engine owns the retry policy. It maps LiteLLM's
+exceptions to a `Failure` (`failures.py` words them) and feeds its chunks to the shared
+`StreamAssembly` (`streaming.py`). It does not mask or size-limit what is sent (that is
+`outbound.py`) and it does not choose models.
 """
 
 from __future__ import annotations

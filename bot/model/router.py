@@ -12,7 +12,9 @@ sizes and `supports_*` flags, no size class), so the probe reports none today an
 catalog covers the common local and hosted models.
 
 It knows no SDK: model capabilities come from a probe the composition root fills in
-(`bot.model.gateway.probe_capabilities`, the only place that asks LiteLLM).
+(`bot.model.gateway.probe_capabilities`, the only place that asks LiteLLM, or, for a model
+only the openai-compatible client reaches, `bot.model.model_map`, which reads LiteLLM's
+model map as data).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The typed boundary between the agent engine and a model provider.
 
 The engine depends only on `ModelGateway`; the LiteLLM implementation lives in
-`bot/model/gateway.py`, and unit tests use an in-process scripted gateway.
+`bot/model/gateway.py`, the direct OpenAI-wire one in `bot/model/openai_wire.py`, and unit
+tests use an in-process scripted gateway.
 """
 
 from __future__ import annotations
