@@ -460,6 +460,7 @@ class ModelServer(ScriptedPeer):
         chunk_id = _new_id()
         created = int(time.time())
         model = body.get("model", self.model)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
         async def send(
             delta: dict[str, Any] | None, finish_reason: str | None = None, **extra: Any
@@ -476,6 +477,8 @@ class ModelServer(ScriptedPeer):
                     {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
                 ],
             }
+            if include_usage:  # OpenAI: every other chunk carries `"usage": null`
+                obj["usage"] = None
             obj.update(extra)
             await response.write(f"data: {json.dumps(obj)}\n\n".encode())
 
@@ -520,7 +523,6 @@ class ModelServer(ScriptedPeer):
             finish_reason, usage_spec = "tool_calls", step.usage
 
         await send({}, finish_reason)
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         if include_usage and usage_spec is not False:
             await send(None, usage=self._report(_usage(body, out_text, usage_spec)))
         await response.write(b"data: [DONE]\n\n")
