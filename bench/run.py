@@ -440,7 +440,7 @@ def write_config(
         {
             "server": {"health": {"port": health_port}},
             "agent": {"max_iterations": 25, "llm_retry_delay_s": 1},
-            "models": {"profiles": {"default": {"tier": "high"}}},
+            "models": {"profiles": {"default": {"tier": "high", "client": args.client}}},
         },
     )
     if args.streaming == "default":
@@ -461,6 +461,7 @@ def header(out: Figures, args: argparse.Namespace) -> None:
     out.add("cpus", os.cpu_count())
     out.add("loadavg_1m_before", os.getloadavg()[0])
     out.add("slack_streaming", args.streaming)
+    out.add("model_client", args.client)
 
 
 async def main_async(args: argparse.Namespace) -> int:
@@ -480,6 +481,7 @@ async def main_async(args: argparse.Namespace) -> int:
         await phase_turns(bench, repeats)
         if args.burst:
             await phase_burst(bench, args.burst, args.rate)
+        out.add("litellm_loaded_at_end", (await bot.stats())["litellm_loaded"])
     finally:
         out.add("stop_s", await bot.stop(), "s")
         for peer in (slack, model, kube):
@@ -510,6 +512,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="default",
         choices=["default", "auto", "native", "update"],
         help="slack.streaming (default: the config's own default)",
+    )
+    parser.add_argument(
+        "--client",
+        default="litellm",
+        choices=["litellm", "openai-compatible"],
+        help="the model profile's client (models.profiles.default.client)",
     )
     parser.add_argument("--json", help="also write the figures to this JSON file")
     parser.add_argument(
