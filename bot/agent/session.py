@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -531,14 +532,14 @@ class _OpeningReporter:
     error, so the turn stops before running anything more that nobody would see."""
 
     def __init__(self, opening: Awaitable[Reporter]) -> None:
-        self._held: list[TurnEvent] = []
+        self._held: deque[TurnEvent] = deque()
         self._open: Reporter | None = None
         self.opening: asyncio.Future[Reporter] = asyncio.ensure_future(self._hand_on(opening))
 
     async def _hand_on(self, opening: Awaitable[Reporter]) -> Reporter:
         reporter = await opening
         while self._held:  # an event emitted while one is handed on waits its turn
-            await reporter.emit(self._held.pop(0))
+            await reporter.emit(self._held.popleft())
         self._open = reporter
         return reporter
 
