@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy import text
 
+from tests.long_batch import LongBatch
 from tests.postgres import PostgresServer
 from tests.world import ALICE, SHOP_CHANNEL, World
 
@@ -76,6 +77,36 @@ async def test_socket_mode_leaves_an_event_it_cannot_store_unacknowledged(
     assert row[0] == "app_mention"
     body = json.loads(row[1])
     assert body["event"]["text"].endswith("is shop healthy?") and "token" not in body
+
+
+async def test_a_mention_is_stored_and_acknowledged_ahead_of_other_turns_queued_writes(
+    any_db_world: World,
+):
+    world = any_db_world
+    world.model.reply_text("All good in shop.")
+    bot = await world.start_bot()
+    # Other turns' deferred writes hold the store's one writer for a minute.
+    batch = LongBatch()
+    committed = batch.start(bot.db)
+    await batch.started.wait()
+
+    mention = world.slack.mention(SHOP_CHANNEL, ALICE, "is shop healthy?")
+    envelope = await world.slack.deliver_event(mention, event_id="Ev0AHEAD0001")
+    await world.slack.wait_ack(envelope, timeout=30)
+    # Acknowledged while that batch is still being applied, and stored before.
+    assert not committed.done() and batch.ran < batch.count
+    async with bot.db.sessions() as session:
+        stored = (
+            await session.exec(  # type: ignore[call-overload]
+                text("SELECT kind FROM inbound_events WHERE key = 'Ev0AHEAD0001'")
+            )
+        ).all()
+    assert [row[0] for row in stored] == ["app_mention"]
+
+    batch.finish()
+    await committed
+    replies = await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 2)
+    assert replies[-1].text == "All good in shop."
 
 
 async def test_http_mode_answers_5xx_for_an_event_it_cannot_store(

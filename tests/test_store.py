@@ -8,7 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -29,6 +29,7 @@ from bot.store.repositories import MessageRepository, SessionRepository
 from bot.store.schema import alembic_config, head_revision
 from bot.store.turns import Replica, TurnRepository
 from bot.values import Role, SessionInfo, WritePlan, WriteTarget, plan_to_json
+from tests.long_batch import LongBatch
 from tests.postgres import PostgresServer, free_port
 from tests.world import World, environ, merge
 
@@ -193,6 +194,29 @@ async def test_a_failing_write_does_not_take_the_rest_of_its_batch_down(database
         # Two racing creations of one thread's session give the same row, created once.
         again = await asyncio.gather(*(sessions.get_or_create(template) for _ in range(5)))
         assert {s.id for s in again} == {created.id} and not any(s.created for s in again)
+    finally:
+        await db.close()
+
+
+async def test_a_write_ahead_is_committed_before_the_long_batch_being_applied(
+    database_url: str,
+):
+    db = Database(database_url)
+    try:
+        await db.upgrade()
+        inbox = Inbox(db, Replica("r1", timedelta(seconds=30)))
+        batch = LongBatch()
+        committed = batch.start(db)
+        await batch.started.wait()  # the writer is applying the batch
+        # A delivery's record, as the inbox middleware makes it before acknowledging.
+        assert await inbox.record("Ev0AHEAD", "app_mention", "{}") is True
+        assert not committed.done() and batch.ran < batch.count
+        async with db.sessions() as session:
+            keys = (await session.exec(text("SELECT key FROM inbound_events"))).all()  # type: ignore[call-overload]
+        assert [row[0] for row in keys] == ["Ev0AHEAD"]  # committed: a reader sees it
+        batch.finish()
+        await committed
+        assert batch.ran == batch.count  # the rest of the batch, after it, all applied
     finally:
         await db.close()
 

@@ -49,6 +49,10 @@ class Database:
         """Apply `op` through the one writer; returns once it is committed."""
         return await self.writer.write(op)
 
+    async def write_ahead(self, op: Op[T]) -> T:
+        """Apply `op` ahead of everything queued, in a transaction of its own (`Writer`)."""
+        return await self.writer.write_ahead(op)
+
     def defer(self, op: Op[Any]) -> None:
         """Queue `op`; it is committed with the next durable write."""
         self.writer.defer(op)

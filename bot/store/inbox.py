@@ -48,7 +48,8 @@ class Inbox:
             )
             return bool(result.rowcount)
 
-        return await self._db.write(op)
+        # Ahead of other turns' queued work: Slack waits for the acknowledgement.
+        return await self._db.write_ahead(op)
 
     async def handled(self, key: str) -> None:
         """Its listener is done with it: nobody takes it over any more."""

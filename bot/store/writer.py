@@ -5,11 +5,17 @@ locked" once the busy timeout runs out. So writes are queued here and a single t
 them. Whatever is queued when it wakes is committed in one transaction (group commit), so a
 burst of turns costs few commits, and a transaction never waits on anything but the database.
 
-Two ways in:
+Three ways in:
 - `write(op)` returns once the op is committed (durable) and hands back its result;
 - `defer(op)` queues an op whose durability can wait (usage, tool audits, a round's results):
   it rides along with the next durable write, or is committed after `linger_s` at the latest.
-  A round of the agent loop therefore costs one commit.
+  A round of the agent loop therefore costs one commit;
+- `write_ahead(op)` is `write` for what a person is waiting on (a delivery's inbox record,
+  which Slack wants acknowledged at once): it goes in a small transaction of its own ahead of
+  everything queued, and a batch being applied is cut short for it (what is applied is
+  committed, the rest goes back to the front of the queue), so it waits for at most one op
+  of other turns' work, never for their whole batch. Only for an op that depends on nothing
+  queued before it and that nothing queued depends on (an insert of its own row).
 
 An op is a coroutine function taking the writer's session; it must only talk to the database.
 """
@@ -44,6 +50,11 @@ class Writer:
         self._sessions = sessions
         self._linger_s = linger_s
         self._queue: list[_Job] = []
+        self._ahead: list[_Job] = []  # write_ahead's jobs: the next transaction, on their own
+        # When the queue must be committed at the latest (loop time): its first job's linger.
+        # A deadline, not a timer restarted on each wake-up, so a run of write_ahead jobs
+        # cannot hold deferred work back.
+        self._due: float | None = None
         self._pending = asyncio.Event()
         self._urgent = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -62,15 +73,27 @@ class Writer:
         self._urgent.set()
         return await asyncio.shield(future)
 
+    async def write_ahead(self, op: Op[T]) -> T:
+        """`write`, ahead of everything queued, in a transaction of its own (see above)."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._enqueue(_Job(op, future), self._ahead)
+        self._urgent.set()
+        return await asyncio.shield(future)
+
     def defer(self, op: Op[Any]) -> None:
         """Queue `op` to be committed with the next durable write (or after the linger)."""
         self._enqueue(_Job(op, None))
 
-    def _enqueue(self, job: _Job) -> None:
+    def _enqueue(self, job: _Job, lane: list[_Job] | None = None) -> None:
         if self._closing:
             raise RuntimeError("the store is closed")
         self.start()
-        self._queue.append(job)
+        if lane is None:
+            if not self._queue:
+                self._due = asyncio.get_running_loop().time() + self._linger_s
+            self._queue.append(job)
+        else:
+            lane.append(job)
         self._pending.set()
 
     async def close(self) -> None:
@@ -85,22 +108,36 @@ class Writer:
     async def _run(self) -> None:
         while True:
             await self._pending.wait()
-            if not self._urgent.is_set():
+            if not self._urgent.is_set() and self._due is not None:
+                linger = self._due - asyncio.get_running_loop().time()
                 try:
-                    await asyncio.wait_for(self._urgent.wait(), self._linger_s)
+                    await asyncio.wait_for(self._urgent.wait(), max(linger, 0))
                 except TimeoutError:
                     pass
-            self._pending.clear()
-            self._urgent.clear()
-            batch, self._queue = self._queue, []
+            ahead = bool(self._ahead)
+            batch = self._take()
             if batch:
-                await self._commit(batch)
-            if self._closing and not self._queue:
+                await self._commit(batch, cut=not ahead)
+            if self._closing and not self._queue and not self._ahead:
                 return
 
-    async def _commit(self, batch: list[_Job]) -> None:
+    def _take(self) -> list[_Job]:
+        """The next transaction's jobs: the ahead lane's if any, else the whole queue. The
+        flags are left set for what stays queued: a durable write still waiting must not
+        linger."""
+        if self._ahead:
+            batch, self._ahead = self._ahead, []
+        else:
+            batch, self._queue, self._due = self._queue, [], None
+        if not self._queue:
+            self._pending.clear()
+        if not self._closing and not any(job.future is not None for job in self._queue):
+            self._urgent.clear()
+        return batch
+
+    async def _commit(self, batch: list[_Job], *, cut: bool = False) -> None:
         try:
-            results = await self._apply(batch)
+            results = await self._apply(batch, cut=cut)
         except Exception as error:
             if len(batch) > 1:
                 # One bad op must not take the others down: apply them one by one.
@@ -109,13 +146,24 @@ class Writer:
                 return
             _fail(batch[0], error)
             return
-        for job, result in zip(batch, results, strict=True):
+        done, rest = batch[: len(results)], batch[len(results) :]
+        if rest:  # cut short for the ahead lane: the rest is due right after it, in order
+            self._queue[:0] = rest
+            self._due = asyncio.get_running_loop().time()
+            self._pending.set()
+        for job, result in zip(done, results, strict=True):
             if job.future is not None and not job.future.done():
                 job.future.set_result(result)
 
-    async def _apply(self, batch: list[_Job]) -> list[Any]:
+    async def _apply(self, batch: list[_Job], *, cut: bool) -> list[Any]:
+        """Apply `batch` in order and commit; with `cut`, stops early (after at least one
+        op) when a write_ahead job is waiting. Returns the results of the ops applied."""
         async with self._sessions() as session:
-            results = [await job.op(session) for job in batch]
+            results: list[Any] = []
+            for job in batch:
+                if cut and results and self._ahead:
+                    break
+                results.append(await job.op(session))
             await session.commit()
         self.commits += 1
         return results
