@@ -381,10 +381,37 @@ def report_turns(out: Figures, rounds: int, turns: list[dict[str, Any]]) -> None
     out.add(f"db_statements_per_round_{name}", sum(t["statements"] for t in turns) / total_rounds)
 
 
+class LagWatch:
+    """How late this process's own event loop runs (the fake Slack's): an ack is timed
+    here, so the figures cannot be sharper than this process's own delays."""
+
+    def __init__(self, tick_s: float = 0.005) -> None:
+        self.tick_s = tick_s
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._watch())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _watch(self) -> None:
+        while True:
+            started = time.monotonic()
+            await asyncio.sleep(self.tick_s)
+            self.lags.append((time.monotonic() - started - self.tick_s) * 1000)
+
+
 async def phase_burst(bench: Bench, count: int, rate: float) -> None:
     out = bench.out
     before = await bench.bot.stats()
+    lag = LagWatch()
+    lag.start()
     sent = await bench.burst(count, rate)
+    await asyncio.sleep(1.0)  # the last acks
+    lag.stop()
     # A person who gets no answer within two minutes has been let down: count, not wait.
     missing = await bench.watch.wait_answers([turn for turn, *_ in sent], timeout=120)
     await asyncio.sleep(1.0)
@@ -402,6 +429,8 @@ async def phase_burst(bench: Bench, count: int, rate: float) -> None:
     out.add(f"unacked_events_{label}", count - len(acks))
     out.add(f"unanswered_turns_{label}", len(missing))
     out.spread(f"ack_ms_{label}", acks, "ms")
+    out.spread(f"peer_loop_lag_ms_{label}", lag.lags, "ms")
+    out.add(f"peer_loop_lag_ms_{label}_max", max(lag.lags, default=0.0), "ms")
     out.spread(f"first_reply_ms_{label}", firsts, "ms")
     out.spread(f"answer_ms_{label}", answers, "ms")
     out.add(f"cpu_per_turn_s_r1_{label}", (after["cpu_s"] - before["cpu_s"]) / count, "s")
