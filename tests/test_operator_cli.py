@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from tests.peers.slack_server import CONFIG_TOKEN
-from tests.world import World, environ, merge
+from tests.world import MODEL_KEY, World, environ, merge
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -258,3 +258,26 @@ async def test_run_names_a_port_that_is_taken(world):
     assert line.startswith("kelpie: cannot listen (") and "\n" not in line
     assert f"{port}): address already in use);" in line
     assert line.endswith("pick a free host and port in server.health (and slack.http in http mode)")
+
+
+async def test_check_proves_the_openai_compatible_client_too(world):
+    """`kelpie check` pings the model through the profile's own client: a one-token request
+    on the wire, and the same sentence as through LiteLLM when the key is refused."""
+    world.model.reply_text("OK")
+    world.model.reply_error(401, "Incorrect API key provided.")
+    wire = {"models": {"profiles": {"default": {"client": "openai-compatible"}}}}
+    config = str(write_config(world, wire))
+
+    answered = await kelpie("check", "--config", config, env=environ(world.slack))
+    refused = await kelpie("check", "--config", config, env=environ(world.slack))
+
+    ok = "ok   model default (openai/test-model): answered a one-token request"
+    assert ok in answered.out.splitlines()
+    assert (
+        "FAIL model default (openai/test-model): The model rejected the API key: check "
+        "models.profiles.default.auth. Fix: models.profiles.default"
+    ) in refused.out.splitlines()
+    first, second = world.model.requests
+    assert first == second
+    assert first["max_tokens"] == 1 and "stream" not in first
+    assert world.model.headers[0]["Authorization"] == f"Bearer {MODEL_KEY}"
