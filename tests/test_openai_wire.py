@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.config import ConfigError, parse_config
+from bot.config import AuthMethod, ConfigError, parse_config
 from bot.model.model_map import map_capabilities, map_path
 from bot.model.openai_wire import OpenAIWireGateway, SseParser
 from bot.model.types import ModelError, ModelRequest, ProviderSettings
@@ -97,6 +97,43 @@ async def test_the_key_reaches_no_log_line_and_no_error(caplog: pytest.LogCaptur
     assert KEY not in caplog.text
     assert KEY not in str(caught.value) and KEY not in caught.value.user_message
     assert KEY not in repr(gateway)
+
+
+async def test_auth_none_sends_nothing_even_with_a_netrc_for_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login operator password hunter2\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))  # the process environment, not kelpie's code
+    async with ModelServer() as peer:
+        peer.reply_text("ok")
+        gateway = OpenAIWireGateway(
+            ProviderSettings("openai/test-model", peer.api_base, auth=AuthMethod.NONE)
+        )
+        await gateway.complete(ModelRequest(MESSAGES), _ignore)
+        await gateway.close()
+
+    assert "Authorization" not in peer.headers[0]
+
+
+async def test_the_environments_proxy_carries_the_requests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HTTP(S)_PROXY applies as under LiteLLM: the peer plays the proxy for a host that
+    does not resolve, so only a proxied request can arrive."""
+    async with ModelServer() as peer:
+        monkeypatch.setenv("HTTP_PROXY", peer.root)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        peer.reply_text("via the proxy")
+        settings = ProviderSettings("openai/test-model", "http://model.invalid/v1", KEY)
+        gateway = OpenAIWireGateway(settings)
+        reply = await gateway.complete(ModelRequest(MESSAGES), _ignore)
+        await gateway.close()
+
+    assert reply.text == "via the proxy"
+    assert peer.headers[0]["Host"] == "model.invalid"
 
 
 async def test_options_are_fields_of_the_request_body() -> None:

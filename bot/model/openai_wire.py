@@ -14,9 +14,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import urllib.request
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -189,8 +191,9 @@ class OpenAIWireGateway:
                 sock_connect=self._settings.timeout_s,
                 sock_read=self._settings.timeout_s,
             )
-            # trust_env: HTTPS_PROXY and friends apply, as they do under LiteLLM (httpx).
-            self._session = aiohttp.ClientSession(timeout=timeout, trust_env=True)
+            # Not trust_env: it would also add ~/.netrc credentials (a header `auth: none`
+            # must not send) and hop to a thread twice per request. The proxy is read once.
+            self._session = aiohttp.ClientSession(timeout=timeout, proxy=_env_proxy(self._url))
         return self._session
 
     # the response
@@ -260,6 +263,15 @@ class OpenAIWireGateway:
             if key:
                 text = text.replace(key, "***")
         return text
+
+
+def _env_proxy(url: str) -> str | None:
+    """The proxy HTTPS_PROXY / HTTP_PROXY name for `url` (NO_PROXY honoured), as LiteLLM's
+    HTTP client would use it."""
+    parts = urlsplit(url)
+    if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
 
 
 def _error_fields(body: Any) -> tuple[str, str | None]:
