@@ -539,3 +539,23 @@ async def test_transport_failures_say_whether_the_request_was_sent(
         broke_off,
         broke_off,
     ]
+
+
+async def test_an_error_event_after_the_200_is_a_broken_answer(
+    server: ModelServer, make_gateway: MakeGateway
+) -> None:
+    server.reply_cut("Half an", abort=False, error=f"The server had an error ({API_KEY})")
+    sink = Sink()
+
+    with pytest.raises(ModelError) as caught:
+        await make_gateway(server.api_base).complete(ModelRequest(MESSAGES), sink)
+
+    error = caught.value
+    assert (error.user_message, error.retryable, error.sent) == (
+        "The model's answer broke off before it finished.",
+        True,
+        True,
+    )
+    assert API_KEY not in str(error)
+    assert sink.text == "Half an"  # what came before the error was already shown
+    await no_more_requests(server, 1)

@@ -71,12 +71,15 @@ class CutStep:
     """Send a few content chunks, then stop: no finish_reason, no [DONE].
 
     `abort=True` drops the TCP connection mid-body (a crashed server); `abort=False` ends
-    the HTTP body cleanly (a proxy that closes the stream early).
+    the HTTP body cleanly (a proxy that closes the stream early). With `error`, the
+    OpenAI-compatible peer first sends it as an event `{"error": {...}}`, the way OpenAI
+    reports a failure after the 200 (other peers ignore it).
     """
 
     text: str = "This answer is cut"
     chunk_size: int = 4
     abort: bool = True
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -256,9 +259,14 @@ class ScriptedPeer:
         self.enqueue(ErrorStep(status, message, error_type, code))
 
     def reply_cut(
-        self, text: str = "This answer is cut", *, chunk_size: int = 4, abort: bool = True
+        self,
+        text: str = "This answer is cut",
+        *,
+        chunk_size: int = 4,
+        abort: bool = True,
+        error: str | None = None,
     ) -> None:
-        self.enqueue(CutStep(text, chunk_size, abort))
+        self.enqueue(CutStep(text, chunk_size, abort, error))
 
     def reply_hang(self, seconds: float, *, then: Step | None = None) -> None:
         self.enqueue(HangStep(seconds, then))
@@ -487,6 +495,9 @@ class ModelServer(ScriptedPeer):
         if isinstance(step, CutStep):
             for piece in _pieces(step.text, step.chunk_size)[:3]:
                 await send({"content": piece})
+            if step.error is not None:
+                failure = {"message": step.error, "type": "server_error", "code": None}
+                await response.write(f"data: {json.dumps({'error': failure})}\n\n".encode())
             if step.abort:
                 _drop(request)
             else:
