@@ -635,7 +635,12 @@ def build_kelpie(
     )
     stop.register()
     SessionStopEvents(
-        slack_app, reporters.turns, reporters.sessions, stop.stop, stop.stop_elsewhere
+        slack_app,
+        reporters.turns,
+        reporters.sessions,
+        stop.stop,
+        stop.stop_elsewhere,
+        stop.stop_queued,
     ).register()
     # Registered first: every request is stored before Bolt acknowledges it.
     slack_app.middleware(InboxMiddleware(inbox).process)

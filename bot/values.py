@@ -367,6 +367,16 @@ class TurnState(StrEnum):
     FAILED = "failed"
 
 
+class TurnClaim(StrEnum):
+    """What a turn's claim on its thread found (`TurnLedger.claim`)."""
+
+    RUNNING = "running"  # the turn is ours and runs now
+    WAIT = "wait"  # another turn of its thread runs (on any replica): ask again later
+    # No longer ours to run: a person stopped it while it was queued, or another replica
+    # took it over; it never runs here.
+    GONE = "gone"
+
+
 @dataclass(frozen=True)
 class OrphanTurn:
     """A turn whose replica died (its lease expired), now claimed by this one to close."""

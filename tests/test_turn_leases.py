@@ -22,6 +22,7 @@ from bot.values import (
     Message,
     Role,
     SessionInfo,
+    TurnClaim,
     TurnInterrupt,
     TurnState,
     Wake,
@@ -71,12 +72,13 @@ async def test_a_thread_runs_one_turn_at_a_time_across_replicas(database_url: st
         claims = await asyncio.gather(
             a.claim(session_id, "turn-a", "U0ALICE"), b.claim(session_id, "turn-b", "U0ALICE")
         )
-        assert sorted(claims) == [False, True]
-        winner, loser = (a, b) if claims[0] else (b, a)
-        won, lost = ("turn-a", "turn-b") if claims[0] else ("turn-b", "turn-a")
-        assert not await loser.claim(session_id, lost, "U0ALICE")
+        assert sorted(claims) == [TurnClaim.RUNNING, TurnClaim.WAIT]
+        first = claims[0] is TurnClaim.RUNNING
+        winner, loser = (a, b) if first else (b, a)
+        won, lost = ("turn-a", "turn-b") if first else ("turn-b", "turn-a")
+        assert await loser.claim(session_id, lost, "U0ALICE") is TurnClaim.WAIT
         await winner.finish(won, TurnState.DONE)
-        assert await loser.claim(session_id, lost, "U0ALICE")
+        assert await loser.claim(session_id, lost, "U0ALICE") is TurnClaim.RUNNING
         texts = [m.content for m in await MessageRepository(db).all_for_session(session_id)]
         assert sorted(texts) == ["one?", "two?"]
     finally:
@@ -91,7 +93,7 @@ async def test_a_newer_message_on_another_replica_interrupts_the_running_turn(
     a, b = TurnRepository(db, replica("a")), TurnRepository(db, replica("b"))
     try:
         await a.accept(session_id, "turn-a", "U0ALICE", question("one?"))
-        assert await a.claim(session_id, "turn-a", "U0ALICE")
+        assert await a.claim(session_id, "turn-a", "U0ALICE") is TurnClaim.RUNNING
         assert await a.renew() == []
         # Its own turn is the local scheduler's to interrupt; another replica asks.
         assert not await a.request_interrupt(session_id)
@@ -112,7 +114,7 @@ async def test_a_stop_on_another_replica_asks_the_running_one_naming_who_stopped
     try:
         await a.accept(session_id, "turn-a", "U0ALICE", question("one?"))
         assert await b.running_elsewhere(THREAD.session_key) is None  # queued, not running
-        assert await a.claim(session_id, "turn-a", "U0ALICE")
+        assert await a.claim(session_id, "turn-a", "U0ALICE") is TurnClaim.RUNNING
         # Its own replica sees no turn running elsewhere; the other one sees who asked.
         assert await a.running_elsewhere(THREAD.session_key) is None
         remote = await b.running_elsewhere(THREAD.session_key)
@@ -132,6 +134,29 @@ async def test_a_stop_on_another_replica_asks_the_running_one_naming_who_stopped
         await db.close()
 
 
+async def test_a_queued_turn_stopped_through_any_replica_never_runs(database_url: str):
+    db, session_id = await opened(database_url)
+    a, b = TurnRepository(db, replica("a")), TurnRepository(db, replica("b"))
+    try:
+        await a.accept(session_id, "turn-a", "U0ALICE", question("one?"))
+        # Queued on a, seen by both replicas (a stop may reach either).
+        waiting = await b.queued_in(THREAD.session_key)
+        assert [(turn.turn_id, turn.asker) for turn in waiting] == [("turn-a", "U0ALICE")]
+        assert await a.queued_in(THREAD.session_key) == waiting
+        assert await b.stop_queued("turn-a", "U0CAROL")
+        assert not await a.stop_queued("turn-a", "U0CAROL")  # stopped once
+        # Its replica's claim finds it gone: it never runs, and does not hold the thread.
+        assert await a.claim(session_id, "turn-a", "U0ALICE") is TurnClaim.GONE
+        assert await b.queued_in(THREAD.session_key) == []
+        await a.accept(session_id, "turn-b", "U0ALICE", question("two?"))
+        assert await a.claim(session_id, "turn-b", "U0ALICE") is TurnClaim.RUNNING
+        # A running turn is not stopped as a queued one (its stop goes through its replica).
+        assert not await b.stop_queued("turn-b", "U0CAROL")
+        assert await b.running_elsewhere(THREAD.session_key) is not None
+    finally:
+        await db.close()
+
+
 async def test_a_dead_replicas_turns_and_deliveries_are_taken_over_once(database_url: str):
     db, session_id = await opened(database_url)
     dead, beating = replica("dead", ttl_s=0.2), replica("beating", ttl_s=0.2)
@@ -147,7 +172,7 @@ async def test_a_dead_replicas_turns_and_deliveries_are_taken_over_once(database
         ]:
             await Inbox(db, dead).record(key, kind, "{}")
         await gone.accept(session_id, "turn-dead", "U0ALICE", question("lost?"))
-        assert await gone.claim(session_id, "turn-dead", "U0ALICE")
+        assert await gone.claim(session_id, "turn-dead", "U0ALICE") is TurnClaim.RUNNING
         # A long answer went on in a second stream message: the first one was closed.
         await gone.message_opened("turn-dead", "1700000001.000200")
         await gone.message_opened("turn-dead", "1700000001.000300")
@@ -163,10 +188,10 @@ async def test_a_dead_replicas_turns_and_deliveries_are_taken_over_once(database
         ]
         # The dead replica cannot end what was taken from it; the taker can.
         await gone.finish("turn-dead", TurnState.DONE)
-        assert not await alive.claim(session_id, "turn-alive", "U0ALICE")
+        assert await alive.claim(session_id, "turn-alive", "U0ALICE") is TurnClaim.WAIT
         owner = next(t for t, found in zip(takers, taken, strict=True) if found)
         await owner.finish("turn-dead", TurnState.INTERRUPTED)
-        assert await alive.claim(session_id, "turn-alive", "U0ALICE")
+        assert await alive.claim(session_id, "turn-alive", "U0ALICE") is TurnClaim.RUNNING
 
         inboxes = [Inbox(db, replica(f"inbox-{n}", ttl_s=0.2)) for n in range(3)]
         deliveries = await asyncio.gather(*(i.take_orphans() for i in inboxes))
@@ -273,7 +298,7 @@ async def test_on_postgresql_a_write_wakes_the_other_replica_and_a_dropped_liste
             assert await interrupts.wait(5) and await ended.wait(5)
             for turn in ("turn-1", "turn-2"):
                 await a.accept(session_id, turn, "U0ALICE", question("slow?"))
-                assert await a.claim(session_id, turn, "U0ALICE")
+                assert await a.claim(session_id, turn, "U0ALICE") is TurnClaim.RUNNING
                 assert not await interrupts.wait(0.2)  # nothing pending
                 # Another replica's stop wakes this one's interrupt watcher, and the turn's
                 # end wakes whoever waits for the thread. `wait` is True only when woken.

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 from bot.agent.turns import Busy, CapReached, TurnCaps, TurnScheduler
 from bot.slack import copy
 from tests.peers.model_server import TextStep
+from tests.test_streaming import click_stop, key, stop_button
 from tests.world import ALICE, BOB, CAROL, DEV_CHANNEL, SHOP_CHANNEL, World
 
 
@@ -167,3 +169,39 @@ async def test_a_person_or_channel_over_its_cap_is_told_when_to_ask_again(world:
 
 def bot_texts(world: World, thread_ts: str) -> list[str]:
     return [m.text for m in world.slack.thread(SHOP_CHANNEL, thread_ts) if m.is_bot]
+
+
+def asked_about(world: World, text: str) -> bool:
+    """Whether any request the model received carries `text` (a person's question)."""
+    return any(text in json.dumps(request) for request in world.model.requests)
+
+
+async def test_a_queued_turn_stopped_with_the_stop_button_on_its_notice_never_runs(
+    world: World,
+):
+    # The first question keeps the only slot busy until the test lets the model answer.
+    first_answer = world.model.reply_held(then=TextStep("first answer"))
+    bot = await world.start_bot({"agent": {"max_concurrent_turns": 1}})
+    first = await world.mention(SHOP_CHANNEL, ALICE, "first question")
+    await world.model.wait_for_requests(1, timeout=60)  # the first request imports LiteLLM
+    second = await world.mention(DEV_CHANNEL, BOB, "second question")
+    notice = await stop_button(world, DEV_CHANNEL, second["ts"])
+    assert "Queued" in notice.text
+
+    # ALICE neither asked nor approves in #dev-payments: told who may stop it.
+    await click_stop(world, ALICE, DEV_CHANNEL, second["ts"])
+    (whisper,) = await world.slack.wait_for(lambda s: s.ephemerals(DEV_CHANNEL, ALICE), timeout=20)
+    assert whisper.text == copy.who_may_stop(BOB, [])
+    # BOB asked: his Stop withdraws the queued turn, and the thread says he did.
+    await click_stop(world, BOB, DEV_CHANNEL, second["ts"])
+    await world.wait_bot_replies(DEV_CHANNEL, second["ts"], 2)
+
+    first_answer.set()
+    await world.drain()
+    assert not bot.scheduler.busy(key(DEV_CHANNEL, second["ts"]))  # it came and went
+    assert "first answer" in (await world.wait_bot_replies(SHOP_CHANNEL, first["ts"], 2))[-1].text
+    texts = [m.text for m in world.slack.thread(DEV_CHANNEL, second["ts"]) if m.is_bot]
+    assert texts == [notice.text, copy.stopped_by(BOB)]
+    # Its slot came and went: the model never heard the stopped question.
+    assert len(world.model.requests) == 1 and not asked_about(world, "second question")
+    world.model.assert_script_consumed()

@@ -6,6 +6,7 @@ stream closed, one short note, every question answered or explained, nothing twi
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -426,6 +427,57 @@ async def test_kelpies_stop_button_clicked_through_the_other_replica_stops_the_t
     await asyncio.sleep(2)
     assert len(world.model.requests) == 2
     assert all("never shown" not in t for t in bot_texts(world, thread))
+
+
+async def test_a_stop_through_the_other_replica_withdraws_a_turn_still_queued(
+    world: World, launch: Callable[..., Start], postgres: PostgresServer
+):
+    """The first replica's only slot is busy: a question there waits, queued, with a Stop
+    button on its notice. A stop clicked through the other replica (which runs nothing in
+    the thread) stops it before it runs, with the same who-may-stop check."""
+    url = await postgres.new_database()
+    one_slot = {"agent": {"max_concurrent_turns": 1}, "slack": {"streaming": "update"}}
+    start = launch(merge(one_slot, {"database": {"lease_s": 3, "url": url}}))
+    await start()
+    await start()
+    busy = world.model.reply_held(then=TextStep("first answer"))
+    first = world.slack.mention(SHOP_CHANNEL, ALICE, "first question")
+    await world.slack.deliver_event(first, connection=0)
+    await world.model.wait_for_requests(1, timeout=TURN_S)
+    second = world.slack.mention(SHOP_CHANNEL, BOB, "second question")
+    await world.slack.deliver_event(second, connection=0)
+    thread = second["ts"]
+    notice = await stop_button(world, SHOP_CHANNEL, thread)
+    await thread_turns(url, thread, until=["queued"])
+
+    async def click(user: str) -> None:
+        payload = world.slack.block_action(
+            user, SHOP_CHANNEL, notice.ts, STOP_ACTION_ID, key(SHOP_CHANNEL, thread)
+        )
+        await world.slack.wait_ack(await world.slack.deliver("interactive", payload, connection=1))
+
+    await click(ALICE)  # neither asked nor approves in #shop
+    whisper = await world.slack.wait_for(
+        lambda s: s.ephemerals(SHOP_CHANNEL, ALICE), timeout=TURN_S
+    )
+    assert whisper[0].text == copy.who_may_stop(BOB, [])
+    await click(BOB)
+    await said(world, thread, copy.stopped_by(BOB))
+    stopped = await fetch(url, "SELECT state, stopped_by FROM turns WHERE state != 'running'")
+    assert [(row["state"], row["stopped_by"]) for row in stopped] == [("interrupted", BOB)]
+
+    # The slot frees: the stopped turn passes through it without running, and the next
+    # question on that replica is answered.
+    busy.set()
+    await said(world, first["ts"], "first answer")
+    world.model.reply_text("third answer")
+    third = world.slack.mention(SHOP_CHANNEL, ALICE, "third question")
+    await world.slack.deliver_event(third, connection=0)
+    await said(world, third["ts"], "third answer")
+    assert len(world.model.requests) == 2
+    assert not any("second question" in json.dumps(r) for r in world.model.requests)
+    assert bot_texts(world, thread) == [notice.text, copy.stopped_by(BOB)]
+    await thread_turns(url, thread, until=["interrupted"])
 
 
 async def approval_row(url: str, identifier: str) -> tuple[Any, ...]:

@@ -30,7 +30,7 @@ from bot.policy.roles import ChannelBinding, offered_tools
 from bot.store.wakeups import Wakeups
 from bot.tools.harness import ToolRegistry
 from bot.tools.spec import Tool
-from bot.values import Approval, Message, Role, SessionInfo, TurnState, Wake
+from bot.values import Approval, Message, Role, SessionInfo, TurnClaim, TurnState, Wake
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class TurnLedger(Protocol):
         event_key: str | None = None,
     ) -> bool: ...
 
-    async def claim(self, session_id: int, turn_id: str, asker: str) -> bool: ...
+    async def claim(self, session_id: int, turn_id: str, asker: str) -> TurnClaim: ...
 
     async def request_interrupt(self, session_id: int) -> bool: ...
 
@@ -312,25 +312,32 @@ class AgentSessions:
     async def _run_spec(
         self, spec: _TurnSpec, abort: asyncio.Event, *, interrupting: bool = False
     ) -> None:
-        owning = self._owning(spec, abort, interrupting=interrupting)
-        async with owning as ending, self._reporting(spec) as reporter:
-            # Turns that began before this one, then this turn's own (stored) opening; with
-            # none, everything stored (a turn taken over: its message is stored with it).
-            before = spec.turn_id if spec.opening is not None else None
-            history = await self._conversation.history(
-                spec.session.id, self._config.agent.history_messages, before_turn=before
-            )
-            ending.state = await self._turn(spec, reporter, history, abort)
+        async with self._owning(spec, abort, interrupting=interrupting) as ending:
+            if ending is None:
+                # Stopped while it was queued (or taken over): it never runs, shows nothing.
+                log.info("turn %s is no longer queued here; not run", spec.turn_id)
+                return
+            async with self._reporting(spec) as reporter:
+                # Turns that began before this one, then this turn's own (stored) opening;
+                # with none, everything stored (a turn taken over: its message is stored
+                # with it).
+                before = spec.turn_id if spec.opening is not None else None
+                history = await self._conversation.history(
+                    spec.session.id, self._config.agent.history_messages, before_turn=before
+                )
+                ending.state = await self._turn(spec, reporter, history, abort)
 
     @contextlib.asynccontextmanager
     async def _owning(
         self, spec: _TurnSpec, abort: asyncio.Event, *, interrupting: bool = False
-    ) -> AsyncIterator[_Ending]:
+    ) -> AsyncIterator[_Ending | None]:
         """The turn's row: claimed as running here once no other turn of its thread runs
-        (on any replica), and given its final state when the turn ends. A shutdown (a
-        cancel without an abort) leaves it live: its lease expires and whoever takes it over
-        (another replica, or this one restarted) closes it in the thread. `interrupting`: a
-        person's new message, which interrupts a turn running on another replica."""
+        (on any replica), and given its final state when the turn ends; None (the turn
+        must not run) when it is no longer queued here: a person stopped it meanwhile. A
+        shutdown (a cancel without an abort) leaves it live: its lease expires and whoever
+        takes it over (another replica, or this one restarted) closes it in the thread.
+        `interrupting`: a person's new message, which interrupts a turn running on another
+        replica."""
         ending = _Ending()
         ledger = self._ledger
         if ledger is None:
@@ -341,10 +348,15 @@ class AgentSessions:
             # The turn it waits for may run in another process: the table decides, asked
             # again when a turn ends (a wake-up) or at the next poll.
             with self._wakeups.watch(Wake.TURN_ENDED) as ended:
-                while not await ledger.claim(session_id, turn_id, spec.origin.asker):
+                while (
+                    claim := await ledger.claim(session_id, turn_id, spec.origin.asker)
+                ) is TurnClaim.WAIT:
                     if interrupting:
                         interrupting = not await ledger.request_interrupt(session_id)
                     await ended.wait(self._claim_poll_s)
+            if claim is TurnClaim.GONE:
+                yield None  # its row already holds how it ended (the stop wrote it)
+                return
             yield ending
         except asyncio.CancelledError:
             if not abort.is_set():

@@ -26,7 +26,9 @@ from bot.policy.roles import ChannelBinding, ChannelRoles
 from bot.slack import copy
 from bot.slack.channels import ChannelDirectory
 from bot.slack.inbox import Handled
+from bot.slack.markdown import section_blocks
 from bot.slack.payloads import PersonMessage, is_from_a_person, person_message
+from bot.slack.progress.common import Json, stop_button_block
 from bot.store.repositories import SessionRepository
 
 log = logging.getLogger(__name__)
@@ -200,7 +202,10 @@ class SlackAdapter:
             return
 
         async def queued(running: int, ahead: int) -> None:
-            await self._reply(channel_id, thread_ts, copy.queued(running, ahead))
+            # With kelpie's Stop button: a turn can be stopped before it ever runs.
+            text = copy.queued(running, ahead)
+            blocks = [*section_blocks(text), stop_button_block(incoming.session_key)]
+            await self._reply(channel_id, thread_ts, text, blocks)
 
         self._scheduler.submit(
             incoming.session_key,
@@ -220,9 +225,13 @@ class SlackAdapter:
             await self._withdraw(session.id, incoming.user)
         return await self._agent.accept(incoming, binding)
 
-    async def _reply(self, channel: str, thread_ts: str, text: str) -> None:
+    async def _reply(
+        self, channel: str, thread_ts: str, text: str, blocks: list[Json] | None = None
+    ) -> None:
         try:
-            await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text)
+            await self.client.chat_postMessage(
+                channel=channel, thread_ts=thread_ts, text=text, blocks=blocks
+            )
         except SlackApiError as error:
             log.error("could not reply in %s: %s", channel, error.response.get("error"))
 

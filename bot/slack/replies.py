@@ -1,4 +1,5 @@
-"""Ephemeral replies: what only the person who clicked or typed should see."""
+"""Short replies outside a turn: ephemeral ones (what only the person who clicked or typed
+should see) and one sentence in a thread."""
 
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ async def whisper(
         await client.chat_postEphemeral(channel=channel, user=user, text=text, thread_ts=thread_ts)
     except SlackApiError as error:
         log.warning("ephemeral reply to %s failed: %s", user, error.response.get("error"))
+
+
+async def say(client: AsyncWebClient, channel: str, thread_ts: str, text: str) -> None:
+    """Post one sentence in a thread; a failure is logged, never raised (the click or
+    event that led to it was acked, and what it changed is stored)."""
+    try:
+        await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text)
+    except SLACK_FAILURES as error:
+        log.warning("reply in %s failed: %s", channel, error)
 
 
 class CommandReply:

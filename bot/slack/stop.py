@@ -15,7 +15,9 @@ With several replicas, the stop may reach one that does not run the turn: the tu
 (`store.turns`) then says who asked and where it runs, the same permission check applies,
 and the running replica is asked through the table to interrupt it (its heartbeat, or a
 notification, wakes it: `interrupt_elsewhere`), naming who stopped it; the cards are
-withdrawn here.
+withdrawn here. A thread whose turn is accepted but not running yet (queued for a free
+slot, on any replica: its notice carries the Stop button too) has that turn stopped in the
+table before it runs (`stop_queued`), with the same check and the same sentence.
 
 Does not own: the registry of running turns (`progress.ActiveTurns`) or what the thread
 shows afterwards (the reporter).
@@ -35,7 +37,7 @@ from bot.slack import copy
 from bot.slack.inbox import REPLAYED, Handled, marking_handled
 from bot.slack.people import ApproverDirectory, approver_mentions
 from bot.slack.progress import STOP_ACTION_ID, ActiveTurn, ActiveTurns
-from bot.slack.replies import whisper
+from bot.slack.replies import say, whisper
 from bot.values import RemoteTurn, SessionInfo, TurnInterrupt
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,10 @@ class RemoteTurns(Protocol):
     async def running_elsewhere(self, session_key: str) -> RemoteTurn | None: ...
 
     async def request_stop(self, turn_id: str, user: str) -> bool: ...
+
+    async def queued_in(self, session_key: str) -> list[RemoteTurn]: ...
+
+    async def stop_queued(self, turn_id: str, user: str) -> bool: ...
 
 
 class StopHandler:
@@ -103,7 +109,9 @@ class StopHandler:
         turn = self._turns.get(session_key)
         if turn is not None:
             await self.stop(user, turn)
-        elif await self.stop_elsewhere(user, session_key) is None:
+        elif await self.stop_elsewhere(user, session_key) is not None:
+            return
+        elif await self.stop_queued(user, session_key) is None:
             await whisper(client, channel, user, copy.TURN_ALREADY_FINISHED, thread_ts)
 
     async def stop(self, user: str, turn: ActiveTurn) -> bool:
@@ -128,15 +136,30 @@ class StopHandler:
         async def there() -> bool:
             return await elsewhere.request_stop(remote.turn_id, user)
 
-        turn = ActiveTurn(
-            remote.session_key,
-            remote.asker,
-            remote.role,
-            remote.team_id,
-            remote.channel_id,
-            remote.thread_ts,
-        )
-        return await self._stop(user, turn, there)
+        return await self._stop(user, _active(remote), there)
+
+    async def stop_queued(self, user: str, session_key: str) -> bool | None:
+        """Stop the thread's turns accepted but not running yet (on any replica, this one
+        included), with the same check as `stop`: each is marked stopped in the table, so
+        its replica never runs it (its claim finds it gone, however long it waits for a
+        slot), and the thread says who stopped it, as it would for a running turn. True
+        when one was stopped; None when none is queued."""
+        queued = await self._elsewhere.queued_in(session_key)
+        if not queued:
+            return None
+        stopped = False
+        for remote in queued:
+            stopped |= await self._stop(user, _active(remote), self._queued_stop(remote, user))
+        return stopped
+
+    def _queued_stop(self, remote: RemoteTurn, user: str) -> Callable[[], Awaitable[bool]]:
+        async def before_it_runs() -> bool:
+            if not await self._elsewhere.stop_queued(remote.turn_id, user):
+                return False  # it started meanwhile (a stop pressed now reaches it there)
+            await say(self._app.client, remote.channel_id, remote.thread_ts, copy.stopped_by(user))
+            return True
+
+        return before_it_runs
 
     def interrupt_elsewhere(self, request: TurnInterrupt) -> bool:
         """Another replica asked to interrupt a turn running here (a stop pressed there
@@ -183,3 +206,15 @@ class StopHandler:
     def _approval(self, turn: ActiveTurn) -> ApprovalConfig | None:
         role = self._roles.get(turn.role)
         return role.approval if role is not None else None
+
+
+def _active(remote: RemoteTurn) -> ActiveTurn:
+    """A turn of another replica (or not running yet) as a stop sees it."""
+    return ActiveTurn(
+        remote.session_key,
+        remote.asker,
+        remote.role,
+        remote.team_id,
+        remote.channel_id,
+        remote.thread_ts,
+    )

@@ -34,6 +34,7 @@ from bot.values import (
     Message,
     OrphanTurn,
     RemoteTurn,
+    TurnClaim,
     TurnInterrupt,
     TurnState,
     Wake,
@@ -108,20 +109,28 @@ class TurnRepository:
 
         return await self._db.write(op)
 
-    async def claim(self, session_id: int, turn_id: str, asker: str) -> bool:
+    async def claim(self, session_id: int, turn_id: str, asker: str) -> TurnClaim:
         """Mark the turn running here, unless another turn of its thread runs (on any
-        replica); True when it is ours to run. A turn with no row yet gets one."""
+        replica: WAIT) or it is no longer queued here (stopped while it waited, or taken
+        over: GONE, it never runs). A turn with no row yet gets one."""
         now, until = self.replica.lease()
         other_running = exists().where(
             col(TurnRow.session_id) == session_id,
             col(TurnRow.state) == TurnState.RUNNING.value,
             col(TurnRow.turn_id) != turn_id,
         )
+        queued_here = (
+            col(TurnRow.turn_id) == turn_id,
+            col(TurnRow.state) == TurnState.QUEUED.value,
+            col(TurnRow.owner) == self.replica.id,
+        )
 
-        async def op(session: AsyncSession) -> bool:
-            if (await session.exec(select(other_running))).one():
-                return False
+        async def op(session: AsyncSession) -> TurnClaim:
             row = await session.get(TurnRow, turn_id)
+            if row is not None and not _queued_for(row, self.replica.id):
+                return TurnClaim.GONE
+            if (await session.exec(select(other_running))).one():
+                return TurnClaim.WAIT
             if row is None:
                 session.add(
                     TurnRow(
@@ -135,22 +144,19 @@ class TurnRepository:
                     )
                 )
                 await session.flush()
-                return True
+                return TurnClaim.RUNNING
+            # Compare-and-set: a stop (or a takeover) committed since the read wins.
             claimed = await session.exec(
                 update(TurnRow)
-                .where(
-                    col(TurnRow.turn_id) == turn_id,
-                    col(TurnRow.state) == TurnState.QUEUED.value,
-                    col(TurnRow.owner) == self.replica.id,
-                )
+                .where(*queued_here)
                 .values(state=TurnState.RUNNING.value, heartbeat_at=now, lease_expires_at=until)
             )
-            return bool(claimed.rowcount)
+            return TurnClaim.RUNNING if claimed.rowcount else TurnClaim.GONE
 
         try:
             return await self._db.write(op)
         except IntegrityError:
-            return False  # another replica's claim on the thread won the race
+            return TurnClaim.WAIT  # another replica's claim on the thread won the race
 
     async def message_opened(self, turn_id: str, ts: str) -> None:
         """The turn shows in the message at `ts` (a stream, or a progress message) until
@@ -209,18 +215,7 @@ class TurnRepository:
                     )
                 )
             ).first()
-        if found is None:
-            return None
-        row, thread = found
-        return RemoteTurn(
-            row.turn_id,
-            thread.session_key,
-            row.asker,
-            thread.role,
-            thread.team_id,
-            thread.channel_id,
-            thread.thread_ts,
-        )
+        return None if found is None else _remote(*found)
 
     async def request_stop(self, turn_id: str, user: str) -> bool:
         """Ask the replica running this turn to stop it for `user`; True while it still
@@ -235,6 +230,34 @@ class TurnRepository:
             .values(interrupt_requested=True, stopped_by=user)
         )
         return await self._db.write(_waking(statement, Wake.INTERRUPT))
+
+    async def queued_in(self, session_key: str) -> list[RemoteTurn]:
+        """The thread's turns accepted and not running yet, on any replica (this one
+        included), oldest first: a stop pressed while no turn of the thread runs."""
+        async with self._db.sessions() as session:
+            found = (
+                await session.exec(
+                    select(TurnRow, SessionRow)
+                    .join(SessionRow, col(SessionRow.id) == col(TurnRow.session_id))
+                    .where(
+                        col(SessionRow.session_key) == session_key,
+                        col(TurnRow.state) == TurnState.QUEUED.value,
+                    )
+                    .order_by(col(TurnRow.created_at))
+                )
+            ).all()
+        return [_remote(row, thread) for row, thread in found]
+
+    async def stop_queued(self, turn_id: str, user: str) -> bool:
+        """Stop a turn before it runs, for `user`: compare-and-set on its queued state, so
+        it either never runs (its replica's claim finds it gone) or, already running, is
+        left to `request_stop`. True when it was still queued."""
+        statement = (
+            update(TurnRow)
+            .where(col(TurnRow.turn_id) == turn_id, col(TurnRow.state) == TurnState.QUEUED.value)
+            .values(state=TurnState.INTERRUPTED.value, stopped_by=user, ended_at=utcnow())
+        )
+        return await self._db.write(counting(statement))
 
     async def renew(self) -> list[TurnInterrupt]:
         """The heartbeat: push back the lease of every live turn and unhandled delivery
@@ -326,6 +349,22 @@ class TurnRepository:
             .values(owner=self.replica.id, heartbeat_at=now, lease_expires_at=until)
         )
         return await self._db.write(counting(statement))
+
+
+def _queued_for(row: TurnRow, replica_id: str) -> bool:
+    return row.state == TurnState.QUEUED.value and row.owner == replica_id
+
+
+def _remote(row: TurnRow, thread: SessionRow) -> RemoteTurn:
+    return RemoteTurn(
+        row.turn_id,
+        thread.session_key,
+        row.asker,
+        thread.role,
+        thread.team_id,
+        thread.channel_id,
+        thread.thread_ts,
+    )
 
 
 def _waking(statement: Update, wake: Wake) -> Op[bool]:

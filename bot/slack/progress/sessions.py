@@ -116,8 +116,8 @@ def idle(awaiting_approval: bool) -> SessionStatus:
 # Asks the Stop button's owner to stop a turn for `user` (who-may-stop check, the refusal
 # whisper and the interrupt included); True when the turn was stopped.
 StopTurn = Callable[[str, ActiveTurn], Awaitable[bool]]
-# The same for a thread whose turn runs on another replica (by session key); None when no
-# turn runs there on any replica.
+# The same for a thread whose turn runs on another replica (by session key), or whose
+# turns are queued, not running yet (on any replica); None when there is no such turn.
 StopElsewhere = Callable[[str, str], Awaitable[bool | None]]
 
 
@@ -132,12 +132,14 @@ class SessionStopEvents:
         sessions: AgentSessions,
         stop: StopTurn,
         stop_elsewhere: StopElsewhere,
+        stop_queued: StopElsewhere,
     ) -> None:
         self._app = app
         self._turns = turns
         self._sessions = sessions
         self._stop = stop
         self._stop_elsewhere = stop_elsewhere
+        self._stop_queued = stop_queued
 
     def register(self) -> None:
         self._app.event("agent_session_stopped")(self._on_stopped)
@@ -152,8 +154,10 @@ class SessionStopEvents:
             # The turn may run on another replica, which stops it and settles the session.
             stopped = await self._stop_elsewhere(user, f"{team}:{channel}:{thread_ts}")
             if stopped is None:
-                # Nothing runs there (any more): just take the session off processing.
+                # Nothing runs there (any more): a turn still queued never runs, and the
+                # session leaves processing.
                 log.info("agent session in %s/%s stopped, no turn running", channel, thread_ts)
+                await self._stop_queued(user, f"{team}:{channel}:{thread_ts}")
                 await self._sessions.set(team, channel, thread_ts, SessionStatus.ACTIVE)
             return
         if await self._stop(user, turn):
