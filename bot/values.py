@@ -389,6 +389,7 @@ class OrphanTurn:
     channel_id: str
     thread_ts: str
     open_messages: tuple[str, ...]  # the messages it showed in and never closed
+    stopped_by: str | None = None  # a person's stop asked before its replica died
 
 
 @dataclass(frozen=True)

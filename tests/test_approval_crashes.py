@@ -54,6 +54,10 @@ class BotProcess:
             start_new_session=True,
         )
 
+    def freeze(self) -> None:
+        """SIGSTOP: the process hangs (holding its leases and connections) until killed."""
+        os.kill(self.process.pid, signal.SIGSTOP)
+
     def kill(self) -> None:
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGKILL)

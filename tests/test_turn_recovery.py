@@ -35,7 +35,7 @@ from tests.test_approvals import (
     wait_said,
 )
 from tests.test_replayed_requests import rows
-from tests.test_streaming import key, stop_button
+from tests.test_streaming import has_stop_button, key, stop_button
 from tests.test_turn_leases import kill_listeners
 from tests.world import ALICE, BOB, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World, merge
 
@@ -348,6 +348,49 @@ async def test_a_stop_pressed_on_the_other_replica_stops_the_turn_where_it_runs(
     assert real_writes(world) == [] and replicas(world) == 3
     assert all("never shown" not in (m.text or "") for m in world.slack.thread(OPS_CHANNEL, thread))
     assert len(await fetch(url, "SELECT 1 FROM turns")) == 2
+
+
+async def test_a_stop_asked_of_a_replica_that_then_died_is_said_by_the_one_taking_over(
+    world: World, launch: Callable[..., Start], postgres: PostgresServer
+):
+    """The replica running a turn hangs (SIGSTOP) as ALICE's stop reaches the other one,
+    which asks it through the table, then dies (SIGKILL): the takeover closes the turn
+    saying who stopped it, not that kelpie restarted."""
+    url = await postgres.new_database()
+    start = launch({"slack": {"streaming": "update"}, "database": {"lease_s": 3, "url": url}})
+    running, other = await start(), await start()
+    world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
+    world.model.enqueue(HangStep(300, then=TextStep("never shown")))
+    event = world.slack.mention(SHOP_CHANNEL, ALICE, "why is checkout slow?")
+    await world.slack.deliver_event(event, connection=0)
+    thread = event["ts"]
+    await world.model.wait_for_requests(2, timeout=TURN_S)
+    button = await stop_button(world, SHOP_CHANNEL, thread)
+    assert await owner_pid(url) == running.process.pid
+
+    running.freeze()
+    payload = world.slack.block_action(
+        ALICE, SHOP_CHANNEL, button.ts, STOP_ACTION_ID, key(SHOP_CHANNEL, thread)
+    )
+    await world.slack.wait_ack(await world.slack.deliver("interactive", payload, connection=1))
+    for _ in range(200):  # asked through the table; the frozen replica cannot act on it
+        asked = await fetch(url, "SELECT state, stopped_by FROM turns")
+        if [(row["state"], row["stopped_by"]) for row in asked] == [("running", ALICE)]:
+            break
+        await asyncio.sleep(0.1)
+    assert [(row["state"], row["stopped_by"]) for row in asked] == [("running", ALICE)]
+    running.kill()
+
+    await said(world, thread, copy.stopped_by(ALICE))
+    await thread_turns(url, thread, until=["interrupted"])
+    progress = world.slack.get_message(SHOP_CHANNEL, button.ts)
+    assert copy.stopped_by(ALICE) in (progress.text or "") and not has_stop_button(progress)
+    # Said once, where the answer was (as a stop where it runs says it), nothing else.
+    texts = bot_texts(world, thread)
+    assert not any(copy.TURN_LOST in t or "restarted" in t for t in texts)
+    assert sum(copy.stopped_by(ALICE) in t for t in texts) == 1
+    assert world.slack.session_status(SHOP_CHANNEL, thread) != "processing"
+    assert len(world.model.requests) == 2 and other.process.poll() is None
 
 
 async def listeners(url: str) -> set[int]:

@@ -37,31 +37,37 @@ class SlackOrphanNotices:
         self._sessions = sessions
 
     async def close(self, turn: OrphanTurn) -> None:
+        """A person's stop asked before the turn's replica died is what ended it: the
+        thread says who stopped it, as that replica would have, not that kelpie died."""
         channel, thread_ts = turn.channel_id, turn.thread_ts
-        for ts in turn.open_messages:
-            await self._close_message(channel, ts)
+        stopper = turn.stopped_by
+        header = copy.stopped_by(stopper) if stopper else copy.TURN_LOST_HEADER
+        edited = [await self._close_message(channel, ts, header) for ts in turn.open_messages]
         await self._sessions.set(turn.team_id, channel, thread_ts, SessionStatus.ACTIVE)
-        await self._client.chat_postMessage(
-            channel=channel, thread_ts=thread_ts, text=copy.TURN_LOST
-        )
+        if stopper and edited and all(edited):
+            return  # its messages say who stopped it, as a stopped turn's own would
+        sentence = copy.stopped_by(stopper) if stopper else copy.TURN_LOST
+        await self._client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=sentence)
 
-    async def _close_message(self, channel: str, ts: str) -> None:
+    async def _close_message(self, channel: str, ts: str, header: str) -> bool:
         """A native stream is stopped as it stands; a progress message (or a stream Slack
-        already ended) is edited to say the answer stopped."""
+        already ended) is edited to say `header`: True when it says it."""
         try:
             await self._client.chat_stopStream(channel=channel, ts=ts)
-            return
+            return False
         except SLACK_FAILURES as error:
             log.info("stream %s not stopped (%s); editing it instead", ts, error_code(error))
         try:
             await self._client.chat_update(
                 channel=channel,
                 ts=ts,
-                text=copy.TURN_LOST_HEADER,
-                blocks=section_blocks(copy.TURN_LOST_HEADER),
+                text=header,
+                blocks=section_blocks(header),
             )
         except SLACK_FAILURES as error:
             log.warning("could not close message %s: %s", ts, error_code(error))
+            return False
+        return True
 
 
 class SlackRedelivery:

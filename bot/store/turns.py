@@ -334,6 +334,7 @@ class TurnRepository:
                         thread.channel_id,
                         thread.thread_ts,
                         tuple(json.loads(row.open_messages)),
+                        row.stopped_by,
                     )
                 )
         return taken
