@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bot.approvals import copy as approval_copy
 from tests.peers.model_server import HangStep, Step
 from tests.test_approvals import (
     approval_id,
@@ -125,7 +126,7 @@ async def test_killed_after_the_click_was_recorded_the_write_is_reported_not_exe
     world.kube.clear_faults()
     await crashable()
     said = await wait_said(world, mention["ts"], "not executed", timeout=120)
-    assert "ask again" in said.text
+    assert approval_copy.RECONCILED_NOT_EXECUTED in said.text  # true after a restart too
     final = await card_settled(world, card)
     assert not has_buttons(final) and "not executed" in card_text(final)
     assert real_writes(world) == [] and replicas(world) == 3
@@ -150,6 +151,7 @@ async def test_killed_after_the_write_reached_the_cluster_the_change_is_confirme
     await crashable()
     said = await wait_said(world, mention["ts"], "confirmed by reading the target", timeout=120)
     assert "Scale deployment shop/checkout-api" in said.text
+    assert said.text.endswith(f": {approval_copy.RECONCILED_EXECUTED}.")
     final = await card_settled(world, card)
     assert not has_buttons(final) and "executed" in card_text(final)
     # The write ran once; nothing ran it again.

@@ -31,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
 
+from bot.approvals import copy
 from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, ApprovalStore, CallCheck, Continuation
 from bot.approvals.readback import Readback
@@ -370,23 +371,14 @@ class ApprovalService:
     # --- start-up reconciliation and expiry ----------------------------------------------
 
     async def _reconcile(self, approval: Approval) -> Resumed:
-        """Approved, no outcome: kelpie died between the click and the outcome. Read the
-        target back; never run the write again blindly."""
+        """Approved, no outcome: its kelpie process stopped between the click and the
+        outcome (this one before a restart, or another replica). Read the target back; never
+        run the write again blindly."""
         done = await self._readback.applied(approval.plan)
         if done:
-            outcome = "executed (confirmed by reading the target back after a restart)"
-            note = (
-                f"Approval {approval.id[:8]} ({approval.plan.description}) was approved by "
-                f"<@{approval.decided_by}>; kelpie restarted during the write, and reading the "
-                "target back shows the change was made."
-            )
+            outcome, note = copy.RECONCILED_EXECUTED, copy.reconciled_executed(approval)
         else:
-            outcome = "not executed: kelpie restarted before the change was made; ask again"
-            note = (
-                f"Approval {approval.id[:8]} ({approval.plan.description}) was approved by "
-                f"<@{approval.decided_by}>, but kelpie restarted before the change was made: "
-                "it was NOT executed. A person has to ask again."
-            )
+            outcome, note = copy.RECONCILED_NOT_EXECUTED, copy.reconciled_not_executed(approval)
         await self._record_outcome(approval, outcome)
         approval = replace(approval, outcome=outcome)
         ending = _Ending(
