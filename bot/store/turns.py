@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Update, exists, update
+from sqlalchemy import ColumnElement, Update, exists, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -203,19 +203,12 @@ class TurnRepository:
 
     async def running_elsewhere(self, session_key: str) -> RemoteTurn | None:
         """The thread's turn running on another replica, if any (a stop pressed here)."""
-        async with self._db.sessions() as session:
-            found = (
-                await session.exec(
-                    select(TurnRow, SessionRow)
-                    .join(SessionRow, col(SessionRow.id) == col(TurnRow.session_id))
-                    .where(
-                        col(SessionRow.session_key) == session_key,
-                        col(TurnRow.state) == TurnState.RUNNING.value,
-                        col(TurnRow.owner) != self.replica.id,
-                    )
-                )
-            ).first()
-        return None if found is None else _remote(*found)
+        found = await self._thread_turns(
+            session_key,
+            col(TurnRow.state) == TurnState.RUNNING.value,
+            col(TurnRow.owner) != self.replica.id,
+        )
+        return found[0] if found else None
 
     async def request_stop(self, turn_id: str, user: str) -> bool:
         """Ask the replica running this turn to stop it for `user`; True while it still
@@ -234,19 +227,19 @@ class TurnRepository:
     async def queued_in(self, session_key: str) -> list[RemoteTurn]:
         """The thread's turns accepted and not running yet, on any replica (this one
         included), oldest first: a stop pressed while no turn of the thread runs."""
+        return await self._thread_turns(session_key, col(TurnRow.state) == TurnState.QUEUED.value)
+
+    async def _thread_turns(
+        self, session_key: str, *conditions: ColumnElement[bool]
+    ) -> list[RemoteTurn]:
         async with self._db.sessions() as session:
-            found = (
-                await session.exec(
-                    select(TurnRow, SessionRow)
-                    .join(SessionRow, col(SessionRow.id) == col(TurnRow.session_id))
-                    .where(
-                        col(SessionRow.session_key) == session_key,
-                        col(TurnRow.state) == TurnState.QUEUED.value,
-                    )
-                    .order_by(col(TurnRow.created_at))
-                )
-            ).all()
-        return [_remote(row, thread) for row, thread in found]
+            found = await session.exec(
+                select(TurnRow, SessionRow)
+                .join(SessionRow, col(SessionRow.id) == col(TurnRow.session_id))
+                .where(col(SessionRow.session_key) == session_key, *conditions)
+                .order_by(col(TurnRow.created_at))
+            )
+            return [_remote(row, thread) for row, thread in found.all()]
 
     async def stop_queued(self, turn_id: str, user: str) -> bool:
         """Stop a turn before it runs, for `user`: compare-and-set on its queued state, so
