@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from tests.bot_processes import Launcher
 from tests.peers.kube_server import Demo, KubeServer
 from tests.postgres import PostgresServer
 from tests.world import World, running_world
@@ -22,6 +23,15 @@ async def world(tmp_path) -> AsyncIterator[World]:
     """The Slack, model and Kubernetes peers; each test starts kelpie as it needs."""
     async with running_world(tmp_path) as world:
         yield world
+
+
+@pytest.fixture
+def launch(world: World, tmp_path) -> Iterator[Launcher]:
+    """Starts `kelpie run` processes on the world's config (`tests/bot_processes.py`);
+    whatever is still running when the test ends is killed."""
+    launcher = Launcher(world, tmp_path)
+    yield launcher
+    launcher.kill_all()
 
 
 @pytest.fixture(scope="session")

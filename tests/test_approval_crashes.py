@@ -6,19 +6,15 @@ a card left with live buttons, never an outcome nobody hears about."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from bot.approvals import copy as approval_copy
+from tests.bot_processes import Launcher, Start
 from tests.peers.model_server import HangStep, Step
 from tests.test_approvals import (
     approval_id,
@@ -30,59 +26,13 @@ from tests.test_approvals import (
     replicas,
     wait_said,
 )
-from tests.world import ALICE, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World, environ
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-class BotProcess:
-    """`python -m bot.cli run` with the world's config; killed with SIGKILL on request."""
-
-    def __init__(self, world: World, config_path: Path) -> None:
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            "PYTHONPATH": str(REPO),
-            **environ(world.slack),
-        }
-        self._log = open(config_path.parent / "bot.log", "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "bot.cli", "run", "--config", str(config_path)],
-            env=env,
-            cwd=config_path.parent,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def freeze(self) -> None:
-        """SIGSTOP: the process hangs (holding its leases and connections) until killed."""
-        os.kill(self.process.pid, signal.SIGSTOP)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
-        self._log.close()
+from tests.world import ALICE, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World
 
 
 @pytest.fixture
-async def crashable(world: World, tmp_path: Path) -> AsyncIterator[Callable[[], Any]]:
-    config_path = tmp_path / "kelpie.yaml"
-    config_path.write_text(yaml.safe_dump(world.config_data))
-    started: list[BotProcess] = []
-
-    async def start() -> BotProcess:
-        # The killed process's socket may linger a moment: wait until it is gone.
-        await world.slack.wait_for(lambda s: s.connection_count == 0, timeout=20)
-        bot = BotProcess(world, config_path)
-        started.append(bot)
-        await world.slack.wait_connected(timeout=60)
-        return bot
-
-    yield start
-    for bot in started:
-        bot.kill()
+def crashable(launch: Launcher) -> Start:
+    """One `kelpie run` on the world's config, started again after each kill."""
+    return launch()
 
 
 async def wait_db(db: Path, sql: str, want: Callable[[list[tuple[Any, ...]]], bool]) -> None:

@@ -10,19 +10,18 @@ approver's user group, the channel's name), and the test kills it once that call
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from sqlalchemy import text
 
 from bot.slack import copy
 from bot.slack.progress import STOP_ACTION_ID
 from bot.store.db import Database
-from tests.test_approval_crashes import BotProcess, card_settled
+from tests.bot_processes import BotProcess, Launcher, Start
+from tests.test_approval_crashes import card_settled
 from tests.test_approvals import (
     approval_id,
     card_text,
@@ -31,6 +30,7 @@ from tests.test_approvals import (
     propose_scale,
     real_writes,
     replicas,
+    wait_card,
     wait_said,
 )
 from tests.test_streaming import key, stop_button
@@ -41,35 +41,10 @@ FAST_LEASES = {"database": {"lease_s": 3}}
 # A fresh process imports LiteLLM before its first answer: a ceiling, not a speed check.
 TURN_S = 120
 
-Start = Callable[[], Awaitable[BotProcess]]
 
-
-@pytest.fixture
-async def launch(
-    world: World, tmp_path: Path, database_url: str
-) -> AsyncIterator[Callable[..., Start]]:
-    """Starts `kelpie run` processes on the test's database (SQLite or PostgreSQL)."""
-    started: list[BotProcess] = []
-
-    def launcher(override: dict[str, Any] | None = None) -> Start:
-        config_path = tmp_path / "kelpie.yaml"
-        config = merge(world.config_data, merge(FAST_LEASES, {"database": {"url": database_url}}))
-        config_path.write_text(yaml.safe_dump(merge(config, override or {})))
-
-        async def start() -> BotProcess:
-            # A killed process's socket may linger a moment: wait until it is gone.
-            live = sum(bot.process.poll() is None for bot in started)
-            await world.slack.wait_for(lambda s: s.connection_count == live, timeout=20)
-            bot = BotProcess(world, config_path)
-            started.append(bot)
-            await world.slack.wait_connected(count=live + 1, timeout=60)
-            return bot
-
-        return start
-
-    yield launcher
-    for bot in started:
-        bot.kill()
+def on(database_url: str, override: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Short leases on the test's database (SQLite or PostgreSQL), and `override`."""
+    return merge(merge(FAST_LEASES, {"database": {"url": database_url}}), override or {})
 
 
 async def rows(url: str, sql: str) -> list[Any]:
@@ -113,15 +88,13 @@ async def released(world: World) -> None:
     world.slack.clear_faults()
 
 
-async def test_an_approval_click_killed_before_it_was_handled_is_applied_after_a_restart(
-    world: World, launch: Callable[..., Start], database_url: str
-):
-    start = launch()
-    bot = await start()
-    mention, card = await propose_scale(world, then="Scaled checkout-api to 5.", timeout=TURN_S)
+async def applied_once_after_a_restart(
+    world: World, database_url: str, start: Start, mention: Any, card: Any
+) -> None:
+    """DAVE's approval click died with kelpie before it was handled: nothing was decided or
+    written; once kelpie is started again the card shows his approval and the cluster
+    received the write once; the click is handled: nobody runs it again."""
     identifier = approval_id(card)
-    # DAVE approves through the SRE user group, which kelpie asks Slack about at the click.
-    await kill_waiting_on(world, bot, "usergroups.users.list", lambda: click(world, DAVE, card))
     assert await rows(database_url, f"SELECT status FROM approvals WHERE id = '{identifier}'") == [
         ("pending",)
     ]
@@ -133,16 +106,56 @@ async def test_an_approval_click_killed_before_it_was_handled_is_applied_after_a
     assert f"Approved by <@{DAVE}>" in card_text(final)
     assert "scaled shop/checkout-api to 5" in card_text(final)
     await wait_said(world, mention["ts"], "Scaled checkout-api to 5.", timeout=TURN_S)
-    # The cluster received the write once; the click is handled: nobody runs it again.
     assert len(real_writes(world)) == 1 and replicas(world) == 5
     await handled_once(database_url, "block_actions")
     assert world.slack.ephemerals(OPS_CHANNEL, DAVE) == []
 
 
+async def test_an_approval_click_killed_before_it_was_handled_is_applied_after_a_restart(
+    world: World, launch: Callable[..., Start], database_url: str
+):
+    start = launch(on(database_url))
+    bot = await start()
+    mention, card = await propose_scale(world, then="Scaled checkout-api to 5.", timeout=TURN_S)
+    # DAVE approves through the SRE user group, which kelpie asks Slack about at the click.
+    await kill_waiting_on(world, bot, "usergroups.users.list", lambda: click(world, DAVE, card))
+    await applied_once_after_a_restart(world, database_url, start, mention, card)
+
+
+async def test_an_approval_click_posted_over_http_killed_before_it_was_handled_is_applied(
+    world: World, launch: Launcher, database_url: str
+):
+    """The same over HTTP: Slack POSTs the click (signed), kelpie answers 200 once it is
+    stored and dies before handling it; Slack sends nothing again, the restart handles it."""
+    start = launch(on(database_url, {"slack": {"mode": "http"}}))
+    bot = await start()
+    world.model.reply_tool_calls(
+        [("scale_deployment", {"namespace": "shop", "name": "checkout-api", "replicas": 5})]
+    )
+    world.model.reply_text("Scaled checkout-api to 5.")
+    mention = world.slack.mention(OPS_CHANNEL, ALICE, "scale checkout-api to 5")
+    event = world.slack.event_envelope_payload(mention)
+    assert (await world.slack.post_signed(launch.events_url, event))[0] == 200
+    card = await wait_card(world, mention["ts"], timeout=TURN_S)
+    identifier = approval_id(card)
+
+    # DAVE approves through the SRE user group, which kelpie asks Slack about at the click.
+    asked = len(world.slack.calls_to("usergroups.users.list"))
+    world.slack.hold("usergroups.users.list")
+    click = world.slack.block_action(DAVE, OPS_CHANNEL, card.ts, "kelpie_approve", identifier)
+    assert (await world.slack.post_signed(launch.events_url, click))[0] == 200
+    await world.slack.wait_for(
+        lambda s: len(s.calls_to("usergroups.users.list")) > asked, timeout=TURN_S
+    )
+    bot.kill()
+    world.slack.clear_faults()  # the dead process's held call is dropped, never applied
+    await applied_once_after_a_restart(world, database_url, start, mention, card)
+
+
 async def test_a_slash_command_killed_before_it_was_answered_is_answered_after_a_restart(
     world: World, launch: Callable[..., Start], database_url: str
 ):
-    start = launch()
+    start = launch(on(database_url))
     bot = await start()
     command = world.slack.slash_command("/kelpie", "role", ALICE, SHOP_CHANNEL)
     # The command waits on the channel's name (a fresh process has none cached).
@@ -163,7 +176,7 @@ async def test_a_slash_command_killed_before_it_was_answered_is_answered_after_a
 async def test_a_click_replayed_after_its_card_expired_expires_and_runs_nothing(
     world: World, launch: Callable[..., Start], database_url: str
 ):
-    start = launch({"roles": {"operator": {"approval": {"timeout_s": 15}}}})
+    start = launch(on(database_url, {"roles": {"operator": {"approval": {"timeout_s": 15}}}}))
     bot = await start()
     _mention, card = await propose_scale(world, timeout=TURN_S)
     identifier = approval_id(card)
@@ -188,7 +201,7 @@ async def test_a_click_replayed_after_its_card_expired_expires_and_runs_nothing(
 async def test_a_click_applied_before_the_crash_is_not_applied_again_and_its_card_says_so(
     world: World, launch: Callable[..., Start], database_url: str
 ):
-    start = launch()
+    start = launch(on(database_url))
     bot = await start()
     _mention, card = await propose_scale(world, timeout=TURN_S)
     identifier = approval_id(card)
@@ -223,7 +236,7 @@ async def test_a_click_applied_before_the_crash_is_not_applied_again_and_its_car
 async def test_a_click_a_dead_replica_left_is_applied_once_by_the_replicas_alive(
     world: World, launch: Callable[..., Start], database_url: str
 ):
-    start = launch()
+    start = launch(on(database_url))
     bots = [await start(), await start()]
     mention, card = await propose_scale(world, then="Scaled checkout-api to 5.", timeout=TURN_S)
     asked = len(world.slack.calls_to("usergroups.users.list"))
@@ -253,7 +266,7 @@ async def test_a_click_a_dead_replica_left_is_applied_once_by_the_replicas_alive
 async def test_a_stop_killed_before_it_was_handled_withdraws_the_cards_after_a_restart(
     world: World, launch: Callable[..., Start], database_url: str
 ):
-    start = launch()
+    start = launch(on(database_url))
     bot = await start()
     mention, card = await propose_scale(world, timeout=TURN_S)
     thread = mention["ts"]

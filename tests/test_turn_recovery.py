@@ -7,22 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import asyncpg
-import pytest
-import yaml
 
 from bot.approvals import copy as approval_copy
 from bot.slack import copy
 from bot.slack.progress import STOP_ACTION_ID
 from bot.store.wakeups import LISTENER_NAME
+from tests.bot_processes import Start
 from tests.peers.model_server import HangStep, TextStep
 from tests.postgres import PostgresServer
-from tests.test_approval_crashes import BotProcess, card_settled, wait_db
+from tests.test_approval_crashes import card_settled, wait_db
 from tests.test_approvals import (
     approval_id,
     card_now,
@@ -49,32 +47,6 @@ SLOW_POLLS = {
 }
 # A fresh process imports LiteLLM before its first answer: a ceiling, not a speed check.
 TURN_S = 120
-
-Start = Callable[[], Awaitable[BotProcess]]
-
-
-@pytest.fixture
-async def launch(world: World, tmp_path: Path) -> AsyncIterator[Callable[..., Start]]:
-    started: list[BotProcess] = []
-
-    def launcher(override: dict[str, Any]) -> Start:
-        config_path = tmp_path / "kelpie.yaml"
-        config_path.write_text(yaml.safe_dump(merge(world.config_data, override)))
-
-        async def start() -> BotProcess:
-            # A killed process's socket may linger a moment: wait until it is gone.
-            live = sum(bot.process.poll() is None for bot in started)
-            await world.slack.wait_for(lambda s: s.connection_count == live, timeout=20)
-            bot = BotProcess(world, config_path)
-            started.append(bot)
-            await world.slack.wait_connected(count=live + 1, timeout=60)
-            return bot
-
-        return start
-
-    yield launcher
-    for bot in started:
-        bot.kill()
 
 
 def streams(world: World, thread_ts: str) -> list[Any]:
@@ -110,6 +82,28 @@ async def hang_mid_stream(
         timeout=TURN_S,
     )
     return root
+
+
+async def hang_with_stop_button(world: World) -> tuple[str, Any]:
+    """ALICE's question, run by the first replica (update mode), waits on the model: its
+    thread and its progress message with kelpie's Stop button."""
+    world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
+    world.model.enqueue(HangStep(300, then=TextStep("never shown")))
+    event = world.slack.mention(SHOP_CHANNEL, ALICE, "why is checkout slow?")
+    await world.slack.deliver_event(event, connection=0)
+    await world.model.wait_for_requests(2, timeout=TURN_S)
+    return event["ts"], await stop_button(world, SHOP_CHANNEL, event["ts"])
+
+
+async def click_stop(world: World, user: str, button: Any, thread: str, connection: int) -> None:
+    """`user` clicks the Stop button on `button` (a message in #shop's `thread`), delivered
+    through the `connection`-th replica."""
+    payload = world.slack.block_action(
+        user, SHOP_CHANNEL, button.ts, STOP_ACTION_ID, key(SHOP_CHANNEL, thread)
+    )
+    await world.slack.wait_ack(
+        await world.slack.deliver("interactive", payload, connection=connection)
+    )
 
 
 async def test_a_turn_killed_mid_stream_is_closed_with_a_note_after_a_restart(
@@ -360,20 +354,11 @@ async def test_a_stop_asked_of_a_replica_that_then_died_is_said_by_the_one_takin
     url = await postgres.new_database()
     start = launch({"slack": {"streaming": "update"}, "database": {"lease_s": 3, "url": url}})
     running, other = await start(), await start()
-    world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
-    world.model.enqueue(HangStep(300, then=TextStep("never shown")))
-    event = world.slack.mention(SHOP_CHANNEL, ALICE, "why is checkout slow?")
-    await world.slack.deliver_event(event, connection=0)
-    thread = event["ts"]
-    await world.model.wait_for_requests(2, timeout=TURN_S)
-    button = await stop_button(world, SHOP_CHANNEL, thread)
+    thread, button = await hang_with_stop_button(world)
     assert await owner_pid(url) == running.process.pid
 
     running.freeze()
-    payload = world.slack.block_action(
-        ALICE, SHOP_CHANNEL, button.ts, STOP_ACTION_ID, key(SHOP_CHANNEL, thread)
-    )
-    await world.slack.wait_ack(await world.slack.deliver("interactive", payload, connection=1))
+    await click_stop(world, ALICE, button, thread, connection=1)
     for _ in range(200):  # asked through the table; the frozen replica cannot act on it
         asked = await fetch(url, "SELECT state, stopped_by FROM turns")
         if [(row["state"], row["stopped_by"]) for row in asked] == [("running", ALICE)]:
@@ -443,27 +428,15 @@ async def test_kelpies_stop_button_clicked_through_the_other_replica_stops_the_t
     start = launch(update)
     await start()
     await start()
-    world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
-    world.model.enqueue(HangStep(300, then=TextStep("never shown")))
-    event = world.slack.mention(SHOP_CHANNEL, ALICE, "why is checkout slow?")
-    await world.slack.deliver_event(event, connection=0)
-    thread = event["ts"]
-    await world.model.wait_for_requests(2, timeout=TURN_S)
-    button = await stop_button(world, SHOP_CHANNEL, thread)
-
-    async def click(user: str) -> None:
-        payload = world.slack.block_action(
-            user, SHOP_CHANNEL, button.ts, STOP_ACTION_ID, key(SHOP_CHANNEL, thread)
-        )
-        await world.slack.wait_ack(await world.slack.deliver("interactive", payload, connection=1))
+    thread, button = await hang_with_stop_button(world)
 
     # BOB neither asked nor approves in #shop: the other replica tells him who may stop.
-    await click(BOB)
+    await click_stop(world, BOB, button, thread, connection=1)
     whisper = await world.slack.wait_for(lambda s: s.ephemerals(SHOP_CHANNEL, BOB), timeout=TURN_S)
     assert f"<@{ALICE}>" in whisper[0].text
     assert (await fetch(url, "SELECT state FROM turns"))[0]["state"] == "running"
     # ALICE asked: her click there stops the turn where it runs, and the thread says so.
-    await click(ALICE)
+    await click_stop(world, ALICE, button, thread, connection=1)
     await said(world, thread, f"Stopped by <@{ALICE}>")
     await thread_turns(url, thread, until=["interrupted"])
     stopped = await fetch(url, "SELECT state, stopped_by FROM turns")
@@ -494,18 +467,12 @@ async def test_a_stop_through_the_other_replica_withdraws_a_turn_still_queued(
     notice = await stop_button(world, SHOP_CHANNEL, thread)
     await thread_turns(url, thread, until=["queued"])
 
-    async def click(user: str) -> None:
-        payload = world.slack.block_action(
-            user, SHOP_CHANNEL, notice.ts, STOP_ACTION_ID, key(SHOP_CHANNEL, thread)
-        )
-        await world.slack.wait_ack(await world.slack.deliver("interactive", payload, connection=1))
-
-    await click(ALICE)  # neither asked nor approves in #shop
+    await click_stop(world, ALICE, notice, thread, connection=1)  # neither asked nor approves
     whisper = await world.slack.wait_for(
         lambda s: s.ephemerals(SHOP_CHANNEL, ALICE), timeout=TURN_S
     )
     assert whisper[0].text == copy.who_may_stop(BOB, [])
-    await click(BOB)
+    await click_stop(world, BOB, notice, thread, connection=1)
     await said(world, thread, copy.stopped_by(BOB))
     stopped = await fetch(url, "SELECT state, stopped_by FROM turns WHERE state != 'running'")
     assert [(row["state"], row["stopped_by"]) for row in stopped] == [("interrupted", BOB)]
