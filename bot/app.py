@@ -89,8 +89,10 @@ from bot.store.turns import Replica, TurnRepository
 from bot.store.wakeups import PgListener, Wakeups
 from bot.terminal import (
     WAITING_AT_PROMPT,
+    ApprovalLeases,
     Console,
     FixedBinding,
+    KeptRuntime,
     TerminalApprovalCards,
     TerminalApprovers,
     TerminalChat,
@@ -724,12 +726,13 @@ def build_terminal(
         self_approval=self_approve,
     )
     core = build_core(config, secrets, front, Metrics())
+    keeper = LeaseKeeper(ApprovalLeases(core.approval_store), config.database.lease_s / 3)
     return TerminalChat(
         console,
         core.agent,
         binding,
         channel_name,
-        core,
+        KeptRuntime(core, keeper),
         core.approvals,
         turns,
         cards,

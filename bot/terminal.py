@@ -48,6 +48,7 @@ from bot.agent.events import (
     seen_stats,
 )
 from bot.agent.session import AgentSessions, IncomingMessage, TurnMessages, TurnOrigin
+from bot.agent.takeover import LeaseKeeper
 from bot.agent.turns import TurnBody
 from bot.config import ApprovalConfig
 from bot.errors import KelpieError
@@ -436,6 +437,42 @@ class Runtime(Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class LeaseRenewal(Protocol):
+    async def renew_leases(self) -> None: ...
+
+
+class ApprovalLeases:
+    """`kelpie chat`'s heartbeat (a `LeaseKeeper`'s): it holds no turn leases (its turns
+    are its own, never taken over by a replica), but an approved change executing here is
+    leased to it like one in `kelpie run`; renewed while it lives, so a `kelpie run` on the
+    same database never reconciles a write still in flight here, however long it takes."""
+
+    def __init__(self, store: LeaseRenewal) -> None:
+        self._store = store
+
+    async def tick(self) -> None:
+        await self._store.renew_leases()
+
+    async def interrupts(self) -> None:
+        """No other replica interrupts a terminal's turn."""
+
+
+class KeptRuntime:
+    """The core with its heartbeat: beating from start until close."""
+
+    def __init__(self, core: Runtime, keeper: LeaseKeeper) -> None:
+        self._core = core
+        self._keeper = keeper
+
+    async def start(self) -> None:
+        await self._core.start()
+        self._keeper.start()
+
+    async def close(self) -> None:
+        await self._keeper.stop()
+        await self._core.close()
 
 
 class TerminalChat:

@@ -9,6 +9,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -17,7 +18,7 @@ from bot.approvals import copy as approval_copy
 from bot.slack import copy
 from bot.slack.progress import STOP_ACTION_ID
 from bot.store.wakeups import LISTENER_NAME
-from tests.bot_processes import Start
+from tests.bot_processes import REPO, Launcher, Start
 from tests.peers.model_server import HangStep, TextStep
 from tests.postgres import PostgresServer
 from tests.test_approval_crashes import card_settled, wait_db
@@ -33,10 +34,11 @@ from tests.test_approvals import (
     wait_card,
     wait_said,
 )
+from tests.test_chat import Terminal
 from tests.test_replayed_requests import rows
 from tests.test_streaming import has_stop_button, key, stop_button
 from tests.test_turn_leases import kill_listeners
-from tests.world import ALICE, BOB, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World, merge
+from tests.world import ALICE, BOB, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World, environ, merge
 
 # Short leases: a dead replica's turns are taken over about three seconds after its death.
 FAST_LEASES = {"slack": {"streaming": "native"}, "database": {"lease_s": 3}}
@@ -586,3 +588,56 @@ async def test_an_approved_write_left_by_a_killed_replica_is_reconciled_by_a_liv
     assert len(thread_lines(world, mention["ts"], card, "not executed")) == 1
     assert real_writes(world) == [] and replicas(world) == 3
     assert b.process.poll() is None  # the same live replica, not a restarted one
+
+
+async def test_an_approved_write_held_in_kelpie_chat_is_left_to_it_by_a_replica(
+    world: World, launch: Launcher, postgres: PostgresServer, tmp_path: Path
+):
+    """`kelpie chat` executes an approved write (held at the cluster) for several leases
+    while a `kelpie run` replica ticks on the same PostgreSQL: the chat's heartbeat keeps the
+    change its own, so the replica neither records an outcome nor says anything; the write
+    lands once and the chat shows its outcome."""
+    url = await postgres.new_database()
+    by_name = {"match": {"name": "shop-ops"}, "role": "operator", "namespace": "shop"}
+    channels = [*world.config_data["channels"], by_name]
+    start = launch({"database": {"lease_s": 3, "url": url}, "channels": channels})
+    await start()
+    args = {"namespace": "shop", "name": "checkout-api", "replicas": 5, "reason": "traffic spike"}
+    world.model.reply_tool_calls([("scale_deployment", args)])
+    world.model.reply_text("Done: see the outcome above.")
+    env = {**environ(world.slack), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    chat = Terminal(
+        ["--config", str(tmp_path / "kelpie.yaml"), "--channel", "shop-ops", "--self-approve"],
+        {**env, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        tmp_path,
+    )
+    try:
+        prompt = await chat.expect("you> ")
+        chat.type("scale checkout-api to 5")
+        asked = await chat.expect("Approve this change? [y/N] ", after=prompt)
+        write = world.kube.hold(r"/deployments/checkout-api/scale$")
+        chat.type("y")
+        await world.slack.wait_for(lambda s: len(real_writes(world)) == 1, timeout=TURN_S)
+        ((identifier,),) = await rows(url, "SELECT id FROM approvals")
+        _, owner, first_lease = await approval_row(url, identifier)
+        # The replica's takeover ticks (three per lease) pass the first lease's expiry
+        # twice over while the chat's heartbeat renews it: the row stays the chat's.
+        async with asyncio.timeout(TURN_S):
+            while (row := await approval_row(url, identifier))[2] < first_lease + timedelta(
+                seconds=6
+            ):
+                assert row[:2] == (None, owner)
+                await asyncio.sleep(0.2)
+
+        write.set()
+        await chat.expect("outcome: scaled shop/checkout-api to 5 replicas", after=asked)
+        outcome, _, _ = await approval_row(url, identifier)
+        assert outcome is not None and not outcome.startswith("not executed")
+        assert len(real_writes(world)) == 1 and replicas(world) == 5
+        # Nothing of it went to Slack: the replica never took the change up.
+        assert [c for c in world.slack.calls if "terminal" in str(c.params.get("channel"))] == []
+        await chat.expect("you> ", after=asked)
+        chat.type("/quit")
+        assert await chat.wait_exit() == 0
+    finally:
+        await chat.close()

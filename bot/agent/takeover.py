@@ -126,13 +126,24 @@ class Takeover:
         return True
 
 
+class Heartbeat(Protocol):
+    """What a `LeaseKeeper` beats: `Takeover` for `kelpie run`; for `kelpie chat`, only the
+    leases of the approved changes it executes."""
+
+    async def tick(self) -> None: ...
+
+    async def interrupts(self) -> None:
+        """Between beats, what a wake-up from another replica asked for."""
+        ...
+
+
 class LeaseKeeper:
-    """Runs the takeover's tick at start and then every third of the lease's lifetime, so
+    """Runs the heartbeat's tick at start and then every third of the lease's lifetime, so
     a lease is renewed twice before it could expire. In between, a wake-up from another
     replica (PostgreSQL) hands its interrupts over at once rather than at the next beat."""
 
     def __init__(
-        self, takeover: Takeover, interval_s: float, wakeups: Wakeups | None = None
+        self, takeover: Heartbeat, interval_s: float, wakeups: Wakeups | None = None
     ) -> None:
         self._takeover = takeover
         self._interval_s = interval_s

@@ -18,7 +18,7 @@ from bot.store.tables import (
     WriteReservationRow,
     utcnow,
 )
-from bot.store.turns import Replica
+from bot.store.turns import Replica, renewing_approvals
 from bot.values import Approval, ApprovalState, WriteAudit, plan_from_json, plan_to_json
 
 
@@ -115,6 +115,13 @@ class ApprovalRepository:
             return bool((await session.exec(statement)).rowcount)
 
         return await self._db.write(op)
+
+    async def renew_leases(self) -> None:
+        """The heartbeat of a process that holds no turn leases (`kelpie chat`): the
+        approved changes executing here stay its own while it lives (`kelpie run` renews
+        them with its turns, `TurnRepository.renew`)."""
+        until = self._replica.lease()[1]
+        await self._db.write(executing(renewing_approvals(self._replica.id, until)))
 
     async def set_outcome(self, approval_id: str, outcome: str) -> None:
         await self._update(approval_id, outcome=outcome)

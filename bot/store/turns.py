@@ -267,16 +267,7 @@ class TurnRepository:
             .where(col(InboundEventRow.owner) == me, col(InboundEventRow.handled_at).is_(None))
             .values(lease_expires_at=until)
         )
-        # An approved change executing here (no outcome yet) is not another's to reconcile.
-        approvals = (
-            update(ApprovalRow)
-            .where(
-                col(ApprovalRow.owner) == me,
-                col(ApprovalRow.status) == ApprovalState.APPROVED.value,
-                col(ApprovalRow.outcome).is_(None),
-            )
-            .values(lease_expires_at=until)
-        )
+        approvals = renewing_approvals(me, until)
 
         async def op(session: AsyncSession) -> None:
             await session.exec(turns)
@@ -343,6 +334,20 @@ class TurnRepository:
             .values(owner=self.replica.id, heartbeat_at=now, lease_expires_at=until)
         )
         return await self._db.write(counting(statement))
+
+
+def renewing_approvals(replica_id: str, until: datetime) -> Update:
+    """An approved change executing on this replica (no outcome yet) is not another's to
+    reconcile: its lease is pushed back with the replica's others."""
+    return (
+        update(ApprovalRow)
+        .where(
+            col(ApprovalRow.owner) == replica_id,
+            col(ApprovalRow.status) == ApprovalState.APPROVED.value,
+            col(ApprovalRow.outcome).is_(None),
+        )
+        .values(lease_expires_at=until)
+    )
 
 
 def _queued_for(row: TurnRow, replica_id: str) -> bool:
