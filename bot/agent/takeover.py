@@ -143,9 +143,9 @@ class LeaseKeeper:
     replica (PostgreSQL) hands its interrupts over at once rather than at the next beat."""
 
     def __init__(
-        self, takeover: Heartbeat, interval_s: float, wakeups: Wakeups | None = None
+        self, heartbeat: Heartbeat, interval_s: float, wakeups: Wakeups | None = None
     ) -> None:
-        self._takeover = takeover
+        self._heartbeat = heartbeat
         self._interval_s = interval_s
         self._wakeups = wakeups or Wakeups()
         self._task: asyncio.Task[None] | None = None
@@ -164,11 +164,11 @@ class LeaseKeeper:
         loop = asyncio.get_running_loop()
         with self._wakeups.watch(Wake.INTERRUPT) as woken:
             while True:
-                await self._guarded(self._takeover.tick)
+                await self._guarded(self._heartbeat.tick)
                 due = loop.time() + self._interval_s
                 while (left := due - loop.time()) > 0:
                     if await woken.wait(left):
-                        await self._guarded(self._takeover.interrupts)
+                        await self._guarded(self._heartbeat.interrupts)
 
     @staticmethod
     async def _guarded(step: Callable[[], Awaitable[None]]) -> None:
