@@ -87,6 +87,7 @@ def build(
     role: RoleConfig | None = None,
     retry: RetryPolicy | None = None,
     sleep: Any = asyncio.sleep,
+    **options: Any,
 ):
     registry = ToolRegistry(tools)
     audit = ToolAuditRepository(db)
@@ -100,7 +101,12 @@ def build(
     )
     harness = ToolHarness(registry, pipeline, audit)
     engine = Engine(
-        gateway, harness, MessageRepository(db), retry or RetryPolicy(2, 0.0), sleep=sleep
+        gateway,
+        harness,
+        MessageRepository(db),
+        retry or RetryPolicy(2, 0.0),
+        sleep=sleep,
+        **options,
     )
     role = role or RoleConfig(tools=["read/*"], namespaces=["*"])
 
@@ -148,6 +154,36 @@ async def test_tool_round_then_answer_persists_everything(store):
     stored = await MessageRepository(store).all_for_session(session.id)
     assert [m.role for m in stored] == [Role.ASSISTANT, Role.TOOL, Role.ASSISTANT]
     gateway.assert_consumed()
+
+
+async def test_other_work_runs_while_an_answer_already_buffered_is_streamed(store):
+    # The scripted model hands its deltas over without ever suspending, as a stream whose
+    # chunks have all arrived does; the engine still gives the loop back (here after every
+    # delta), so an acknowledgement due meanwhile is not held up for the whole answer.
+    session = await new_session(store)
+    gateway = script.ScriptedGateway(script.text("All pods are fine. " * 20))
+    engine, request = build(store, gateway, [], loop_slice_s=0.0)
+    ticks = 0
+
+    async def other_work() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    seen: list[int] = []
+
+    async def emit(event: TurnEvent) -> None:
+        if isinstance(event, TextDelta):
+            seen.append(ticks)
+
+    other = asyncio.create_task(other_work())
+    try:
+        finished = await engine.run_turn(request(session), emit)
+    finally:
+        other.cancel()
+    assert finished.answer == "All pods are fine. " * 20
+    assert len(seen) > 20 and seen == sorted(seen) and len(set(seen)) == len(seen)
 
 
 async def test_retries_then_answer(store):

@@ -43,6 +43,7 @@ from bot.agent.events import (
     TurnStats,
 )
 from bot.agent.evidence import CitationFilter, EvidenceLedger
+from bot.agent.loopshare import SLICE_S, LoopShare
 from bot.agent.toolround import INTERRUPTED_RESULT, ToolRounds
 from bot.model.router import ResolvedAgentPolicy, default_policy
 from bot.model.types import (
@@ -175,8 +176,10 @@ class Engine:
         background_rounds: int = BACKGROUND_ROUNDS,
         drain_rounds: int = DRAIN_ROUNDS,
         awaiting_approval_answer: str = AWAITING_APPROVAL_ANSWER,
+        loop_slice_s: float = SLICE_S,
     ) -> None:
         self._gateway = gateway
+        self._loop_slice_s = loop_slice_s
         self._harness = harness
         self._store = store
         self._retry = retry
@@ -299,11 +302,17 @@ class Engine:
             # What a person sees never cites evidence the ledger does not hold.
             citations = CitationFilter(turn.ledger)
 
-            async def on_text(delta: str, citations: CitationFilter = citations) -> None:
+            # A stream already buffered would otherwise hold the loop for its whole answer.
+            share = LoopShare(self._loop_slice_s)
+
+            async def on_text(
+                delta: str, citations: CitationFilter = citations, share: LoopShare = share
+            ) -> None:
                 turn.partial_text += delta
                 visible = citations.feed(delta)
                 if visible:
                     await turn.emit(TextDelta(visible))
+                await share.share()
 
             model_request = ModelRequest(
                 messages=turn.state.request_messages(turn.ledger.note()),
