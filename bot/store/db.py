@@ -34,8 +34,16 @@ class Database:
         self.where = _where(async_url)
         self._url = async_url
         self.engine: AsyncEngine = _engine(async_url, pool_pre_ping=True)
-        # The writer's own engine: one connection, never shared with readers.
-        self._write_engine = _engine(async_url, pool_size=1, max_overflow=0, pool_pre_ping=True)
+        # The writer's own engine: one connection, never shared with readers. Its sessions
+        # always end in a commit or a rollback of their own, so the pool's reset on return
+        # would only add a rollback (on SQLite a thread hop) to every transaction.
+        self._write_engine = _engine(
+            async_url,
+            pool_size=1,
+            max_overflow=0,
+            pool_pre_ping=True,
+            pool_reset_on_return=None,
+        )
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_reader)
             event.listen(self._write_engine.sync_engine, "connect", _sqlite_writer)
@@ -100,8 +108,10 @@ def insert_ignoring_duplicates(session: AsyncSession, model: type[SQLModel]) -> 
 
 def _engine(url: str, **options: Any) -> AsyncEngine:
     if url.startswith("sqlite"):
-        # SQLite's own pool: the size options are for server databases.
-        options = {k: v for k, v in options.items() if k == "pool_pre_ping"}
+        # SQLite's own pool: the size options are for server databases. No ping either: a
+        # file never drops the connection, and a ping costs each checkout four hops to the
+        # driver's thread, each waiting its turn on a busy event loop.
+        options = {k: v for k, v in options.items() if k == "pool_reset_on_return"}
     try:
         return create_async_engine(url, **options)
     except ImportError as error:
