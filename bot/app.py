@@ -342,6 +342,8 @@ class Kelpie:
         active = self.config.models.active_profile
         if active.client is ModelClient.LITELLM:  # the direct client has nothing to load
             await warm_up(active.model)
+        # The model's capabilities (LiteLLM's map) are read now, not by the first turn.
+        await self.core.router.capabilities(active.model)
         await self.core.approvals.start()
         if settle_heap:
             _settle_heap()
