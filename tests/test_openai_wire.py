@@ -4,6 +4,7 @@ session, its config rules, and a bot that never loads LiteLLM. (The contract it 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -134,6 +136,46 @@ async def test_the_environments_proxy_carries_the_requests(
 
     assert reply.text == "via the proxy"
     assert peer.headers[0]["Host"] == "model.invalid"
+
+
+async def test_an_error_body_that_arrives_in_pieces_is_read_whole() -> None:
+    """The error's code may sit in a later TCP segment than its start (a proxy, a slow
+    server): the whole body decides, here that the conversation is too long."""
+    error = {"error": {"message": "This model's maximum context length is 8192 tokens."}}
+    error["error"].update(type="invalid_request_error", param="messages")
+    error["error"]["code"] = "context_length_exceeded"
+    body = json.dumps(error).encode()
+
+    async def split(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(status=400)
+        response.content_type = "application/json"
+        await response.prepare(request)
+        for part in (body[:20], body[20:]):
+            await response.write(part)
+            await asyncio.sleep(0.05)  # two segments, not one
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", split)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    gateway = OpenAIWireGateway(
+        ProviderSettings("openai/test-model", f"http://127.0.0.1:{port}/v1", KEY)
+    )
+    try:
+        with pytest.raises(ModelError) as caught:
+            await gateway.complete(ModelRequest(MESSAGES), _ignore)
+    finally:
+        await gateway.close()
+        await runner.cleanup()
+
+    assert caught.value.user_message == (
+        "The conversation no longer fits the model's context window: start a new thread."
+    )
 
 
 async def test_options_are_fields_of_the_request_body() -> None:

@@ -235,7 +235,7 @@ class OpenAIWireGateway:
     async def _status_error(self, response: aiohttp.ClientResponse) -> ModelError:
         status = response.status
         try:
-            raw = await response.content.read(_ERROR_BODY_BYTES)
+            raw = await _read_capped(response.content, _ERROR_BODY_BYTES)
         except Exception:  # the status says enough
             raw = b""
         finally:
@@ -263,6 +263,19 @@ class OpenAIWireGateway:
             if key:
                 text = text.replace(key, "***")
         return text
+
+
+async def _read_capped(content: aiohttp.StreamReader, limit: int) -> bytes:
+    """The body up to `limit` bytes (one `read` returns what has arrived, maybe less)."""
+    parts: list[bytes] = []
+    size = 0
+    while size < limit:
+        part = await content.read(limit - size)
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return b"".join(parts)
 
 
 def _env_proxy(url: str) -> str | None:
