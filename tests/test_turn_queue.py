@@ -8,7 +8,7 @@ import json
 from bot.agent.turns import Busy, CapReached, TurnCaps, TurnScheduler
 from bot.slack import copy
 from tests.peers.model_server import TextStep
-from tests.test_streaming import click_stop, key, stop_button
+from tests.test_streaming import click_stop, has_stop_button, key, stop_button
 from tests.world import ALICE, BOB, CAROL, DEV_CHANNEL, SHOP_CHANNEL, World
 
 
@@ -192,16 +192,19 @@ async def test_a_queued_turn_stopped_with_the_stop_button_on_its_notice_never_ru
     await click_stop(world, ALICE, DEV_CHANNEL, second["ts"])
     (whisper,) = await world.slack.wait_for(lambda s: s.ephemerals(DEV_CHANNEL, ALICE), timeout=20)
     assert whisper.text == copy.who_may_stop(BOB, [])
-    # BOB asked: his Stop withdraws the queued turn, and the thread says he did.
+    # BOB asked: his Stop withdraws the queued turn, and its notice says he did.
     await click_stop(world, BOB, DEV_CHANNEL, second["ts"])
-    await world.wait_bot_replies(DEV_CHANNEL, second["ts"], 2)
+    await world.slack.wait_for(
+        lambda s: s.get_message(DEV_CHANNEL, notice.ts).text == copy.stopped_by(BOB), timeout=20
+    )
+    assert not has_stop_button(world.slack.get_message(DEV_CHANNEL, notice.ts))
 
     first_answer.set()
     await world.drain()
     assert not bot.scheduler.busy(key(DEV_CHANNEL, second["ts"]))  # it came and went
     assert "first answer" in (await world.wait_bot_replies(SHOP_CHANNEL, first["ts"], 2))[-1].text
     texts = [m.text for m in world.slack.thread(DEV_CHANNEL, second["ts"]) if m.is_bot]
-    assert texts == [notice.text, copy.stopped_by(BOB)]
+    assert texts == [copy.stopped_by(BOB)]
     # Its slot came and went: the model never heard the stopped question.
     assert len(world.model.requests) == 1 and not asked_about(world, "second question")
     world.model.assert_script_consumed()

@@ -489,7 +489,9 @@ async def test_a_stop_through_the_other_replica_withdraws_a_turn_still_queued(
     await said(world, third["ts"], "third answer")
     assert len(world.model.requests) == 2
     assert not any("second question" in json.dumps(r) for r in world.model.requests)
-    assert bot_texts(world, thread) == [notice.text, copy.stopped_by(BOB)]
+    # Said in the notice, whose Stop button is gone: nothing else in the thread.
+    assert bot_texts(world, thread) == [copy.stopped_by(BOB)]
+    assert not has_stop_button(world.slack.get_message(SHOP_CHANNEL, notice.ts))
     await thread_turns(url, thread, until=["interrupted"])
 
 

@@ -28,7 +28,7 @@ from bot.slack.channels import ChannelDirectory
 from bot.slack.inbox import Handled
 from bot.slack.markdown import section_blocks
 from bot.slack.payloads import PersonMessage, is_from_a_person, person_message
-from bot.slack.progress.common import Json, stop_button_block
+from bot.slack.progress.common import QUEUED_STOP_BLOCK, Json, stop_button_block
 from bot.store.repositories import SessionRepository
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,8 @@ class SlackAdapter:
         async def queued(running: int, ahead: int) -> None:
             # With kelpie's Stop button: a turn can be stopped before it ever runs.
             text = copy.queued(running, ahead)
-            blocks = [*section_blocks(text), stop_button_block(incoming.session_key)]
+            stop = stop_button_block(incoming.session_key, QUEUED_STOP_BLOCK)
+            blocks = [*section_blocks(text), stop]
             await self._reply(channel_id, thread_ts, text, blocks)
 
         self._scheduler.submit(

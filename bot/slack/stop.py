@@ -35,8 +35,10 @@ from slack_bolt.context.async_context import AsyncBoltContext
 from bot.config import ApprovalConfig, RoleConfig
 from bot.slack import copy
 from bot.slack.inbox import REPLAYED, Handled, marking_handled
+from bot.slack.markdown import section_blocks
 from bot.slack.people import ApproverDirectory, approver_mentions
 from bot.slack.progress import STOP_ACTION_ID, ActiveTurn, ActiveTurns
+from bot.slack.progress.common import QUEUED_STOP_BLOCK, SLACK_FAILURES
 from bot.slack.replies import say, whisper
 from bot.values import RemoteTurn, SessionInfo, TurnInterrupt
 
@@ -106,12 +108,15 @@ class StopHandler:
             log.info("replayed stop by %s in %s: %d cards withdrawn", user, session_key, withdrawn)
             await whisper(client, channel, user, copy.STOP_AFTER_RESTART, thread_ts)
             return
+        # Pressed on a queued turn's notice: a stop before it runs says so there.
+        queued = actions[0].get("block_id") == QUEUED_STOP_BLOCK
+        notice = (body.get("container") or {}).get("message_ts") if queued else None
         turn = self._turns.get(session_key)
         if turn is not None:
             await self.stop(user, turn)
         elif await self.stop_elsewhere(user, session_key) is not None:
             return
-        elif await self.stop_queued(user, session_key) is None:
+        elif await self.stop_queued(user, session_key, notice) is None:
             await whisper(client, channel, user, copy.TURN_ALREADY_FINISHED, thread_ts)
 
     async def stop(self, user: str, turn: ActiveTurn) -> bool:
@@ -138,28 +143,44 @@ class StopHandler:
 
         return await self._stop(user, _active(remote), there)
 
-    async def stop_queued(self, user: str, session_key: str) -> bool | None:
+    async def stop_queued(
+        self, user: str, session_key: str, notice_ts: str | None = None
+    ) -> bool | None:
         """Stop the thread's turns accepted but not running yet (on any replica, this one
         included), with the same check as `stop`: each is marked stopped in the table, so
         its replica never runs it (its claim finds it gone, however long it waits for a
-        slot), and the thread says who stopped it, as it would for a running turn. True
-        when one was stopped; None when none is queued."""
+        slot), and the thread says who stopped it, as it would for a running turn: in the
+        queued notice pressed (`notice_ts`, its Stop button withdrawn), else in a reply.
+        True when one was stopped; None when none is queued."""
         queued = await self._elsewhere.queued_in(session_key)
         if not queued:
             return None
         stopped = False
         for remote in queued:
             stopped |= await self._stop(user, _active(remote), self._queued_stop(remote, user))
+        if stopped:
+            await self._say_stopped(queued[0], user, notice_ts)
         return stopped
 
     def _queued_stop(self, remote: RemoteTurn, user: str) -> Callable[[], Awaitable[bool]]:
         async def before_it_runs() -> bool:
-            if not await self._elsewhere.stop_queued(remote.turn_id, user):
-                return False  # it started meanwhile (a stop pressed now reaches it there)
-            await say(self._app.client, remote.channel_id, remote.thread_ts, copy.stopped_by(user))
-            return True
+            # False: it started meanwhile (a stop pressed now reaches it where it runs).
+            return await self._elsewhere.stop_queued(remote.turn_id, user)
 
         return before_it_runs
+
+    async def _say_stopped(self, turn: RemoteTurn, user: str, notice_ts: str | None) -> None:
+        text = copy.stopped_by(user)
+        client = self._app.client
+        if notice_ts is None:
+            await say(client, turn.channel_id, turn.thread_ts, text)
+            return
+        try:
+            await client.chat_update(
+                channel=turn.channel_id, ts=notice_ts, text=text, blocks=section_blocks(text)
+            )
+        except SLACK_FAILURES as error:  # the stop holds; only its notice is left as it was
+            log.warning("could not update the queued notice %s: %s", notice_ts, error)
 
     def interrupt_elsewhere(self, request: TurnInterrupt) -> bool:
         """Another replica asked to interrupt a turn running here (a stop pressed there

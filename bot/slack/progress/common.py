@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STOP_ACTION_ID = "kelpie_stop"
+# The block of the Stop button on a queued turn's notice: a stop from it edits the notice.
+QUEUED_STOP_BLOCK = "kelpie_stop_queued"
 # One paced write (an edit or an append) per thread per second: chat.update is Tier 3
 # (~50/min per workspace) and several turns may run at once.
 MIN_WRITE_INTERVAL_S = 1.0
@@ -270,10 +272,10 @@ def footer_blocks(text: str) -> list[Json]:
     return [{"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}]
 
 
-def stop_button_block(session_key: str) -> Json:
+def stop_button_block(session_key: str, block_id: str = STOP_ACTION_ID) -> Json:
     return {
         "type": "actions",
-        "block_id": STOP_ACTION_ID,
+        "block_id": block_id,
         "elements": [
             {
                 "type": "button",
