@@ -378,6 +378,15 @@ class TurnClaim(StrEnum):
 
 
 @dataclass(frozen=True)
+class AcceptedTurn:
+    """A person's message stored as a new turn: in its thread's session (created with it
+    when new), and whether the turn is already claimed as running here."""
+
+    session: SessionInfo
+    claimed: bool
+
+
+@dataclass(frozen=True)
 class OrphanTurn:
     """A turn whose replica died (its lease expired), now claimed by this one to close."""
 

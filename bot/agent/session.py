@@ -30,7 +30,16 @@ from bot.policy.roles import ChannelBinding, offered_tools
 from bot.store.wakeups import Wakeups
 from bot.tools.harness import ToolRegistry
 from bot.tools.spec import Tool
-from bot.values import Approval, Message, Role, SessionInfo, TurnClaim, TurnState, Wake
+from bot.values import (
+    AcceptedTurn,
+    Approval,
+    Message,
+    Role,
+    SessionInfo,
+    TurnClaim,
+    TurnState,
+    Wake,
+)
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +136,7 @@ class AcceptedMessage:
     binding: ChannelBinding
     turn_id: str
     user_message: Message  # as stored
+    claimed: bool = False  # recorded running here already (the ledger's `begin`)
 
 
 @dataclass(frozen=True)
@@ -140,6 +150,7 @@ class _TurnSpec:
     # The turn's own stored opening (a person's message, a decision's note), answered by
     # it; None: the turn's messages are all in the stored conversation already.
     opening: Message | None
+    claimed: bool = False  # its row says running here already: no claim to make
 
 
 class TurnLedger(Protocol):
@@ -153,6 +164,17 @@ class TurnLedger(Protocol):
         messages: list[Message],
         event_key: str | None = None,
     ) -> bool: ...
+
+    async def begin(
+        self,
+        thread: SessionInfo,
+        turn_id: str,
+        asker: str,
+        messages: list[Message],
+        event_key: str | None = None,
+        *,
+        claim: bool = False,
+    ) -> AcceptedTurn | None: ...
 
     async def claim(self, session_id: int, turn_id: str, asker: str) -> TurnClaim: ...
 
@@ -226,26 +248,24 @@ class AgentSessions:
         )
 
     async def accept(
-        self, message: IncomingMessage, binding: ChannelBinding
+        self, message: IncomingMessage, binding: ChannelBinding, *, claim: bool = False
     ) -> AcceptedMessage | None:
         """Record the session, the user's message and the turn before anything else can
-        fail; None when this delivery was accepted before (replayed after a crash)."""
-        session = await self._sessions.get_or_create(
-            SessionInfo(
-                id=0,
-                session_key=message.session_key,
-                team_id=message.team_id,
-                channel_id=message.channel_id,
-                thread_ts=message.thread_ts,
-                is_dm=message.is_dm,
-                role=binding.role_name,
-                cluster=binding.cluster,
-                namespace=binding.namespace,
-                started_by=message.user,
-            )
+        fail, in one transaction (`claim`: and the turn as running here, when no other turn
+        of the thread runs); None when this delivery was accepted before (replayed after a
+        crash)."""
+        thread = SessionInfo(
+            id=0,
+            session_key=message.session_key,
+            team_id=message.team_id,
+            channel_id=message.channel_id,
+            thread_ts=message.thread_ts,
+            is_dm=message.is_dm,
+            role=binding.role_name,
+            cluster=binding.cluster,
+            namespace=binding.namespace,
+            started_by=message.user,
         )
-        if session.created:
-            await self._hooks.session_start(_hook_info(session, message.user))
         turn_id = uuid.uuid4().hex
         text = user_message(
             message.text,
@@ -257,13 +277,22 @@ class AgentSessions:
         )
         user = Message(Role.USER, text, slack_user=message.user, slack_ts=message.ts)
         if self._ledger is None:
+            session = await self._sessions.get_or_create(thread)
             await self._conversation.append(session.id, turn_id, [user])
-        elif not await self._ledger.accept(
-            session.id, turn_id, message.user, [user], message.event_key
-        ):
-            log.info("delivery %s was accepted before; not answered twice", message.event_key)
-            return None
-        return AcceptedMessage(session, message, binding, turn_id, user)
+            stored = AcceptedTurn(session, claimed=False)
+        else:
+            # A thread seen before keeps its session; a new one gets it in the same commit.
+            thread = await self._sessions.find(thread.session_key) or thread
+            found = await self._ledger.begin(
+                thread, turn_id, message.user, [user], message.event_key, claim=claim
+            )
+            if found is None:
+                log.info("delivery %s was accepted before; not answered twice", message.event_key)
+                return None
+            stored = found
+        if stored.session.created:
+            await self._hooks.session_start(_hook_info(stored.session, message.user))
+        return AcceptedMessage(stored.session, message, binding, turn_id, user, stored.claimed)
 
     async def run_turn(self, accepted: AcceptedMessage, abort: asyncio.Event) -> None:
         """Answer a person's message (already stored, with its turn)."""
@@ -273,6 +302,7 @@ class AgentSessions:
             accepted.turn_id,
             accepted.message.origin,
             accepted.user_message,
+            accepted.claimed,
         )
         interrupting = self._config.slack.on_new_message is OnNewMessage.INTERRUPT
         await self._run_spec(spec, abort, interrupting=interrupting)
@@ -348,9 +378,7 @@ class AgentSessions:
             # The turn it waits for may run in another process: the table decides, asked
             # again when a turn ends (a wake-up) or at the next poll.
             with self._wakeups.watch(Wake.TURN_ENDED) as ended:
-                while (
-                    claim := await ledger.claim(session_id, turn_id, spec.origin.asker)
-                ) is TurnClaim.WAIT:
+                while (claim := await self._claim(ledger, spec)) is TurnClaim.WAIT:
                     if interrupting:
                         interrupting = not await ledger.request_interrupt(session_id)
                     await ended.wait(self._claim_poll_s)
@@ -368,6 +396,12 @@ class AgentSessions:
             await self._finish(ledger, turn_id, TurnState.FAILED)
             raise
         await self._finish(ledger, turn_id, ending.state)
+
+    @staticmethod
+    async def _claim(ledger: TurnLedger, spec: _TurnSpec) -> TurnClaim:
+        if spec.claimed:  # recorded running with its message (`TurnLedger.begin`)
+            return TurnClaim.RUNNING
+        return await ledger.claim(spec.session.id, spec.turn_id, spec.origin.asker)
 
     @staticmethod
     async def _finish(ledger: TurnLedger, turn_id: str, state: TurnState) -> None:

@@ -168,6 +168,26 @@ class TurnScheduler:
     def release(self, session_key: str, person: str) -> None:
         self._busy.remove(session_key, person)
 
+    async def reserve(self, session_key: str) -> bool:
+        """Hold the session and a running place for a turn about to be submitted, when
+        nothing is submitted in the session and a place is free now: that turn will start
+        at once, so its store may record it running already. Then `submit(...,
+        reserved=True)` uses the hold, or `unreserve` gives it back."""
+        if session_key in self._slots or not self._gate.try_enter():
+            return False
+        slot = self._slots[session_key] = _Slot(submitted=1)
+        # A new slot's lock is free: taken without a pause, before any other turn of the
+        # session can line up for it (one that did would wait behind a claim it blocks).
+        await slot.lock.acquire()
+        return True
+
+    def unreserve(self, session_key: str) -> None:
+        """The reserved turn will not be submitted."""
+        slot = self._slots[session_key]
+        slot.lock.release()
+        self._gate.leave()
+        self._done(session_key, slot)
+
     def submit(
         self,
         session_key: str,
@@ -177,17 +197,19 @@ class TurnScheduler:
         lane: str | None = None,
         on_queued: QueuedNotice | None = None,
         person: str | None = None,
+        reserved: bool = False,
     ) -> asyncio.Task[None]:
         """Run `body` as the session's next turn. A person's new message may interrupt the
         running turn (per config); a resumed turn (`may_interrupt=False`) always waits.
         `lane` (default: the session) is what waiting turns take turns by; `person` is who
-        `admit` reserved the place for."""
+        `admit` reserved the place for; `reserved`: the turn `reserve` held the session for."""
         slot = self._slots.setdefault(session_key, _Slot())
         if self._interrupt and may_interrupt:
             self.interrupt(session_key)
-        run = self._run(session_key, slot, body, lane or session_key, on_queued)
+        run = self._run(session_key, slot, body, lane or session_key, on_queued, held=reserved)
         task = asyncio.create_task(run, name=f"turn:{session_key}")
-        slot.submitted += 1
+        if not reserved:
+            slot.submitted += 1
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(lambda _task: self._done(session_key, slot))
@@ -221,16 +243,20 @@ class TurnScheduler:
         body: TurnBody,
         lane: str,
         on_queued: QueuedNotice | None,
+        *,
+        held: bool = False,
     ) -> None:
-        await slot.lock.acquire()
+        if not held:  # held: `reserve` took the lock and the running place already
+            await slot.lock.acquire()
         abort = asyncio.Event()
         slot.abort = abort
         # Running from here on, as far as an interruption is concerned: a newer message
         # also supersedes a turn still waiting for a slot.
         slot.running = asyncio.current_task()
-        entered = False
+        entered = held
         try:
-            entered = await self._enter(lane, on_queued)
+            if not held:
+                entered = await self._enter(lane, on_queued)
             await body(abort)
         except asyncio.CancelledError:
             log.info("turn in %s interrupted", session_key)

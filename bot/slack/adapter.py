@@ -76,8 +76,8 @@ class SlackAdapter:
         try:
             if is_from_a_person(event):
                 message = self._parse(body, event)
-                if message is not None:
-                    await self._handle(message, is_dm=False)
+                if message is not None and await self._handle(message, is_dm=False):
+                    return  # its turn's acceptance marked the delivery handled
         except Exception:
             log.exception("app_mention listener failed for event %s", _event_id(body))
         await self._done(body)
@@ -86,14 +86,15 @@ class SlackAdapter:
         self, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]
     ) -> None:
         try:
-            await self._message(body, event, context)
+            if await self._message(body, event, context):
+                return  # its turn's acceptance marked the delivery handled
         except Exception:
             log.exception("message listener failed for event %s", _event_id(body))
         await self._done(body)
 
     async def _done(self, body: dict[str, Any]) -> None:
-        """The delivery is handled (a turn accepted, or nothing to do): no replica takes it
-        over. A turn's acceptance marks it in the same transaction; this covers the rest."""
+        """The delivery is handled (nothing to do, or a reply said why): no replica takes
+        it over. A turn's acceptance marks it in its own transaction instead."""
         event_id = body.get("event_id")
         if isinstance(event_id, str):
             try:
@@ -103,23 +104,23 @@ class SlackAdapter:
 
     async def _message(
         self, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]
-    ) -> None:
+    ) -> bool:
+        """True when the message started a turn."""
         bot_user_id = context.get("bot_user_id")
         if not is_from_a_person(event) or event.get("user") in (None, bot_user_id):
-            return
+            return False
         message = self._parse(body, event)
         if message is None:
-            return
+            return False
         if message.channel_type == "im":
-            await self._handle(message, is_dm=True)
-            return
+            return await self._handle(message, is_dm=True)
         mentioned = bot_user_id is not None and f"<@{bot_user_id}>" in message.text
         if not message.thread_ts or mentioned or not self._config.thread_followups:
-            return  # top-level chatter, or an app_mention event handles it
+            return False  # top-level chatter, or an app_mention event handles it
         session_key = f"{message.team_id}:{message.channel}:{message.thread_ts}"
         if await self._sessions.find(session_key) is None:
-            return  # not a kelpie thread
-        await self._handle(message, is_dm=False)
+            return False  # not a kelpie thread
+        return await self._handle(message, is_dm=False)
 
     async def _on_rename(self, event: dict[str, Any]) -> None:
         channel = event.get("channel") if isinstance(event, dict) else None
@@ -146,12 +147,13 @@ class SlackAdapter:
             )
         return message
 
-    async def _handle(self, message: PersonMessage, *, is_dm: bool) -> None:
+    async def _handle(self, message: PersonMessage, *, is_dm: bool) -> bool:
+        """True when the message started a turn (stored with its delivery marked handled)."""
         # The turn's task starts inside this block, so its log lines keep the event id too.
         with logs.bound(event_id=message.event_id):
-            await self._accept(message, is_dm=is_dm)
+            return await self._accept(message, is_dm=is_dm)
 
-    async def _accept(self, message: PersonMessage, *, is_dm: bool) -> None:
+    async def _accept(self, message: PersonMessage, *, is_dm: bool) -> bool:
         channel_id, thread_ts = message.channel, message.reply_ts
         channel_name = None if is_dm else await self._channels.name(channel_id)
         binding = self._roles.bind(channel_id, channel_name, is_dm)
@@ -164,11 +166,11 @@ class SlackAdapter:
                     message.user_team,
                 )
                 await self._reply(channel_id, thread_ts, copy.NOT_FOR_EXTERNAL_USERS)
-                return
+                return False
         if binding is None:
             log.info("channel %s (%s) is not enabled; replied once", channel_id, channel_name)
             await self._reply(channel_id, thread_ts, copy.NOT_ENABLED)
-            return
+            return False
         incoming = IncomingMessage(
             team_id=message.team_id,
             channel_id=channel_id,
@@ -191,15 +193,18 @@ class SlackAdapter:
                 busy.limit,
             )
             await self._reply(channel_id, thread_ts, _busy_sentence(busy))
-            return
+            return False
+        # Nothing else in the thread here and a place free: the turn is stored as running
+        # (where no other replica runs one) in the same commit as its message.
+        reserved = await self._scheduler.reserve(incoming.session_key)
         try:
-            accepted = await self._store(incoming, binding)
+            accepted = await self._store(incoming, binding, claim=reserved)
         except BaseException:
-            self._scheduler.release(incoming.session_key, incoming.user)
+            self._release(incoming, reserved)
             raise
         if accepted is None:  # accepted before this delivery was replayed: its turn exists
-            self._scheduler.release(incoming.session_key, incoming.user)
-            return
+            self._release(incoming, reserved)
+            return False
 
         async def queued(running: int, ahead: int) -> None:
             # With kelpie's Stop button: a turn can be stopped before it ever runs.
@@ -214,17 +219,24 @@ class SlackAdapter:
             lane=channel_id,
             on_queued=queued,
             person=incoming.user,
+            reserved=reserved,
         )
+        return True
+
+    def _release(self, incoming: IncomingMessage, reserved: bool) -> None:
+        if reserved:
+            self._scheduler.unreserve(incoming.session_key)
+        self._scheduler.release(incoming.session_key, incoming.user)
 
     async def _store(
-        self, incoming: IncomingMessage, binding: ChannelBinding
+        self, incoming: IncomingMessage, binding: ChannelBinding, *, claim: bool
     ) -> AcceptedMessage | None:
         session = await self._sessions.find(incoming.session_key)
         if session is not None:
             # A requester's new message withdraws their pending cards (before it is stored,
             # so the turn it starts already knows); anyone else's leaves them alone.
             await self._withdraw(session.id, incoming.user)
-        return await self._agent.accept(incoming, binding)
+        return await self._agent.accept(incoming, binding, claim=claim)
 
     async def _reply(
         self, channel: str, thread_ts: str, text: str, blocks: list[Json] | None = None

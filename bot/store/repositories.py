@@ -82,31 +82,37 @@ class SessionRepository:
         existing = await self.find(template.session_key)
         if existing is not None:
             return existing
+        return await self._db.write(creating_session(template))
 
-        async def op(session: AsyncSession) -> SessionInfo:
-            # Two events (or replicas) may race to create the thread's session: the first wins.
-            inserted = await session.exec(
-                insert_ignoring_duplicates(session, SessionRow).values(
-                    session_key=template.session_key,
-                    team_id=template.team_id,
-                    channel_id=template.channel_id,
-                    thread_ts=template.thread_ts,
-                    is_dm=template.is_dm,
-                    role=template.role,
-                    cluster=template.cluster,
-                    namespace=template.namespace,
-                    started_by=template.started_by,
-                    created_at=utcnow(),
-                )
+
+def creating_session(template: SessionInfo) -> Op[SessionInfo]:
+    """An op returning the thread's session: the existing row for the key, or a new one from
+    `template` (its id ignored)."""
+
+    async def op(session: AsyncSession) -> SessionInfo:
+        # Two events (or replicas) may race to create the thread's session: the first wins.
+        inserted = await session.exec(
+            insert_ignoring_duplicates(session, SessionRow).values(
+                session_key=template.session_key,
+                team_id=template.team_id,
+                channel_id=template.channel_id,
+                thread_ts=template.thread_ts,
+                is_dm=template.is_dm,
+                role=template.role,
+                cluster=template.cluster,
+                namespace=template.namespace,
+                started_by=template.started_by,
+                created_at=utcnow(),
             )
-            row = (
-                await session.exec(
-                    select(SessionRow).where(SessionRow.session_key == template.session_key)
-                )
-            ).one()
-            return _session_info(row, created=bool(inserted.rowcount))
+        )
+        row = (
+            await session.exec(
+                select(SessionRow).where(SessionRow.session_key == template.session_key)
+            )
+        ).one()
+        return _session_info(row, created=bool(inserted.rowcount))
 
-        return await self._db.write(op)
+    return op
 
 
 def _speaker(message: Message) -> str:

@@ -25,15 +25,17 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store.db import Database, counting, insert_ignoring_duplicates
-from bot.store.repositories import adding_messages
+from bot.store.repositories import adding_messages, creating_session
 from bot.store.tables import ApprovalRow, InboundEventRow, SessionRow, TurnRow, utcnow
 from bot.store.wakeups import notify
 from bot.store.writer import Op
 from bot.values import (
+    AcceptedTurn,
     ApprovalState,
     Message,
     OrphanTurn,
     RemoteTurn,
+    SessionInfo,
     TurnClaim,
     TurnInterrupt,
     TurnState,
@@ -106,6 +108,60 @@ class TurnRepository:
                     .values(handled_at=now)
                 )
             return True
+
+        return await self._db.write(op)
+
+    async def begin(
+        self,
+        thread: SessionInfo,
+        turn_id: str,
+        asker: str,
+        messages: list[Message],
+        event_key: str | None = None,
+        *,
+        claim: bool = False,
+    ) -> AcceptedTurn | None:
+        """`accept` and, when asked, `claim` in one transaction, with the thread's session
+        created from `thread` when it has no id yet: a person's message costs one commit
+        before its turn runs. Claimed: the row goes in as running, unless another turn of
+        the thread runs (on any replica), which the one-running-per-thread index says. None
+        when the delivery had already been accepted (replayed after a crash)."""
+        now, until = self.replica.lease()
+        row = {
+            "turn_id": turn_id,
+            "asker": asker,
+            "event_key": event_key,
+            "owner": self.replica.id,
+            "heartbeat_at": now,
+            "lease_expires_at": until,
+            "created_at": now,
+        }
+
+        async def op(session: AsyncSession) -> AcceptedTurn | None:
+            found = thread if thread.id else await creating_session(thread)(session)
+            values = row | {"session_id": found.id}
+            # A conflict on the running index is a claim lost: the turn is queued instead.
+            # (A conflict on the delivery's key is a replay: nothing is stored.)
+            states = [TurnState.RUNNING, TurnState.QUEUED] if claim else [TurnState.QUEUED]
+            for state in states:
+                inserted = await session.exec(
+                    insert_ignoring_duplicates(session, TurnRow).values(
+                        values | {"state": state.value}
+                    )
+                )
+                if inserted.rowcount:
+                    break
+            else:
+                return None
+            if messages:
+                await adding_messages(found.id, turn_id, messages)(session)
+            if event_key is not None:
+                await session.exec(
+                    update(InboundEventRow)
+                    .where(col(InboundEventRow.key) == event_key)
+                    .values(handled_at=now)
+                )
+            return AcceptedTurn(found, state is TurnState.RUNNING)
 
         return await self._db.write(op)
 

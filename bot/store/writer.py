@@ -59,6 +59,7 @@ class Writer:
         self._urgent = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._applying = False
         self.commits = 0  # for the store benchmark
 
     def start(self) -> None:
@@ -79,6 +80,12 @@ class Writer:
         self._enqueue(_Job(op, future), self._ahead)
         self._urgent.set()
         return await asyncio.shield(future)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and nothing being committed (what a test waits for before it
+        counts what a turn cost)."""
+        return not self._queue and not self._ahead and not self._applying
 
     def defer(self, op: Op[Any]) -> None:
         """Queue `op` to be committed with the next durable write (or after the linger)."""
@@ -117,7 +124,11 @@ class Writer:
             ahead = bool(self._ahead)
             batch = self._take()
             if batch:
-                await self._commit(batch, cut=not ahead)
+                self._applying = True
+                try:
+                    await self._commit(batch, cut=not ahead)
+                finally:
+                    self._applying = False
             if self._closing and not self._queue and not self._ahead:
                 return
 
