@@ -399,6 +399,9 @@ class OrphanTurn:
     thread_ts: str
     open_messages: tuple[str, ...]  # the messages it showed in and never closed
     stopped_by: str | None = None  # a person's stop asked before its replica died
+    # Its answer was stored before it died: a message of it that Slack says is over shows
+    # that answer, and is left as it is.
+    answered: bool = False
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,6 @@ async def test_a_turn_costs_one_commit_for_its_event_plus_one_per_round_and_its_
     three = await answered_turn(world, bot, 3, "three rounds")
 
     # The event (before the ack); the session, message and turn, claimed, in one; the
-    # stream's opening record; one per round, the last with the answer; the stream's
-    # close record; the turn's end.
-    assert (one, three) == (6, 8)
+    # stream's opening record; one per round, the last with the answer; the turn's end
+    # with the stream's close record.
+    assert (one, three) == (5, 7)

@@ -643,3 +643,49 @@ async def test_an_approved_write_held_in_kelpie_chat_is_left_to_it_by_a_replica(
         assert await chat.wait_exit() == 0
     finally:
         await chat.close()
+
+
+async def test_a_turn_killed_after_its_answer_ended_in_slack_keeps_the_answer_it_showed(
+    world: World, launch: Callable[..., Start]
+):
+    """The stream's close is recorded with the turn's end, one commit once the turn is
+    shown done: killed in between (the answer stored, the stream stopped, its ✅ on the
+    way), the restart finds the answer stored and never overwrites the message showing it."""
+    start = launch(FAST_LEASES)
+    bot = await start()
+    answer = "All three shop pods are running."
+    world.model.reply_text(answer)
+    world.slack.hold("reactions.add", lambda params: params.get("name") == "white_check_mark")
+    event = world.slack.mention(SHOP_CHANNEL, ALICE, "are the shop pods running?")
+    await world.slack.deliver_event(event)
+    thread = event["ts"]
+    await world.slack.wait_for(
+        lambda s: any(m.stream_state == "stopped" for m in streams(world, thread)),
+        timeout=TURN_S,
+    )
+    [stream] = streams(world, thread)
+    assert answer in stream.text
+    # The close is not recorded yet: the turn is live with its stream open in the store.
+    await wait_db(
+        world.tmp / "k.db",
+        "SELECT state, open_messages FROM turns",
+        lambda rows: rows == [("running", f'["{stream.ts}"]')],
+    )
+    bot.kill()
+    world.slack.clear_faults()  # the held ✅ of the dead process is dropped
+
+    await start()
+    await said(world, thread, copy.TURN_LOST)
+    [stream] = streams(world, thread)
+    assert stream.stream_state == "stopped"
+    assert answer in stream.text
+    assert copy.TURN_LOST_HEADER not in stream.text
+    assert world.slack.session_status(SHOP_CHANNEL, thread) != "processing"
+    await wait_db(
+        world.tmp / "k.db", "SELECT state FROM turns", lambda rows: rows == [("interrupted",)]
+    )
+    await wait_db(
+        world.tmp / "k.db",
+        "SELECT role, content FROM messages ORDER BY id DESC LIMIT 1",
+        lambda rows: rows == [("assistant", answer)],
+    )

@@ -14,7 +14,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from bot import logs
@@ -184,7 +184,9 @@ class TurnLedger(Protocol):
 
     async def message_closed(self, turn_id: str, ts: str) -> None: ...
 
-    async def finish(self, turn_id: str, state: TurnState) -> None: ...
+    async def finish(self, turn_id: str, state: TurnState, closed: Sequence[str] = ()) -> None:
+        """The turn ended (and the messages in `closed` with it, in the same commit)."""
+        ...
 
 
 # How often a turn waiting for its thread asks again (another replica runs a turn there),
@@ -347,7 +349,7 @@ class AgentSessions:
                 # Stopped while it was queued (or taken over): it never runs, shows nothing.
                 log.info("turn %s is no longer queued here; not run", spec.turn_id)
                 return
-            async with self._reporting(spec) as reporter:
+            async with self._reporting(spec, ending) as reporter:
                 # Turns that began before this one, then this turn's own (stored) opening;
                 # with none, everything stored (a turn taken over: its message is stored
                 # with it).
@@ -355,7 +357,7 @@ class AgentSessions:
                 history = await self._conversation.history(
                     spec.session.id, self._config.agent.history_messages, before_turn=before
                 )
-                ending.state = await self._turn(spec, reporter, history, abort)
+                ending.state = await self._turn(spec, reporter, history, abort, ending)
 
     @contextlib.asynccontextmanager
     async def _owning(
@@ -390,12 +392,12 @@ class AgentSessions:
             if not abort.is_set():
                 raise
             ending.state = TurnState.INTERRUPTED
-            await asyncio.shield(self._finish(ledger, turn_id, ending.state))
+            await asyncio.shield(self._finish(ledger, turn_id, ending.state, ending.closed))
             raise
         except Exception:
-            await self._finish(ledger, turn_id, TurnState.FAILED)
+            await self._finish(ledger, turn_id, TurnState.FAILED, ending.closed)
             raise
-        await self._finish(ledger, turn_id, ending.state)
+        await self._finish(ledger, turn_id, ending.state, ending.closed)
 
     @staticmethod
     async def _claim(ledger: TurnLedger, spec: _TurnSpec) -> TurnClaim:
@@ -404,18 +406,20 @@ class AgentSessions:
         return await ledger.claim(spec.session.id, spec.turn_id, spec.origin.asker)
 
     @staticmethod
-    async def _finish(ledger: TurnLedger, turn_id: str, state: TurnState) -> None:
+    async def _finish(
+        ledger: TurnLedger, turn_id: str, state: TurnState, closed: Sequence[str] = ()
+    ) -> None:
         try:
-            await ledger.finish(turn_id, state)
+            await ledger.finish(turn_id, state, closed)
         except Exception:  # its lease runs out; whoever takes it over closes it
             log.exception("could not record that turn %s ended (%s)", turn_id, state)
 
     @contextlib.asynccontextmanager
-    async def _reporting(self, spec: _TurnSpec) -> AsyncIterator[Reporter]:
+    async def _reporting(self, spec: _TurnSpec, ending: _Ending) -> AsyncIterator[Reporter]:
         """The turn's reporter, closed whenever the turn ends, even when an interrupt lands
         in its first milliseconds (while the reporter is still opening): no stream or
         progress message is ever left unfinished. The turn does not wait for it to open."""
-        messages = _LedgerMessages(self._ledger, spec.turn_id)
+        messages = _LedgerMessages(self._ledger, spec.turn_id, ending)
         reporter = _OpeningReporter(self._reporters.open(spec.session, spec.origin, messages))
         try:
             yield reporter
@@ -435,6 +439,7 @@ class AgentSessions:
         reporter: Reporter,
         history: list[Message],
         abort: asyncio.Event,
+        ending: _Ending,
     ) -> TurnState:
         session, origin, binding = spec.session, spec.origin, spec.binding
         logs.bind(session_id=session.id, turn_id=spec.turn_id)  # this turn's task only
@@ -482,11 +487,13 @@ class AgentSessions:
             ),
         )
         try:
-            return await self._run(request, reporter, session.id)
+            return await self._run(request, reporter, session.id, ending)
         finally:
             await self._hooks.session_end(_hook_info(session, origin.asker, spec.turn_id))
 
-    async def _run(self, request: TurnRequest, reporter: Reporter, session_id: int) -> TurnState:
+    async def _run(
+        self, request: TurnRequest, reporter: Reporter, session_id: int, ending: _Ending
+    ) -> TurnState:
         try:
             # An interruption (CancelledError) passes through: `_reporting` closes for it.
             finished = await self._engine.run_turn(request, reporter.emit)
@@ -514,6 +521,9 @@ class AgentSessions:
             stats.output_tokens,
             stats.duration_s,
         )
+        # A complete answer is stored (the engine's last commit): the messages closed from
+        # here on are recorded with the turn's end, one commit for both.
+        ending.answered = finished.finish in (TurnFinish.STOP, TurnFinish.MAX_ITERATIONS)
         await reporter.close(finished)
         if ended_at_card:
             return TurnState.AWAITING_APPROVAL
@@ -548,17 +558,22 @@ _FINAL_STATES = {
 
 @dataclass(frozen=True)
 class _LedgerMessages:
-    """Implements `TurnMessages` for one turn, in the turn ledger (none: not recorded)."""
+    """Implements `TurnMessages` for one turn, in the turn ledger (none: not recorded).
+    Once the turn's answer is stored, a message it closes is recorded with the turn's end
+    (`TurnLedger.finish`) rather than in a commit of its own."""
 
     ledger: TurnLedger | None
     turn_id: str
+    ending: _Ending
 
     async def opened(self, ts: str) -> None:
         if self.ledger is not None:
             await _recording(self.ledger.message_opened(self.turn_id, ts), ts)
 
     async def closed(self, ts: str) -> None:
-        if self.ledger is not None:
+        if self.ending.answered:
+            self.ending.closed.append(ts)
+        elif self.ledger is not None:
             await _recording(self.ledger.message_closed(self.turn_id, ts), ts)
 
 
@@ -603,9 +618,12 @@ class _OpeningReporter:
 
 @dataclass
 class _Ending:
-    """How the turn ended, filled in by its body."""
+    """How the turn ended, filled in by its body: its state, whether its answer is stored,
+    and the messages closed since."""
 
     state: TurnState = TurnState.DONE
+    answered: bool = False
+    closed: list[str] = field(default_factory=list)
 
 
 def _hook_info(session: SessionInfo, user: str, turn_id: str | None = None) -> dict[str, object]:

@@ -42,20 +42,28 @@ class SlackOrphanNotices:
         channel, thread_ts = turn.channel_id, turn.thread_ts
         stopper = turn.stopped_by
         header = copy.stopped_by(stopper) if stopper else copy.TURN_LOST_HEADER
-        edited = [await self._close_message(channel, ts, header) for ts in turn.open_messages]
+        edit = not turn.answered
+        edited = [
+            await self._close_message(channel, ts, header, edit=edit) for ts in turn.open_messages
+        ]
         await self._sessions.set(turn.team_id, channel, thread_ts, SessionStatus.ACTIVE)
         if stopper and edited and all(edited):
             return  # its messages say who stopped it, as a stopped turn's own would
         sentence = copy.stopped_by(stopper) if stopper else copy.TURN_LOST
         await self._client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=sentence)
 
-    async def _close_message(self, channel: str, ts: str, header: str) -> bool:
+    async def _close_message(self, channel: str, ts: str, header: str, *, edit: bool) -> bool:
         """A native stream is stopped as it stands; a progress message (or a stream Slack
-        already ended) is edited to say `header`: True when it says it."""
+        already ended) is edited to say `header`: True when it says it. Not when the turn's
+        answer was stored (`edit` False): its close may have gone out before the crash, and
+        the message then shows the answer, which is never overwritten."""
         try:
             await self._client.chat_stopStream(channel=channel, ts=ts)
             return False
         except SLACK_FAILURES as error:
+            if not edit:
+                log.info("message %s of an answered turn left as it is (%s)", ts, error_code(error))
+                return False
             log.info("stream %s not stopped (%s); editing it instead", ts, error_code(error))
         try:
             await self._client.chat_update(

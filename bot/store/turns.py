@@ -15,7 +15,7 @@ import json
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -26,7 +26,14 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store.db import Database, counting, insert_ignoring_duplicates
 from bot.store.repositories import adding_messages, creating_session
-from bot.store.tables import ApprovalRow, InboundEventRow, SessionRow, TurnRow, utcnow
+from bot.store.tables import (
+    ApprovalRow,
+    InboundEventRow,
+    MessageRow,
+    SessionRow,
+    TurnRow,
+    utcnow,
+)
 from bot.store.wakeups import notify
 from bot.store.writer import Op
 from bot.values import (
@@ -35,6 +42,7 @@ from bot.values import (
     Message,
     OrphanTurn,
     RemoteTurn,
+    Role,
     SessionInfo,
     TurnClaim,
     TurnInterrupt,
@@ -233,15 +241,26 @@ class TurnRepository:
 
         return op
 
-    async def finish(self, turn_id: str, state: TurnState) -> None:
-        """The turn ended here (not if another replica took it over meanwhile): a turn
-        waiting for its thread, on any replica, is woken to claim it."""
+    async def finish(self, turn_id: str, state: TurnState, closed: Sequence[str] = ()) -> None:
+        """The turn ended here (not if another replica took it over meanwhile), and the
+        messages in `closed` with it: a turn waiting for its thread, on any replica, is
+        woken to claim it."""
         statement = (
             update(TurnRow)
             .where(col(TurnRow.turn_id) == turn_id, col(TurnRow.owner) == self.replica.id)
             .values(state=state.value, ended_at=utcnow())
         )
-        await self._db.write(_waking(statement, Wake.TURN_ENDED))
+        closing = self._open_messages(
+            turn_id, lambda ts_list: [t for t in ts_list if t not in closed]
+        )
+        finishing = _waking(statement, Wake.TURN_ENDED)
+
+        async def op(session: AsyncSession) -> None:
+            if closed:
+                await closing(session)
+            await finishing(session)
+
+        await self._db.write(op)
 
     async def request_interrupt(self, session_id: int) -> bool:
         """Ask the replica running the thread's turn to interrupt it (a newer message came
@@ -364,6 +383,7 @@ class TurnRepository:
         taken = []
         for row, thread in found:
             if await self._take(row.turn_id, row.owner, now, until):
+                answered = await self._answered(row.turn_id)
                 taken.append(
                     OrphanTurn(
                         row.turn_id,
@@ -375,9 +395,29 @@ class TurnRepository:
                         thread.thread_ts,
                         tuple(json.loads(row.open_messages)),
                         row.stopped_by,
+                        answered,
                     )
                 )
         return taken
+
+    async def _answered(self, turn_id: str) -> bool:
+        """The turn's last stored message is a complete answer (no tool calls): it died
+        after its answer was committed, before its end was."""
+        async with self._db.sessions() as session:
+            last = (
+                await session.exec(
+                    select(MessageRow)
+                    .where(col(MessageRow.turn_id) == turn_id)
+                    .order_by(col(MessageRow.id).desc())
+                    .limit(1)
+                )
+            ).first()
+        return (
+            last is not None
+            and last.role == Role.ASSISTANT.value
+            and last.complete
+            and last.tool_calls_json is None
+        )
 
     async def _take(self, turn_id: str, owner: str, now: datetime, until: datetime) -> bool:
         statement = (
