@@ -1,6 +1,7 @@
-"""What a turn costs the database, counted in commits through the real store (issue #12: a
-round's writes are one commit; a turn's bookkeeping rides along). A regression that adds a
-commit of its own to every turn fails here; `bench/run.py` prints the same figure."""
+"""What a turn costs the database, counted in commits through the real store, on SQLite and
+the real PostgreSQL (issue #12: a round's writes are one commit; a turn's bookkeeping rides
+along). A regression that adds a commit of its own to every turn fails here; `bench/run.py`
+prints the same figure."""
 
 from __future__ import annotations
 
@@ -61,8 +62,9 @@ async def answered_turn(world: World, bot: Kelpie, rounds: int, question: str) -
 
 
 async def test_a_turn_costs_one_commit_for_its_event_plus_one_per_round_and_its_stream(
-    world: World,
+    any_db_world: World,
 ):
+    world = any_db_world
     bot = await world.start_bot(QUIET)
     # A first turn settles what the start leaves (the first heartbeat, the warm-up).
     await answered_turn(world, bot, 1, "warm-up")
@@ -73,5 +75,7 @@ async def test_a_turn_costs_one_commit_for_its_event_plus_one_per_round_and_its_
 
     # The event (before the ack); the session, message and turn, claimed, in one; the
     # stream's opening record; one per round, the last with the answer; the turn's end
-    # with the stream's close record.
-    assert (one, three) == (5, 7)
+    # with the stream's close record. At most: group commit may join the stream's opening
+    # record to the first round's commit when both are queued at once.
+    assert one <= 5
+    assert three <= 7

@@ -86,6 +86,43 @@ async def test_a_thread_runs_one_turn_at_a_time_across_replicas(database_url: st
         await db.close()
 
 
+async def test_a_message_begins_its_turn_claimed_in_one_commit_unless_the_thread_runs_one(
+    database_url: str,
+):
+    db = Database(database_url)
+    await db.upgrade()
+    other = Database(database_url)  # another process's connections and writer
+    a, b = TurnRepository(db, replica("a")), TurnRepository(other, replica("b"))
+    try:
+        commits = db.writer.commits
+        # Two replicas begin a turn in a new thread at once: one session, one running turn.
+        begun = await asyncio.gather(
+            a.begin(THREAD, "turn-a", "U0ALICE", question("one?"), "Ev1", claim=True),
+            b.begin(THREAD, "turn-b", "U0ALICE", question("two?"), "Ev2", claim=True),
+        )
+        assert db.writer.commits == commits + 1  # session, message, turn and claim
+        first, second = begun
+        assert first is not None and second is not None
+        assert first.session.id == second.session.id
+        assert sorted([first.claimed, second.claimed]) == [False, True]
+        assert [first.session.created, second.session.created].count(True) == 1
+        session = first.session
+        # A replayed delivery stores nothing twice.
+        replay = await a.begin(session, "turn-c", "U0ALICE", question("one?"), "Ev1", claim=True)
+        assert replay is None
+        winner, won, loser, lost = (a, "turn-a", b, "turn-b")
+        if second.claimed:
+            winner, won, loser, lost = b, "turn-b", a, "turn-a"
+        assert not await loser.claim(session.id, lost, "U0ALICE")
+        await winner.finish(won, TurnState.DONE)
+        assert await loser.claim(session.id, lost, "U0ALICE")
+        texts = [m.content for m in await MessageRepository(db).all_for_session(session.id)]
+        assert sorted(texts) == ["one?", "two?"]
+    finally:
+        await other.close()
+        await db.close()
+
+
 async def test_a_newer_message_on_another_replica_interrupts_the_running_turn(
     database_url: str,
 ):
