@@ -475,7 +475,7 @@ def build_core(
 ) -> AgentCore:
     """The shared core, with approval cards and progress going to the given front end.
     With a `replica`, every turn is recorded with its state and this replica's lease."""
-    db = Database(config.database.url)
+    db = Database(config.database.url, linger_s=config.database.linger_s)
     turns = TurnRepository(db, replica) if replica is not None else None
     wakeups = Wakeups()
     # One memo for the model requests and the store: a message is masked once for both.

@@ -112,6 +112,9 @@ class DatabaseConfig(_Strict):
     # waiting for its thread. On PostgreSQL a notification wakes it at once; this is the
     # fallback should one be lost (SQLite: the only way).
     poll_s: float = Field(default=0.5, gt=0, le=600)
+    # How long a write nobody waits for (a round's tool results, usage, read audits) waits
+    # to ride with the next commit before it is committed on its own.
+    linger_s: float = Field(default=0.5, gt=0, le=600)
 
 
 class StoreConfig(_Strict):

@@ -113,9 +113,9 @@ async def test_a_message_begins_its_turn_claimed_in_one_commit_unless_the_thread
         winner, won, loser, lost = (a, "turn-a", b, "turn-b")
         if second.claimed:
             winner, won, loser, lost = b, "turn-b", a, "turn-a"
-        assert not await loser.claim(session.id, lost, "U0ALICE")
+        assert await loser.claim(session.id, lost, "U0ALICE") is TurnClaim.WAIT
         await winner.finish(won, TurnState.DONE)
-        assert await loser.claim(session.id, lost, "U0ALICE")
+        assert await loser.claim(session.id, lost, "U0ALICE") is TurnClaim.RUNNING
         texts = [m.content for m in await MessageRepository(db).all_for_session(session.id)]
         assert sorted(texts) == ["one?", "two?"]
     finally:
