@@ -520,7 +520,11 @@ async def test_an_approved_write_running_on_a_live_replica_is_left_to_it_by_one_
     B neither records an outcome nor says anything, however long A's write takes; A's
     write lands and the thread shows its one outcome."""
     url = await postgres.new_database()
-    start = launch({"database": {"lease_s": 3, "url": url}})
+    # A's held write must outlast B's start but not the Kubernetes client's 15 s request
+    # timeout: on the OpenAI-wire client B starts without importing LiteLLM (seconds on a
+    # loaded machine), which this test is not about.
+    wire = {"models": {"profiles": {"default": {"client": "openai-compatible"}}}}
+    start = launch({"database": {"lease_s": 3, "url": url}, **wire})
     await start()
     mention, card = await propose_scale(world, then="Scaled checkout-api to 5.", timeout=TURN_S)
     identifier = approval_id(card)
