@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -65,10 +66,16 @@ async def test_a_thread_runs_one_turn_at_a_time_across_replicas(database_url: st
     other = Database(database_url)  # another process's connections and writer
     a, b = TurnRepository(db, replica("a")), TurnRepository(other, replica("b"))
     try:
-        assert await a.accept(session_id, "turn-a", "U0ALICE", question("one?"), "Ev1")
-        assert await b.accept(session_id, "turn-b", "U0ALICE", question("two?"), "Ev2")
+        assert await a.begin(
+            replace(THREAD, id=session_id), "turn-a", "U0ALICE", question("one?"), "Ev1"
+        )
+        assert await b.begin(
+            replace(THREAD, id=session_id), "turn-b", "U0ALICE", question("two?"), "Ev2"
+        )
         # A delivery accepted once is not accepted again (a replay after a crash).
-        assert not await b.accept(session_id, "turn-c", "U0ALICE", question("one?"), "Ev1")
+        assert not await b.begin(
+            replace(THREAD, id=session_id), "turn-c", "U0ALICE", question("one?"), "Ev1"
+        )
         claims = await asyncio.gather(
             a.claim(session_id, "turn-a", "U0ALICE"), b.claim(session_id, "turn-b", "U0ALICE")
         )
@@ -129,7 +136,7 @@ async def test_a_newer_message_on_another_replica_interrupts_the_running_turn(
     db, session_id = await opened(database_url)
     a, b = TurnRepository(db, replica("a")), TurnRepository(db, replica("b"))
     try:
-        await a.accept(session_id, "turn-a", "U0ALICE", question("one?"))
+        await a.begin(replace(THREAD, id=session_id), "turn-a", "U0ALICE", question("one?"))
         assert await a.claim(session_id, "turn-a", "U0ALICE") is TurnClaim.RUNNING
         assert await a.renew() == []
         # Its own turn is the local scheduler's to interrupt; another replica asks.
@@ -149,7 +156,7 @@ async def test_a_stop_on_another_replica_asks_the_running_one_naming_who_stopped
     db, session_id = await opened(database_url)
     a, b = TurnRepository(db, replica("a")), TurnRepository(db, replica("b"))
     try:
-        await a.accept(session_id, "turn-a", "U0ALICE", question("one?"))
+        await a.begin(replace(THREAD, id=session_id), "turn-a", "U0ALICE", question("one?"))
         assert await b.running_elsewhere(THREAD.session_key) is None  # queued, not running
         assert await a.claim(session_id, "turn-a", "U0ALICE") is TurnClaim.RUNNING
         # Its own replica sees no turn running elsewhere; the other one sees who asked.
@@ -175,7 +182,7 @@ async def test_a_queued_turn_stopped_through_any_replica_never_runs(database_url
     db, session_id = await opened(database_url)
     a, b = TurnRepository(db, replica("a")), TurnRepository(db, replica("b"))
     try:
-        await a.accept(session_id, "turn-a", "U0ALICE", question("one?"))
+        await a.begin(replace(THREAD, id=session_id), "turn-a", "U0ALICE", question("one?"))
         # Queued on a, seen by both replicas (a stop may reach either).
         waiting = await b.queued_in(THREAD.session_key)
         assert [(turn.turn_id, turn.asker) for turn in waiting] == [("turn-a", "U0ALICE")]
@@ -185,7 +192,7 @@ async def test_a_queued_turn_stopped_through_any_replica_never_runs(database_url
         # Its replica's claim finds it gone: it never runs, and does not hold the thread.
         assert await a.claim(session_id, "turn-a", "U0ALICE") is TurnClaim.GONE
         assert await b.queued_in(THREAD.session_key) == []
-        await a.accept(session_id, "turn-b", "U0ALICE", question("two?"))
+        await a.begin(replace(THREAD, id=session_id), "turn-b", "U0ALICE", question("two?"))
         assert await a.claim(session_id, "turn-b", "U0ALICE") is TurnClaim.RUNNING
         # A running turn is not stopped as a queued one (its stop goes through its replica).
         assert not await b.stop_queued("turn-b", "U0CAROL")
@@ -208,14 +215,16 @@ async def test_a_dead_replicas_turns_and_deliveries_are_taken_over_once(database
             ("Ev0RENAME", "channel_rename"),
         ]:
             await Inbox(db, dead).record(key, kind, "{}")
-        await gone.accept(session_id, "turn-dead", "U0ALICE", question("lost?"))
+        await gone.begin(replace(THREAD, id=session_id), "turn-dead", "U0ALICE", question("lost?"))
         assert await gone.claim(session_id, "turn-dead", "U0ALICE") is TurnClaim.RUNNING
         # A long answer went on in a second stream message: the first one was closed.
         await gone.message_opened("turn-dead", "1700000001.000200")
         await gone.message_opened("turn-dead", "1700000001.000300")
         await gone.message_closed("turn-dead", "1700000001.000200")
         await asyncio.sleep(0.3)
-        await alive.accept(session_id, "turn-alive", "U0ALICE", question("kept?"))
+        await alive.begin(
+            replace(THREAD, id=session_id), "turn-alive", "U0ALICE", question("kept?")
+        )
         await alive.renew()
 
         taken = await asyncio.gather(*(t.take_orphans() for t in takers))
@@ -334,7 +343,7 @@ async def test_on_postgresql_a_write_wakes_the_other_replica_and_a_dropped_liste
             # Connecting wakes every watcher (what was sent before was lost): consumed here.
             assert await interrupts.wait(5) and await ended.wait(5)
             for turn in ("turn-1", "turn-2"):
-                await a.accept(session_id, turn, "U0ALICE", question("slow?"))
+                await a.begin(replace(THREAD, id=session_id), turn, "U0ALICE", question("slow?"))
                 assert await a.claim(session_id, turn, "U0ALICE") is TurnClaim.RUNNING
                 assert not await interrupts.wait(0.2)  # nothing pending
                 # Another replica's stop wakes this one's interrupt watcher, and the turn's

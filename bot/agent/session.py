@@ -156,15 +156,6 @@ class _TurnSpec:
 class TurnLedger(Protocol):
     """Where each turn's state is kept, shared by every replica (`bot.store.turns`)."""
 
-    async def accept(
-        self,
-        session_id: int,
-        turn_id: str,
-        asker: str,
-        messages: list[Message],
-        event_key: str | None = None,
-    ) -> bool: ...
-
     async def begin(
         self,
         thread: SessionInfo,

@@ -79,46 +79,6 @@ class TurnRepository:
         self._db = db
         self.replica = replica
 
-    async def accept(
-        self,
-        session_id: int,
-        turn_id: str,
-        asker: str,
-        messages: list[Message],
-        event_key: str | None = None,
-    ) -> bool:
-        """Store the turn's opening messages and its row (queued, ours) in one transaction,
-        and mark the delivery that started it handled. False when that delivery had already
-        been accepted (a delivery replayed after a crash): nothing is stored twice."""
-        now, until = self.replica.lease()
-        row = {
-            "turn_id": turn_id,
-            "session_id": session_id,
-            "state": TurnState.QUEUED.value,
-            "asker": asker,
-            "event_key": event_key,
-            "owner": self.replica.id,
-            "heartbeat_at": now,
-            "lease_expires_at": until,
-            "created_at": now,
-        }
-
-        async def op(session: AsyncSession) -> bool:
-            inserted = await session.exec(insert_ignoring_duplicates(session, TurnRow).values(row))
-            if not inserted.rowcount:
-                return False
-            if messages:
-                await adding_messages(session_id, turn_id, messages)(session)
-            if event_key is not None:
-                await session.exec(
-                    update(InboundEventRow)
-                    .where(col(InboundEventRow.key) == event_key)
-                    .values(handled_at=now)
-                )
-            return True
-
-        return await self._db.write(op)
-
     async def begin(
         self,
         thread: SessionInfo,
