@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from bot.model.secret_rules import (
+    ANY_RULE,
     RULES,
     SECRET_DATA_JSON,
     SECRET_DATA_JSON_VALUE,
@@ -59,6 +60,10 @@ def mask_text(text: str, where: str = "") -> tuple[str, list[Masking]]:
     text = _scannable(text)
     if "ata" in text:  # cheap pre-check for data / stringData
         text = _mask_secret_data(text, where, findings)
+    if ANY_RULE.search(text) is None:
+        # No rule matches anywhere, so each pass below would leave the text as it is: one
+        # scan instead of one per rule (most texts, and every short Slack field).
+        return text, findings
     for kind, pattern in RULES:
 
         def replace(match: Any, kind: str = kind, groups: int = pattern.groups) -> str:

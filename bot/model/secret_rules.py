@@ -133,3 +133,18 @@ SECRET_DATA_JSON = _compile(r"""["'](?:data|stringData)["'][ \t]*:[ \t]*\{([^{}]
 SECRET_DATA_JSON_VALUE = _compile(r"""(["'][^"'\n]+["'][ \t]*:[ \t]*["'])([^"'\n]*)(["'])""")
 SECRET_DATA_YAML = _compile(r"(?m)^([ \t]*)(?:data|stringData):[ \t]*$")
 YAML_ENTRY = _compile(r"^([ \t]+[^:\s]+:[ \t]*)(\S.*)$")
+
+
+def _any_of(patterns: list[re2._Regexp]) -> re2._Regexp:
+    """One pattern that matches wherever any of `patterns` does: a text it finds nothing in
+    needs none of the rules' passes (most texts: one scan instead of one per rule)."""
+    parts = []
+    for pattern in patterns:
+        source = pattern.pattern
+        # A leading inline flag applies to the whole pattern; scoped, it keeps doing so.
+        parts.append(f"(?i:{source[4:]})" if source.startswith("(?i)") else f"(?:{source})")
+    return _compile("|".join(parts))
+
+
+# Matches a text iff at least one rule of RULES does.
+ANY_RULE = _any_of([pattern for _, pattern in RULES])
