@@ -1015,6 +1015,31 @@ async def test_masking_gateway_size_limits():
     assert len(inner.requests) == 1
 
 
+async def test_the_request_limit_counts_the_request_as_sent_round_after_round():
+    tools = [{"type": "function", "function": {"name": "t", "parameters": {}}}]
+    first = [
+        {"role": "system", "content": "système"},  # escaped as \\u00e8 in the JSON
+        {"role": "user", "content": "password=hunter2 " + "x" * 300},  # masked and cut
+    ]
+    second = [*first, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "é"}]
+
+    async def send_both(limit: int) -> list[int]:
+        """What the model peer received each round, as JSON characters."""
+        inner = script.ScriptedGateway(script.text("1"), script.text("2"))
+        gateway = MaskingGateway(inner, max_message_chars=100, max_request_chars=limit)
+        for messages in (first, second):
+            await gateway.complete(ModelRequest(messages=messages, tools=tools), _noop)
+        return [len(json.dumps(r.messages)) + len(json.dumps(r.tools)) for r in inner.requests]
+
+    sizes = await send_both(10**9)
+    assert sizes[0] < sizes[1]
+    # At the limit a round is sent; one character over it is refused, with its size.
+    assert await send_both(sizes[1]) == sizes
+    with pytest.raises(ModelError) as raised:
+        await send_both(sizes[1] - 1)
+    assert f"({sizes[1]:,} characters, limit {sizes[1] - 1:,})" in raised.value.user_message
+
+
 def test_secret_data_and_env_values_are_masked():
     masked, found = mask_messages(
         [

@@ -265,28 +265,24 @@ def storable_thinking(blocks: tuple[ThinkingBlock, ...]) -> tuple[ThinkingBlock,
 
 
 def _thinking_for_the_record(
-    messages: list[dict[str, Any]], mask: Masker
-) -> tuple[list[dict[str, Any]], list[Masking]]:
-    """The messages with their thinking masked: they go to the provider verbatim (signed),
-    but the payload log is kept in the database and shown in Slack."""
+    message: dict[str, Any], index: int, mask: Masker
+) -> tuple[dict[str, Any], list[Masking]]:
+    """The message with its thinking masked: it goes to the provider verbatim (signed), but
+    the payload log is kept in the database and shown in Slack."""
+    blocks = message.get("thinking_blocks")
+    if not blocks:
+        return message, []
     findings: list[Masking] = []
-    recorded: list[dict[str, Any]] = []
-    for index, message in enumerate(messages):
-        blocks = message.get("thinking_blocks")
-        if not blocks:
-            recorded.append(message)
-            continue
-        masked_blocks = []
-        for position, block in enumerate(blocks):
-            text = block.get("thinking")
-            if isinstance(text, str) and text:
-                where = f"messages[{index}].thinking_blocks[{position}]"
-                text, found = mask(text, where)
-                findings += found
-                block = {**block, "thinking": text}
-            masked_blocks.append(block)
-        recorded.append({**message, "thinking_blocks": masked_blocks})
-    return recorded, findings
+    masked_blocks = []
+    for position, block in enumerate(blocks):
+        text = block.get("thinking")
+        if isinstance(text, str) and text:
+            where = f"messages[{index}].thinking_blocks[{position}]"
+            text, found = mask(text, where)
+            findings += found
+            block = {**block, "thinking": text}
+        masked_blocks.append(block)
+    return {**message, "thinking_blocks": masked_blocks}, findings
 
 
 class PayloadSink(Protocol):
@@ -305,25 +301,35 @@ def mask_messages(
     findings: list[Masking] = []
     masked: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
-        copy = dict(message)
-        content = copy.get("content")
-        if isinstance(content, str) and content:
-            copy["content"], found = mask(content, f"messages[{index}].content")
-            findings += found
-        calls = copy.get("tool_calls")
-        if calls:
-            new_calls = []
-            for position, call in enumerate(calls):
-                function = dict(call.get("function") or {})
-                arguments = function.get("arguments")
-                if isinstance(arguments, str) and arguments:
-                    where = f"messages[{index}].tool_calls[{position}].arguments"
-                    function["arguments"], found = mask(arguments, where)
-                    findings += found
-                new_calls.append({**call, "function": function})
-            copy["tool_calls"] = new_calls
+        copy, found = mask_message(message, index, mask)
         masked.append(copy)
+        findings += found
     return masked, findings
+
+
+def mask_message(
+    message: dict[str, Any], index: int, mask: Masker = mask_text
+) -> tuple[dict[str, Any], list[Masking]]:
+    """`mask_messages` for the message at `index` of a request."""
+    findings: list[Masking] = []
+    copy = dict(message)
+    content = copy.get("content")
+    if isinstance(content, str) and content:
+        copy["content"], found = mask(content, f"messages[{index}].content")
+        findings += found
+    calls = copy.get("tool_calls")
+    if calls:
+        new_calls = []
+        for position, call in enumerate(calls):
+            function = dict(call.get("function") or {})
+            arguments = function.get("arguments")
+            if isinstance(arguments, str) and arguments:
+                where = f"messages[{index}].tool_calls[{position}].arguments"
+                function["arguments"], found = mask(arguments, where)
+                findings += found
+            new_calls.append({**call, "function": function})
+        copy["tool_calls"] = new_calls
+    return copy, findings
 
 
 class MaskMemo:
@@ -383,6 +389,57 @@ def _mask_all(texts: list[str]) -> list[tuple[str, list[Masking]]]:
     return [mask_text(text) for text in texts]
 
 
+@dataclass(frozen=True)
+class Outbound:
+    """One message of a request as it leaves: masked, cut to the per-message limit, its
+    length as JSON (for the request's limit) and its form in the payload record."""
+
+    source: dict[str, Any]  # held, so that no other message can take its id meanwhile
+    index: int
+    sent: dict[str, Any]
+    recorded: dict[str, Any]
+    maskings: tuple[Masking, ...]
+    cut: bool
+    json_chars: int
+
+
+class OutboundCache:
+    """Messages as they left, by the message object, least recently sent first.
+
+    A turn resends all its earlier messages in every round, as the same objects (the
+    conversation appends new ones and never changes one). Each is masked, cut, measured
+    and recorded once, the first time it leaves at its position, so the gateway's work in
+    a round is that of its new messages, not of the whole conversation."""
+
+    def __init__(self, max_chars: int = 8_000_000) -> None:
+        self._max_chars = max_chars
+        self._chars = 0
+        self._entries: OrderedDict[int, Outbound] = OrderedDict()
+
+    def get(self, message: dict[str, Any], index: int) -> Outbound | None:
+        entry = self._entries.get(id(message))
+        if entry is None or entry.source is not message or entry.index != index:
+            return None
+        self._entries.move_to_end(id(message))
+        return entry
+
+    def put(self, entry: Outbound) -> Outbound:
+        old = self._entries.pop(id(entry.source), None)
+        if old is not None:
+            self._chars -= old.json_chars
+        self._entries[id(entry.source)] = entry
+        self._chars += entry.json_chars
+        while self._chars > self._max_chars and len(self._entries) > 1:
+            _, evicted = self._entries.popitem(last=False)
+            self._chars -= evicted.json_chars
+        return entry
+
+
+def _json_list_chars(item_chars: list[int]) -> int:
+    """`len(json.dumps(items))` from the items' own lengths: `[`, `]` and `, ` between."""
+    return 2 + sum(item_chars) + 2 * max(len(item_chars) - 1, 0)
+
+
 class MaskingGateway:
     """Wraps a ModelGateway: masks, limits and records every request before it leaves."""
 
@@ -402,38 +459,16 @@ class MaskingGateway:
         self.last_payload: SentPayload | None = None
         # Shared with the store (`app.py`), which masks what it keeps with the same memo.
         self._memo = memo or MaskMemo()
+        self._sent = OutboundCache()
+        self._tools: tuple[list[dict[str, Any]], int] | None = None
 
     @property
     def model_name(self) -> str:
         return self._inner.model_name
 
-    async def _mask(
-        self, messages: list[dict[str, Any]]
-    ) -> tuple[list[dict[str, Any]], list[Masking]]:
-        """Mask what the memo has not seen (in a worker thread when large), then the whole
-        request from the memo."""
-        missing = self._memo.missing(messages)
-        if _size(missing) < THREAD_THRESHOLD:
-            results = _mask_all(missing)
-        else:
-            results = await asyncio.to_thread(_mask_all, missing)
-        for text, (masked, found) in zip(missing, results, strict=True):
-            self._memo.add(text, masked, found)
-        return mask_messages(messages, self._memo.mask)
-
     async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelReply:
-        messages, findings = await self._mask(request.messages)
-        cut: list[int] = []
-        for index, message in enumerate(messages):
-            content = message.get("content")
-            if isinstance(content, str) and len(content) > self._max_message_chars:
-                note = (
-                    f"\n[cut by kelpie: {len(content):,} characters, "
-                    f"limit {self._max_message_chars:,} per message]"
-                )
-                message["content"] = content[: self._max_message_chars] + note
-                cut.append(index)
-        size = len(json.dumps(messages)) + len(json.dumps(request.tools))
+        outbound = await self._outbound(request.messages)
+        size = _json_list_chars([m.json_chars for m in outbound]) + self._tools_chars(request.tools)
         if size > self._max_request_chars:
             raise ModelError(
                 f"The request is too large to send ({size:,} characters, limit "
@@ -441,23 +476,68 @@ class MaskingGateway:
                 retryable=False,
                 detail=f"request of {size} characters over the limit",
             )
-        recorded, thinking_findings = _thinking_for_the_record(messages, self._memo.mask)
+        maskings = tuple(found for message in outbound for found in message.maskings)
         payload = SentPayload(
             model=self._inner.model_name,
-            messages=recorded,
+            messages=[message.recorded for message in outbound],
             tools=list(request.tools),
             reasoning_effort=request.reasoning_effort,
-            maskings=tuple(findings + thinking_findings),
+            maskings=maskings,
             tag=request.tag,
-            cut_messages=tuple(cut),
+            cut_messages=tuple(message.index for message in outbound if message.cut),
         )
         self.last_payload = payload
-        if findings:
-            kinds = sorted({f.kind for f in findings})
-            log.info("masked %d secret(s) before a model request: %s", len(findings), kinds)
+        if maskings:
+            kinds = sorted({f.kind for f in maskings})
+            log.info("masked %d secret(s) before a model request: %s", len(maskings), kinds)
         if self._sink is not None:
             try:
                 await self._sink.keep(payload)
             except Exception:  # the payload log is a record, not a reason to fail the turn
                 log.exception("could not keep the payload of a model request")
+        # Copies: what the provider layer does to a message must not reach the cache.
+        messages = [dict(message.sent) for message in outbound]
         return await self._inner.complete(replace(request, messages=messages), on_text)
+
+    async def _outbound(self, messages: list[dict[str, Any]]) -> list[Outbound]:
+        """Each message as it leaves: from the cache, or prepared now when it is new."""
+        cached = [self._sent.get(message, index) for index, message in enumerate(messages)]
+        new = [messages[index] for index, entry in enumerate(cached) if entry is None]
+        if new:
+            await self._mask_new(new)
+        return [
+            entry or self._sent.put(self._prepare(messages[index], index))
+            for index, entry in enumerate(cached)
+        ]
+
+    async def _mask_new(self, messages: list[dict[str, Any]]) -> None:
+        """Mask the texts the memo has not seen into it, in a worker thread when large."""
+        missing = self._memo.missing(messages)
+        if _size(missing) < THREAD_THRESHOLD:
+            results = _mask_all(missing)
+        else:
+            results = await asyncio.to_thread(_mask_all, missing)
+        for text, (masked, found) in zip(missing, results, strict=True):
+            self._memo.add(text, masked, found)
+
+    def _prepare(self, message: dict[str, Any], index: int) -> Outbound:
+        sent, maskings = mask_message(message, index, self._memo.mask)
+        content = sent.get("content")
+        cut = False
+        if isinstance(content, str) and len(content) > self._max_message_chars:
+            cut = True
+            note = (
+                f"\n[cut by kelpie: {len(content):,} characters, "
+                f"limit {self._max_message_chars:,} per message]"
+            )
+            sent["content"] = content[: self._max_message_chars] + note
+        recorded, thinking = _thinking_for_the_record(sent, index, self._memo.mask)
+        return Outbound(
+            message, index, sent, recorded, (*maskings, *thinking), cut, len(json.dumps(sent))
+        )
+
+    def _tools_chars(self, tools: list[dict[str, Any]]) -> int:
+        """The tools' length as JSON; a turn sends the same list in every round."""
+        if self._tools is None or self._tools[0] is not tools:
+            self._tools = (tools, len(json.dumps(tools)))
+        return self._tools[1]
