@@ -5,39 +5,14 @@ prints the same figure."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
-
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
-
 from bot.app import Kelpie
+from tests.sql_counts import counting_commits
 from tests.world import ALICE, SHOP_CHANNEL, World
 
 # Native streaming, as in production. The heartbeat's next beat is far beyond the test, and
 # so is the linger: a deferred write rides with the next commit however loaded the machine
 # (a round slower than the default 0.5 s would otherwise commit it on its own).
 QUIET = {"slack": {"streaming": "native"}, "database": {"lease_s": 600, "linger_s": 600}}
-
-
-class Commits:
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, _connection: Any) -> None:
-        self.count += 1
-
-
-@contextmanager
-def counting_commits() -> Iterator[Commits]:
-    """Every commit on any engine of this process (the bot's), like bench/bot_process.py."""
-    commits = Commits()
-    event.listen(Engine, "commit", commits)
-    try:
-        yield commits
-    finally:
-        event.remove(Engine, "commit", commits)
 
 
 async def settled(world: World, bot: Kelpie) -> None:

@@ -31,6 +31,7 @@ from bot.store.turns import Replica, TurnRepository
 from bot.values import Role, SessionInfo, WritePlan, WriteTarget, plan_to_json
 from tests.long_batch import LongBatch
 from tests.postgres import PostgresServer, free_port
+from tests.sql_counts import counting_statements
 from tests.world import World, environ, merge
 
 RELEASE_0_1_0 = Path(__file__).parent / "data" / "release-0.1.0.sql"
@@ -217,6 +218,27 @@ async def test_a_write_ahead_is_committed_before_the_long_batch_being_applied(
         batch.finish()
         await committed
         assert batch.ran == batch.count  # the rest of the batch, after it, all applied
+    finally:
+        await db.close()
+
+
+async def test_deliveries_arriving_together_are_stored_in_one_commit(database_url: str):
+    db = Database(database_url)
+    try:
+        await db.upgrade()
+        inbox = Inbox(db, Replica("r1", timedelta(seconds=30)))
+        assert await inbox.record("Ev0OLD", "app_mention", "{}") is True
+        commits = db.writer.commits
+        keys = [f"Ev{n:03d}" for n in range(30)] + ["Ev007", "Ev0OLD"]
+        with counting_statements() as statements:
+            firsts = await asyncio.gather(*(inbox.record(k, "app_mention", "{}") for k in keys))
+        # Each new key is new once; a repeat in the burst and a key stored before are not.
+        assert firsts == [True] * 30 + [False, False]
+        # One INSERT of every row, in one commit (not a statement and three hops each).
+        assert (db.writer.commits - commits, statements.count) == (1, 1)
+        async with db.sessions() as session:
+            stored = (await session.exec(text("SELECT key, owner FROM inbound_events"))).all()  # type: ignore[call-overload]
+        assert sorted(stored) == sorted([(key, "r1") for key in keys[:30]] + [("Ev0OLD", "r1")])
     finally:
         await db.close()
 
