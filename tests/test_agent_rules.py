@@ -1040,6 +1040,18 @@ async def test_the_request_limit_counts_the_request_as_sent_round_after_round():
     assert f"({sizes[1]:,} characters, limit {sizes[1] - 1:,})" in raised.value.user_message
 
 
+async def test_a_round_with_more_tools_is_measured_with_them():
+    messages = [{"role": "user", "content": "hi"}]
+    tool = {"type": "function", "function": {"name": "t", "parameters": {}}}
+    inner = script.ScriptedGateway(script.text("1"), script.text("2"))
+    size = len(json.dumps(messages)) + len(json.dumps([tool]))
+    gateway = MaskingGateway(inner, max_request_chars=size)
+    await gateway.complete(ModelRequest(messages=messages, tools=[tool]), _noop)
+    with pytest.raises(ModelError) as raised:
+        await gateway.complete(ModelRequest(messages=messages, tools=[tool, tool]), _noop)
+    assert "too large" in raised.value.user_message and len(inner.requests) == 1
+
+
 def test_secret_data_and_env_values_are_masked():
     masked, found = mask_messages(
         [

@@ -537,7 +537,13 @@ class MaskingGateway:
         )
 
     def _tools_chars(self, tools: list[dict[str, Any]]) -> int:
-        """The tools' length as JSON; a turn sends the same list in every round."""
-        if self._tools is None or self._tools[0] is not tools:
-            self._tools = (tools, len(json.dumps(tools)))
-        return self._tools[1]
+        """The tools' length as JSON; a turn sends the same tools (a copy of its list of the
+        same objects) in every round."""
+        known = self._tools
+        if (
+            known is None
+            or len(known[0]) != len(tools)
+            or any(a is not b for a, b in zip(known[0], tools, strict=True))
+        ):
+            known = self._tools = (list(tools), len(json.dumps(tools)))
+        return known[1]
