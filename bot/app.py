@@ -39,6 +39,7 @@ from bot.metrics import (
     Metrics,
 )
 from bot.model.gateway import LiteLLMGateway, probe_capabilities, warm_up
+from bot.model.loop_thread import LoopThread
 from bot.model.model_map import map_capabilities
 from bot.model.openai_wire import OpenAIWireGateway
 from bot.model.outbound import MaskingGateway, MaskMemo
@@ -154,7 +155,9 @@ def slack_client(
     )
 
 
-def model_gateway(config: Config, secrets: Secrets, profile_name: str) -> ProviderGateway:
+def model_gateway(
+    config: Config, secrets: Secrets, profile_name: str, litellm: LoopThread | None = None
+) -> ProviderGateway:
     profile = config.models.profiles[profile_name]
     settings = ProviderSettings(
         model=profile.model,
@@ -169,26 +172,35 @@ def model_gateway(config: Config, secrets: Secrets, profile_name: str) -> Provid
     )
     if profile.client is ModelClient.OPENAI_COMPATIBLE:
         return OpenAIWireGateway(settings)
-    return LiteLLMGateway(settings)
+    return LiteLLMGateway(settings, litellm)
 
 
 class ModelGateways:
     """Each model profile's gateway, built once, and closed at shutdown: a gateway may hold
-    its own HTTP client (`auth: none`)."""
+    its own HTTP client (`auth: none`). The LiteLLM profiles share one thread (started at
+    first use, joined last), where the warm-up runs too: LiteLLM's cached clients belong to
+    the loop that made them."""
 
     def __init__(self, config: Config, secrets: Secrets) -> None:
         self._config = config
         self._secrets = secrets
         self._built: dict[str, ProviderGateway] = {}
+        self._litellm = LoopThread("kelpie-litellm")
 
     def __call__(self, profile: str) -> ProviderGateway:
         if profile not in self._built:
-            self._built[profile] = model_gateway(self._config, self._secrets, profile)
+            self._built[profile] = model_gateway(
+                self._config, self._secrets, profile, self._litellm
+            )
         return self._built[profile]
+
+    async def warm_up(self, model: str) -> None:
+        await warm_up(model, self._litellm)
 
     async def close(self) -> None:
         for gateway in self._built.values():
             await gateway.close()
+        await self._litellm.close()
 
 
 def capability_probe(config: Config) -> CapabilityProbe:
@@ -341,7 +353,7 @@ class Kelpie:
             self.listener.start()
         active = self.config.models.active_profile
         if active.client is ModelClient.LITELLM:  # the direct client has nothing to load
-            await warm_up(active.model)
+            await self.core.gateways.warm_up(active.model)
         # The model's capabilities (LiteLLM's map) are read now, not by the first turn.
         await self.core.router.capabilities(active.model)
         await self.core.approvals.start()

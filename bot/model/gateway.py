@@ -1,8 +1,9 @@
 """The LiteLLM implementation of `ModelGateway`: one streamed HTTP request per call.
 
 This is the only module that imports litellm (`nocredential.py` aside, on its behalf). It
-imports it lazily (the import costs seconds and hundreds of MB) and never lets LiteLLM or
-the openai client retry on their own: the engine owns the retry policy. It maps LiteLLM's
+imports it lazily (the import costs seconds and hundreds of MB), calls it only on a thread
+of its own (`loop_thread.py`) and never lets LiteLLM or the openai client retry on their
+own: the engine owns the retry policy. It maps LiteLLM's
 exceptions to a `Failure` (`failures.py` words them) and feeds its chunks to the shared
 `StreamAssembly` (`streaming.py`). It does not mask or size-limit what is sent (that is
 `outbound.py`) and it does not choose models.
@@ -10,7 +11,6 @@ exceptions to a `Failure` (`failures.py` words them) and feeds its chunks to the
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -20,6 +20,7 @@ from typing import Any
 
 from bot.config import AuthMethod
 from bot.model.failures import Failure, ModelCall, failure_of_status
+from bot.model.loop_thread import Emit, LoopThread
 from bot.model.nocredential import PLACEHOLDER_KEY, no_credential_client
 from bot.model.streaming import StreamAssembly, assembled_reply, relay
 from bot.model.types import (
@@ -50,17 +51,18 @@ def _import_litellm() -> ModuleType:
     return litellm
 
 
-async def warm_up(model: str) -> None:
-    """Import LiteLLM (seconds, and most of kelpie's memory) off the event loop and resolve
-    the model's provider, then rehearse a streamed request, so the first question does not
-    pay for any of it."""
+async def warm_up(model: str, thread: LoopThread) -> None:
+    """Import LiteLLM (seconds, and most of kelpie's memory) and resolve the model's provider
+    on `thread`, the one its gateways call from, then rehearse a streamed request there, so
+    the first question does not pay for any of it and LiteLLM's cached clients are made on
+    the loop that will use them."""
+    await thread.run(lambda _: _warm(model))
 
-    def load() -> None:
-        litellm = _import_litellm()
-        with contextlib.suppress(Exception):  # an unknown provider fails on first use instead
-            litellm.get_llm_provider(model)
 
-    await asyncio.to_thread(load)
+async def _warm(model: str) -> None:
+    litellm = _import_litellm()
+    with contextlib.suppress(Exception):  # an unknown provider fails on first use instead
+        litellm.get_llm_provider(model)
     await _rehearse(model)
 
 
@@ -68,7 +70,7 @@ async def _rehearse(model: str) -> None:
     """One streamed completion that never leaves the process (LiteLLM's `mock_response`):
     LiteLLM imports about 60 more modules on its first request (its stream wrapper, logging
     and proxy types, anyio) and builds their pydantic types, about a second of the first
-    answer on 2 cores. Run on the loop that will serve the turns, before Slack connects."""
+    answer on 2 cores."""
     litellm = _import_litellm()
     try:
         stream = await litellm.acompletion(
@@ -85,13 +87,21 @@ async def _rehearse(model: str) -> None:
 
 
 class LiteLLMGateway:
-    """Talks to one model through LiteLLM; built from plain configuration values."""
+    """Talks to one model through LiteLLM; built from plain configuration values.
 
-    def __init__(self, settings: ProviderSettings) -> None:
+    Every LiteLLM call runs on `thread` (`LoopThread`), never on the caller's loop: its
+    per-request and per-chunk CPU would hold up everything else there. The profiles share
+    the composition root's thread; a gateway given none makes its own and joins it at
+    `close`.
+    """
+
+    def __init__(self, settings: ProviderSettings, thread: LoopThread | None = None) -> None:
         self._settings = settings
         self._model = settings.model
         self._call = ModelCall.of(settings)
-        self._client: Any = None  # `auth: none` only
+        self._client: Any = None  # `auth: none` only; made and closed on the thread
+        self._owns_thread = thread is None
+        self._thread = thread or LoopThread("kelpie-litellm")
 
     def __repr__(self) -> str:  # never show the key
         return f"LiteLLMGateway(model={self._model!r}, api_base={self._settings.api_base!r})"
@@ -101,6 +111,11 @@ class LiteLLMGateway:
         return self._model
 
     async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelReply:
+        return await self._thread.run(lambda emit: self._complete(request, emit), on_text)
+
+    async def _complete(self, request: ModelRequest, emit: Emit) -> ModelReply:
+        """On the LiteLLM thread: the request, the stream's assembly and the `<think>`
+        filter; only the visible text crosses to the caller (`emit`)."""
         litellm = _import_litellm()
         kwargs = self._call_options(stream=True)
         kwargs["messages"] = request.messages
@@ -119,9 +134,12 @@ class LiteLLMGateway:
         except Exception as exc:
             raise self._model_error(exc, litellm) from exc
 
+        async def sink(text: str) -> None:
+            emit(text)
+
         assembly = StreamAssembly()
         try:
-            text = await relay(self._chunks(stream, litellm), assembly, on_text)
+            text = await relay(self._chunks(stream, litellm), assembly, sink)
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
@@ -145,6 +163,9 @@ class LiteLLMGateway:
 
     async def ping(self) -> None:
         """One non-streamed, one-token request: proves the address, the key and the model."""
+        await self._thread.run(lambda _: self._ping())
+
+    async def _ping(self) -> None:
         litellm = _import_litellm()
         kwargs = self._call_options(stream=False)
         kwargs["messages"] = [{"role": "user", "content": "Reply with OK."}]
@@ -186,10 +207,13 @@ class LiteLLMGateway:
 
     async def close(self) -> None:
         """Close the `auth: none` HTTP client and its connections, if one was made (the
-        other methods' clients are LiteLLM's own, cached and shared)."""
+        other methods' clients are LiteLLM's own, cached and shared), on the loop it was
+        made on; then join the thread if it is this gateway's own."""
         client, self._client = self._client, None
         if client is not None:
-            await client.close()
+            await self._thread.run(lambda _: client.close())
+        if self._owns_thread:
+            await self._thread.close()
 
     def _no_credential_client(self) -> Any:
         if self._client is None:

@@ -45,6 +45,9 @@ class TextStep:
     finish_reason: str = "stop"
     # Native reasoning (a signed thinking block on Anthropic); the OpenAI peer ignores it.
     reasoning: str | None = None
+    # The OpenAI peer holds the stream after its first piece until this is set (or the
+    # client leaves, or the peer stops): a test sees what the client does mid-stream.
+    hold: asyncio.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -230,8 +233,9 @@ class ScriptedPeer:
         think: str | None = None,
         finish_reason: str = "stop",
         reasoning: str | None = None,
+        hold: asyncio.Event | None = None,
     ) -> None:
-        self.enqueue(TextStep(text, chunk_size, usage, think, finish_reason, reasoning))
+        self.enqueue(TextStep(text, chunk_size, usage, think, finish_reason, reasoning, hold))
 
     def reply_tool_calls(
         self,
@@ -509,8 +513,10 @@ class ModelServer(ScriptedPeer):
         usage_spec: UsageSpec = True
         if isinstance(step, TextStep):
             content = _visible(step)
-            for piece in _pieces(content, step.chunk_size):
+            for i, piece in enumerate(_pieces(content, step.chunk_size)):
                 await send({"content": piece})
+                if i == 0 and step.hold is not None:
+                    await self._hang(HangStep(0, release=step.hold))
             out_text, finish_reason, usage_spec = content, step.finish_reason, step.usage
         elif isinstance(step, ToolCallsStep):
             for piece in _pieces(step.text, step.chunk_size):
