@@ -1052,6 +1052,44 @@ async def test_a_round_with_more_tools_is_measured_with_them():
     assert "too large" in raised.value.user_message and len(inner.requests) == 1
 
 
+class EditingGateway:
+    """A provider client that edits the messages it is given (as some SDKs do), then
+    answers as the script says."""
+
+    def __init__(self, inner: script.ScriptedGateway) -> None:
+        self.inner = inner
+        self.model_name = inner.model_name
+        self.received: list[list[dict[str, Any]]] = []
+
+    async def complete(self, request: ModelRequest, on_text: Any) -> Any:
+        self.received.append(json.loads(json.dumps(request.messages)))  # as it arrived
+        reply = await self.inner.complete(request, on_text)
+        for message in request.messages:
+            message["content"] = "edited"
+            for call in message.get("tool_calls") or []:
+                call["id"] = "edited"
+                call["function"]["arguments"] = "edited"
+        return reply
+
+
+async def test_a_provider_editing_the_messages_does_not_change_the_next_round():
+    editor = EditingGateway(script.ScriptedGateway(script.text("1"), script.text("2")))
+    gateway = MaskingGateway(editor)
+    call = {"id": "c1", "type": "function", "function": {"name": "t", "arguments": "{}"}}
+    first = [
+        {"role": "user", "content": "token=hunter2x"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
+    await gateway.complete(ModelRequest(messages=first), _noop)
+    await gateway.complete(
+        ModelRequest(messages=[*first, {"role": "user", "content": "more"}]), _noop
+    )
+    resent = editor.received[1]
+    assert [m["content"] for m in resent] == ["token=[MASKED]", None, "ok", "more"]
+    assert resent[1]["tool_calls"] == [call]
+
+
 def test_secret_data_and_env_values_are_masked():
     masked, found = mask_messages(
         [

@@ -435,6 +435,19 @@ class OutboundCache:
         return entry
 
 
+def _fresh(message: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a cached message for the provider layer, down to its tool calls (what
+    the masking made new for every request before the cache), so that a provider client
+    that edits the messages it is given cannot change what the next round sends."""
+    copy = dict(message)
+    calls = copy.get("tool_calls")
+    if calls:
+        copy["tool_calls"] = [
+            {**call, "function": dict(call.get("function") or {})} for call in calls
+        ]
+    return copy
+
+
 def _json_list_chars(item_chars: list[int]) -> int:
     """`len(json.dumps(items))` from the items' own lengths: `[`, `]` and `, ` between."""
     return 2 + sum(item_chars) + 2 * max(len(item_chars) - 1, 0)
@@ -495,8 +508,7 @@ class MaskingGateway:
                 await self._sink.keep(payload)
             except Exception:  # the payload log is a record, not a reason to fail the turn
                 log.exception("could not keep the payload of a model request")
-        # Copies: what the provider layer does to a message must not reach the cache.
-        messages = [dict(message.sent) for message in outbound]
+        messages = [_fresh(message.sent) for message in outbound]
         return await self._inner.complete(replace(request, messages=messages), on_text)
 
     async def _outbound(self, messages: list[dict[str, Any]]) -> list[Outbound]:
