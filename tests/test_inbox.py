@@ -88,7 +88,7 @@ async def test_a_mention_is_stored_and_acknowledged_ahead_of_other_turns_queued_
     # Other turns' deferred writes hold the store's one writer for a minute.
     batch = LongBatch()
     committed = batch.start(bot.db)
-    await batch.started.wait()
+    await batch.started()
 
     mention = world.slack.mention(SHOP_CHANNEL, ALICE, "is shop healthy?")
     envelope = await world.slack.deliver_event(mention, event_id="Ev0AHEAD0001")

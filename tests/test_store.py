@@ -208,7 +208,7 @@ async def test_a_write_ahead_is_committed_before_the_long_batch_being_applied(
         inbox = Inbox(db, Replica("r1", timedelta(seconds=30)))
         batch = LongBatch()
         committed = batch.start(db)
-        await batch.started.wait()  # the writer is applying the batch
+        await batch.started()  # the writer is applying the batch
         # A delivery's record, as the inbox middleware makes it before acknowledging.
         assert await inbox.record("Ev0AHEAD", "app_mention", "{}") is True
         assert not committed.done() and batch.ran < batch.count

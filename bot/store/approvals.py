@@ -7,8 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, func, or_, update
-from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel import Session, col, select
 
 from bot.store.db import Database, executing, insert_ignoring_duplicates, inserting
 from bot.store.tables import (
@@ -111,8 +110,8 @@ class ApprovalRepository:
             values |= {"owner": self._replica.id, "lease_expires_at": self._replica.lease()[1]}
         statement = update(ApprovalRow).where(*conditions).values(**values)
 
-        async def op(session: AsyncSession) -> bool:
-            return bool((await session.exec(statement)).rowcount)
+        def op(session: Session) -> bool:
+            return bool(session.exec(statement).rowcount)
 
         return await self._db.write(op)
 
@@ -159,8 +158,8 @@ class ApprovalRepository:
             .values(owner=self._replica.id, lease_expires_at=until)
         )
 
-        async def op(session: AsyncSession) -> bool:
-            return bool((await session.exec(statement)).rowcount)
+        def op(session: Session) -> bool:
+            return bool(session.exec(statement).rowcount)
 
         return await self._db.write(op)
 
@@ -257,14 +256,14 @@ class WriteReservationRepository:
     async def reserve(self, target: str, approval_id: str) -> bool:
         stale = datetime.now(UTC) - self._stale_after
 
-        async def op(session: AsyncSession) -> bool:
-            await session.exec(
+        def op(session: Session) -> bool:
+            session.exec(
                 delete(WriteReservationRow).where(
                     col(WriteReservationRow.target) == target,
                     col(WriteReservationRow.created_at) < stale,
                 )
             )
-            result = await session.exec(
+            result = session.exec(
                 insert_ignoring_duplicates(session, WriteReservationRow).values(
                     target=target, approval_id=approval_id, created_at=utcnow()
                 )

@@ -13,10 +13,10 @@ crash does nothing twice. Handled deliveries are forgotten by the retention pass
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from sqlalchemy import update
-from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel import Session, col, select
 
 from bot.store.db import Database, counting, executing, insert_ignoring_duplicates
 from bot.store.tables import InboundEventRow, utcnow
@@ -36,24 +36,39 @@ _ROWS_PER_INSERT = 200
 
 class _Group:
     """Records that arrived together: stored by one multi-row INSERT in one transaction.
-    Open (taking more records) until the writer starts applying it."""
+    Open (taking more records) until the writer starts applying it, on its own thread on
+    SQLite: the lock makes a record either join the rows it inserts or find it closed."""
 
     def __init__(self) -> None:
-        self.rows: list[dict[str, object]] = []
-        self.open = True
+        self._rows: list[dict[str, object]] = []
+        self._keys: set[object] = set()
+        self._open = True
+        self._lock = threading.Lock()
 
-    async def store(self, session: AsyncSession) -> set[str]:
+    def join(self, row: dict[str, object]) -> bool | None:
+        """Add `row` while the group is open (None once closed); True when its key is the
+        first of that key in the group."""
+        with self._lock:
+            if not self._open:
+                return None
+            first = row["key"] not in self._keys
+            self._keys.add(row["key"])
+            self._rows.append(row)
+            return first
+
+    def store(self, session: Session) -> set[str]:
         """The op: insert every row, ignoring keys already stored; returns the keys new."""
-        self.open = False
+        with self._lock:
+            self._open = False
         new: set[str] = set()
-        for start in range(0, len(self.rows), _ROWS_PER_INSERT):
-            chunk = self.rows[start : start + _ROWS_PER_INSERT]
+        for start in range(0, len(self._rows), _ROWS_PER_INSERT):
+            chunk = self._rows[start : start + _ROWS_PER_INSERT]
             statement = (
                 insert_ignoring_duplicates(session, InboundEventRow)
                 .values(chunk)
                 .returning(col(InboundEventRow.key))
             )
-            new.update((await session.exec(statement)).scalars())
+            new.update(session.connection().execute(statement).scalars())
         return new
 
 
@@ -61,8 +76,8 @@ class Inbox:
     def __init__(self, db: Database, replica: Replica) -> None:
         self._db = db
         self._replica = replica
-        self._group: _Group | None = None
-        self._stored: asyncio.Future[set[str]] | None = None
+        # The group taking records now, and its write (the keys it stored new, once committed).
+        self._latest: tuple[_Group, asyncio.Future[set[str]]] | None = None
 
     async def record(self, key: str, kind: str, body_json: str) -> bool:
         """Durably record a delivery; True the first time its key is seen, False for a
@@ -74,20 +89,21 @@ class Inbox:
             row |= {"owner": self._replica.id, "lease_expires_at": until}
         else:
             row["handled_at"] = now
-        group, stored = self._joined()
-        first = all(other["key"] != key for other in group.rows)
-        group.rows.append(row)
+        latest = self._latest
+        # A group whose write is over (one that failed before its op ran is still open)
+        # takes no more records.
+        first = latest[0].join(row) if latest is not None and not latest[1].done() else None
+        if latest is None or first is None:
+            # A new group, handed to the writer ahead of other turns' queued work: Slack
+            # waits for the acknowledgement.
+            group = _Group()
+            first = group.join(row)
+            latest = (group, asyncio.ensure_future(self._db.write_ahead(group.store)))
+            self._latest = latest
+        stored = latest[1]
         # Returns once the whole group is committed, this record with it: a burst of
         # deliveries costs one statement and one commit, not three hops each.
-        return first and key in await asyncio.shield(stored)
-
-    def _joined(self) -> tuple[_Group, asyncio.Future[set[str]]]:
-        """The group still open to new records, or a new one handed to the writer (ahead
-        of other turns' queued work: Slack waits for the acknowledgement)."""
-        if self._group is None or not self._group.open or self._stored is None:
-            self._group = _Group()
-            self._stored = asyncio.ensure_future(self._db.write_ahead(self._group.store))
-        return self._group, self._stored
+        return bool(first) and key in await asyncio.shield(stored)
 
     async def handled(self, key: str) -> None:
         """Its listener is done with it: nobody takes it over any more."""

@@ -19,8 +19,7 @@ import json
 import logging
 
 from sqlalchemy import delete
-from sqlmodel import col
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel import Session, col
 
 from bot.model.outbound import SentPayload
 from bot.store.db import Database, inserting
@@ -76,9 +75,9 @@ class PayloadLog:
         rows = [_row(session_id, payload) for session_id, payload in taken.items()]
         replace = delete(PayloadRow).where(col(PayloadRow.session_id).in_(list(taken)))
 
-        async def op(session: AsyncSession) -> None:
-            await session.exec(replace)
-            await inserting(*rows)(session)
+        def op(session: Session) -> None:
+            session.exec(replace)
+            inserting(*rows)(session)
 
         try:
             await self._db.write(op)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from sqlmodel import SQLModel, col, func, select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel import Session, SQLModel, col, func, select
 
 from bot.model.outbound import MaskMemo, mask_text, storable_thinking
 from bot.model.types import Usage
@@ -89,9 +88,9 @@ def creating_session(template: SessionInfo) -> Op[SessionInfo]:
     """An op returning the thread's session: the existing row for the key, or a new one from
     `template` (its id ignored)."""
 
-    async def op(session: AsyncSession) -> SessionInfo:
+    def op(session: Session) -> SessionInfo:
         # Two events (or replicas) may race to create the thread's session: the first wins.
-        inserted = await session.exec(
+        inserted = session.exec(
             insert_ignoring_duplicates(session, SessionRow).values(
                 session_key=template.session_key,
                 team_id=template.team_id,
@@ -106,9 +105,7 @@ def creating_session(template: SessionInfo) -> Op[SessionInfo]:
             )
         )
         row = (
-            await session.exec(
-                select(SessionRow).where(SessionRow.session_key == template.session_key)
-            )
+            session.exec(select(SessionRow).where(SessionRow.session_key == template.session_key))
         ).one()
         return _session_info(row, created=bool(inserted.rowcount))
 

@@ -28,8 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from sqlalchemy import ColumnElement, and_, delete, exists, not_, or_
-from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel import Session, col, select
 
 from bot.store.db import Database
 from bot.store.tables import (
@@ -180,8 +179,8 @@ class _OldToolAudits:
         return select(ToolAuditRow.id).where(col(ToolAuditRow.created_at) < self.cutoff)
 
     def delete(self, ids: Sequence[Any]) -> Op[Pruned]:
-        async def op(session: AsyncSession) -> Pruned:
-            result = await session.exec(delete(ToolAuditRow).where(col(ToolAuditRow.id).in_(ids)))
+        def op(session: Session) -> Pruned:
+            result = session.exec(delete(ToolAuditRow).where(col(ToolAuditRow.id).in_(ids)))
             return Pruned(audits=_rowcount(result))
 
         return op
@@ -204,9 +203,9 @@ class _OldApprovals:
         return select(ApprovalRow.id).where(self._old())
 
     def delete(self, ids: Sequence[Any]) -> Op[Pruned]:
-        async def op(session: AsyncSession) -> Pruned:
-            await session.exec(delete(WriteAuditRow).where(col(WriteAuditRow.approval_id).in_(ids)))
-            result = await session.exec(
+        def op(session: Session) -> Pruned:
+            session.exec(delete(WriteAuditRow).where(col(WriteAuditRow.approval_id).in_(ids)))
+            result = session.exec(
                 delete(ApprovalRow).where(col(ApprovalRow.id).in_(ids), self._old())
             )
             return Pruned(approvals=_rowcount(result))
@@ -230,8 +229,8 @@ class _OldDeliveries:
         return select(InboundEventRow.key).where(self._old())
 
     def delete(self, ids: Sequence[Any]) -> Op[Pruned]:
-        async def op(session: AsyncSession) -> Pruned:
-            result = await session.exec(
+        def op(session: Session) -> Pruned:
+            result = session.exec(
                 delete(InboundEventRow).where(col(InboundEventRow.key).in_(ids), self._old())
             )
             return Pruned(deliveries=_rowcount(result))
@@ -267,20 +266,16 @@ class _IdleConversations:
         return select(SessionRow.id).where(self._idle(), something)
 
     def delete(self, ids: Sequence[Any]) -> Op[Pruned]:
-        async def op(session: AsyncSession) -> Pruned:
+        def op(session: Session) -> Pruned:
             # Re-checked here: a message that arrived since the read keeps its session.
             idle = select(SessionRow.id).where(col(SessionRow.id).in_(ids), self._idle())
-            still = list((await session.exec(idle)).all())
+            still = list(session.exec(idle).all())
             if not still:
                 return Pruned()
-            messages = await session.exec(
-                delete(MessageRow).where(col(MessageRow.session_id).in_(still))
-            )
+            messages = session.exec(delete(MessageRow).where(col(MessageRow.session_id).in_(still)))
             for table in (UsageRow, PayloadRow, TurnRow):
-                await session.exec(delete(table).where(col(table.session_id).in_(still)))
-            await session.exec(
-                delete(SessionRow).where(col(SessionRow.id).in_(still), not_(_anchored()))
-            )
+                session.exec(delete(table).where(col(table.session_id).in_(still)))
+            session.exec(delete(SessionRow).where(col(SessionRow.id).in_(still), not_(_anchored())))
             return Pruned(sessions=len(still), messages=_rowcount(messages))
 
         return op

@@ -21,8 +21,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, Update, exists, update
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel import Session, col, select
 
 from bot.store.db import Database, counting, insert_ignoring_duplicates
 from bot.store.repositories import adding_messages, creating_session
@@ -105,14 +104,14 @@ class TurnRepository:
             "created_at": now,
         }
 
-        async def op(session: AsyncSession) -> AcceptedTurn | None:
-            found = thread if thread.id else await creating_session(thread)(session)
+        def op(session: Session) -> AcceptedTurn | None:
+            found = thread if thread.id else creating_session(thread)(session)
             values = row | {"session_id": found.id}
             # A conflict on the running index is a claim lost: the turn is queued instead.
             # (A conflict on the delivery's key is a replay: nothing is stored.)
             states = [TurnState.RUNNING, TurnState.QUEUED] if claim else [TurnState.QUEUED]
             for state in states:
-                inserted = await session.exec(
+                inserted = session.exec(
                     insert_ignoring_duplicates(session, TurnRow).values(
                         values | {"state": state.value}
                     )
@@ -122,9 +121,9 @@ class TurnRepository:
             else:
                 return None
             if messages:
-                await adding_messages(found.id, turn_id, messages)(session)
+                adding_messages(found.id, turn_id, messages)(session)
             if event_key is not None:
-                await session.exec(
+                session.exec(
                     update(InboundEventRow)
                     .where(col(InboundEventRow.key) == event_key)
                     .values(handled_at=now)
@@ -149,11 +148,11 @@ class TurnRepository:
             col(TurnRow.owner) == self.replica.id,
         )
 
-        async def op(session: AsyncSession) -> TurnClaim:
-            row = await session.get(TurnRow, turn_id)
+        def op(session: Session) -> TurnClaim:
+            row = session.get(TurnRow, turn_id)
             if row is not None and not _queued_for(row, self.replica.id):
                 return TurnClaim.GONE
-            if (await session.exec(select(other_running))).one():
+            if session.exec(select(other_running)).one():
                 return TurnClaim.WAIT
             if row is None:
                 session.add(
@@ -167,10 +166,10 @@ class TurnRepository:
                         lease_expires_at=until,
                     )
                 )
-                await session.flush()
+                session.flush()
                 return TurnClaim.RUNNING
             # Compare-and-set: a stop (or a takeover) committed since the read wins.
-            claimed = await session.exec(
+            claimed = session.exec(
                 update(TurnRow)
                 .where(*queued_here)
                 .values(state=TurnState.RUNNING.value, heartbeat_at=now, lease_expires_at=until)
@@ -193,11 +192,13 @@ class TurnRepository:
         )
 
     def _open_messages(self, turn_id: str, change: Callable[[list[str]], list[str]]) -> Op[None]:
-        async def op(session: AsyncSession) -> None:
-            row = await session.get(TurnRow, turn_id)
+        def op(session: Session) -> None:
+            row = session.get(TurnRow, turn_id)
             if row is not None and row.owner == self.replica.id:
                 row.open_messages = json.dumps(change(json.loads(row.open_messages)))
                 session.add(row)
+                # Now, not at the batch's end: a later op's plain statement must see it.
+                session.flush()
 
         return op
 
@@ -215,10 +216,10 @@ class TurnRepository:
         )
         finishing = _waking(statement, Wake.TURN_ENDED)
 
-        async def op(session: AsyncSession) -> None:
+        def op(session: Session) -> None:
             if closed:
-                await closing(session)
-            await finishing(session)
+                closing(session)
+            finishing(session)
 
         await self._db.write(op)
 
@@ -304,10 +305,10 @@ class TurnRepository:
         )
         approvals = renewing_approvals(me, until)
 
-        async def op(session: AsyncSession) -> None:
-            await session.exec(turns)
-            await session.exec(deliveries)
-            await session.exec(approvals)
+        def op(session: Session) -> None:
+            session.exec(turns)
+            session.exec(deliveries)
+            session.exec(approvals)
 
         await self._db.write(op)
         return await self.interrupts()
@@ -426,10 +427,10 @@ def _waking(statement: Update, wake: Wake) -> Op[bool]:
     """`counting`, and when the statement changed a row, a wake-up for the other replicas
     (sent as the write commits)."""
 
-    async def op(session: AsyncSession) -> bool:
-        changed = await counting(statement)(session)
+    def op(session: Session) -> bool:
+        changed = counting(statement)(session)
         if changed:
-            await notify(session, wake)
+            notify(session, wake)
         return changed
 
     return op

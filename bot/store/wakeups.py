@@ -19,8 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import func, make_url
-from sqlmodel import select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel import Session, select
 
 from bot.config import sqlalchemy_async_url
 from bot.values import Wake
@@ -31,11 +30,11 @@ log = logging.getLogger(__name__)
 LISTENER_NAME = "kelpie-wakeups"
 
 
-async def notify(session: AsyncSession, wake: Wake) -> None:
+def notify(session: Session, wake: Wake) -> None:
     """Inside a write's transaction: on PostgreSQL, wake every replica's `wake` watchers
     once it commits. Nothing on SQLite."""
     if session.bind is not None and session.bind.dialect.name == "postgresql":
-        await session.exec(select(func.pg_notify(wake.value, "")))
+        session.exec(select(func.pg_notify(wake.value, "")))
 
 
 class Watch:

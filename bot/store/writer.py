@@ -17,24 +17,36 @@ Three ways in:
   of other turns' work, never for their whole batch. Only for an op that depends on nothing
   queued before it and that nothing queued depends on (an insert of its own row).
 
-An op is a coroutine function taking the writer's session; it must only talk to the database.
+An op is a plain function taking the writer's (synchronous) session; it must only talk to the
+database. A transaction's ops run together in one call of `Transactions.run`: on SQLite that
+is one hop to the writer's own thread for the whole transaction (through aiosqlite every
+statement cost three or four hops to its thread and back, each waiting its turn on a busy
+event loop); on PostgreSQL the same code runs on the event loop through SQLAlchemy's
+`run_sync` (asyncpg has no thread to hop to).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from sqlalchemy.ext.asyncio import async_sessionmaker
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlalchemy import Connection
+from sqlmodel import Session
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Op = Callable[[AsyncSession], Awaitable[T]]
+Op = Callable[[Session], T]
+
+
+class Transactions(Protocol):
+    """Runs `work` in one transaction of the writer's connection, committed when it returns
+    (rolled back when it raises)."""
+
+    async def run(self, work: Callable[[Connection], T]) -> T: ...
 
 
 @dataclass
@@ -44,10 +56,8 @@ class _Job:
 
 
 class Writer:
-    def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], *, linger_s: float = 0.5
-    ) -> None:
-        self._sessions = sessions
+    def __init__(self, transactions: Transactions, *, linger_s: float = 0.5) -> None:
+        self._transactions = transactions
         self._linger_s = linger_s
         self._queue: list[_Job] = []
         self._ahead: list[_Job] = []  # write_ahead's jobs: the next transaction, on their own
@@ -169,13 +179,20 @@ class Writer:
     async def _apply(self, batch: list[_Job], *, cut: bool) -> list[Any]:
         """Apply `batch` in order and commit; with `cut`, stops early (after at least one
         op) when a write_ahead job is waiting. Returns the results of the ops applied."""
-        async with self._sessions() as session:
-            results: list[Any] = []
-            for job in batch:
-                if cut and results and self._ahead:
-                    break
-                results.append(await job.op(session))
-            await session.commit()
+
+        def work(connection: Connection) -> list[Any]:
+            # On the writer's thread (SQLite): `_ahead` is only read here, a list's length
+            # is safe to read across threads, and a job seen late merely waits one batch.
+            with Session(bind=connection) as session:
+                results: list[Any] = []
+                for job in batch:
+                    if cut and results and self._ahead:
+                        break
+                    results.append(job.op(session))
+                session.flush()  # what an op added through the ORM (rare: not the hot path)
+            return results
+
+        results = await self._transactions.run(work)
         self.commits += 1
         return results
 
