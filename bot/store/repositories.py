@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from sqlmodel import Session, SQLModel, col, func, select
+from sqlmodel import Session, col, func, select
 
 from bot.model.outbound import MaskMemo, mask_text, storable_thinking
 from bot.model.types import Usage
-from bot.store.db import Database, insert_ignoring_duplicates, inserting
+from bot.store.db import Database, insert_ignoring_duplicates, inserting_values
 from bot.store.tables import (
     MessageRow,
     SessionRow,
@@ -198,16 +198,17 @@ class MessageRepository:
         self, session_id: int, turn_id: str, round_index: int, model: str, usage: Usage
     ) -> None:
         """Queued, not awaited: usage rides along with the round's commit."""
-        row = UsageRow(
-            session_id=session_id,
-            turn_id=turn_id,
-            round_index=round_index,
-            model=model,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            estimated=usage.estimated,
-        )
-        self._db.defer(inserting(row))
+        row = {
+            "session_id": session_id,
+            "turn_id": turn_id,
+            "round_index": round_index,
+            "model": model,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "estimated": usage.estimated,
+            "created_at": utcnow(),
+        }
+        self._db.defer(inserting_values(UsageRow, [row]))
 
 
 def _masked(text: str) -> str:
@@ -225,24 +226,27 @@ def adding_messages(
     def kept(text: str | None) -> str | None:
         return mask(text) if text else text
 
-    return inserting(
-        *[
-            MessageRow(
-                session_id=session_id,
-                turn_id=turn_id,
-                role=str(message.role),
-                content=kept(message.content),
-                tool_calls_json=kept(tool_calls_to_json(message.tool_calls)),
+    now = utcnow()
+    return inserting_values(
+        MessageRow,
+        [
+            {
+                "session_id": session_id,
+                "turn_id": turn_id,
+                "role": str(message.role),
+                "content": kept(message.content),
+                "tool_calls_json": kept(tool_calls_to_json(message.tool_calls)),
                 # Verbatim, or not at all: a masked block could not be sent back.
-                thinking_json=thinking_to_json(storable_thinking(message.thinking)),
-                tool_call_id=message.tool_call_id,
-                tool_name=message.tool_name,
-                slack_user=message.slack_user,
-                slack_ts=message.slack_ts,
-                complete=message.complete,
-            )
+                "thinking_json": thinking_to_json(storable_thinking(message.thinking)),
+                "tool_call_id": message.tool_call_id,
+                "tool_name": message.tool_name,
+                "slack_user": message.slack_user,
+                "slack_ts": message.slack_ts,
+                "complete": message.complete,
+                "created_at": now,
+            }
             for message in messages
-        ]
+        ],
     )
 
 
@@ -287,18 +291,22 @@ class ToolAuditRepository:
 
 
 def _audit_rows(entries: list[AuditEntry]) -> Op[None]:
-    rows: list[SQLModel] = [
-        ToolAuditRow(
-            session_id=entry.session_id,
-            turn_id=entry.turn_id,
-            tool_call_id=entry.tool_call_id,
-            tool=entry.tool,
-            arguments_json=json.dumps(entry.arguments, sort_keys=True),
-            stage=entry.stage,
-            decision=entry.decision,
-            reason=entry.reason,
-            slack_user=entry.slack_user,
-        )
-        for entry in entries
-    ]
-    return inserting(*rows)
+    now = utcnow()
+    return inserting_values(
+        ToolAuditRow,
+        [
+            {
+                "session_id": entry.session_id,
+                "turn_id": entry.turn_id,
+                "tool_call_id": entry.tool_call_id,
+                "tool": entry.tool,
+                "arguments_json": json.dumps(entry.arguments, sort_keys=True),
+                "stage": entry.stage,
+                "decision": entry.decision,
+                "reason": entry.reason,
+                "slack_user": entry.slack_user,
+                "created_at": now,
+            }
+            for entry in entries
+        ],
+    )
