@@ -284,6 +284,29 @@ async def test_litellm_calls_run_on_a_thread_that_close_joins(server: ModelServe
     server.assert_script_consumed()
 
 
+@pytest.mark.parametrize("model", ["openai/o3-mini", "openai/gpt-5-mini"])
+async def test_a_reasoning_model_is_sent_what_it_accepts(
+    server: ModelServer, make_gateway: MakeGateway, model: str
+) -> None:
+    """OpenAI's reasoning models refuse `max_tokens` and a temperature other than 1 (the
+    peer answers 400 as OpenAI does): both clients send `max_completion_tokens` and no
+    temperature, for an answer and for `kelpie check`'s ping."""
+    server.reply_text("Pods are fine.")
+    server.reply_text("OK")
+    gateway = make_gateway(server.api_base, model=model, temperature=0.2, max_tokens=256)
+
+    reply = await gateway.complete(ModelRequest(MESSAGES, TOOLS), Sink())
+    await gateway.ping()
+
+    answer, ping = server.requests
+    assert reply.text == "Pods are fine."
+    assert (answer["max_completion_tokens"], ping["max_completion_tokens"]) == (256, 1)
+    for body in (answer, ping):
+        assert "max_tokens" not in body
+        assert "temperature" not in body
+    server.assert_script_consumed()
+
+
 # --- <think> blocks ---------------------------------------------------------------
 
 

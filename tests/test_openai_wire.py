@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from hypothesis import given
@@ -198,6 +199,60 @@ def _profile(**settings: Any) -> dict[str, Any]:
         "kubernetes": {"clusters": [{"name": "prod", "kubeconfig": "/nonexistent"}]},
         "models": {"profiles": {"default": {"client": "openai-compatible", **settings}}},
     }
+
+
+@pytest.mark.parametrize(
+    ("model", "field", "code"),
+    [
+        ("gpt-5", "max_tokens", "unsupported_parameter"),
+        ("o4-mini", "max_tokens", "unsupported_parameter"),
+        ("o1", "temperature", "unsupported_value"),
+    ],
+)
+async def test_the_peer_refuses_what_openai_refuses_from_reasoning_models(
+    model: str, field: str, code: str
+) -> None:
+    body: dict[str, Any] = {"model": model, "messages": MESSAGES, field: 0.5}
+    async with ModelServer() as peer, aiohttp.ClientSession() as session:
+        async with session.post(peer.api_base + "/chat/completions", json=body) as response:
+            status, answer = response.status, await response.json()
+
+    assert status == 400
+    error = answer["error"]
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", field, code)
+    assert field in error["message"]
+    assert peer.rejected and not peer.pending_steps
+
+
+@pytest.mark.parametrize(
+    ("model", "effort", "sent"),
+    [
+        ("openai/gpt-5.1", "low", {"max_completion_tokens": 64}),
+        ("openai/gpt-5-mini", None, {"max_completion_tokens": 64}),
+        ("openai/o3", None, {"max_completion_tokens": 64}),
+        ("openai/gpt-5-chat-latest", None, {"max_tokens": 64, "temperature": 0.2}),
+        ("openai/gpt-4o", None, {"max_tokens": 64, "temperature": 0.2}),
+    ],
+)
+async def test_limits_and_temperature_are_sent_as_each_model_takes_them(
+    model: str, effort: str | None, sent: dict[str, Any]
+) -> None:
+    """Reasoning models get `max_completion_tokens` and no temperature, chat models (the
+    gpt-5-chat ones included) `max_tokens` and their temperature."""
+    async with ModelServer() as peer:
+        peer.reply_text("ok")
+        gateway = OpenAIWireGateway(
+            ProviderSettings(model, peer.api_base, KEY, temperature=0.2, max_tokens=64)
+        )
+        try:
+            await gateway.complete(ModelRequest(MESSAGES, reasoning_effort=effort), _ignore)
+        finally:
+            await gateway.close()
+
+    (body,) = peer.requests
+    fields = ("max_tokens", "max_completion_tokens", "temperature")
+    assert {name: body[name] for name in fields if name in body} == sent
+    peer.assert_script_consumed()
 
 
 def test_the_default_client_is_litellm() -> None:

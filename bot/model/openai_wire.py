@@ -122,7 +122,7 @@ class OpenAIWireGateway:
         body: dict[str, Any] = {**self._settings.options, "model": self._wire_model}
         body["messages"] = [{"role": "user", "content": "Reply with OK."}]
         body["max_tokens"] = 1
-        response = await self._send(body)
+        response = await self._send(fit_reasoning_model(body))
         try:
             await response.read()
         except Exception as exc:
@@ -154,7 +154,7 @@ class OpenAIWireGateway:
         if request.reasoning_effort is not None:
             body["reasoning_effort"] = request.reasoning_effort
             body.pop("temperature", None)  # reasoning models refuse one
-        return body
+        return fit_reasoning_model(body)
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
@@ -276,6 +276,39 @@ async def _read_capped(content: aiohttp.StreamReader, limit: int) -> bytes:
         parts.append(part)
         size += len(part)
     return b"".join(parts)
+
+
+def is_reasoning_family(model: str) -> bool:
+    """OpenAI's reasoning models, told apart by name as LiteLLM does: the o-series (`o1`,
+    `o3-mini`, `o4-mini`: `o` and a digit) and gpt-5 onward (a name containing `gpt-5` or
+    `gpt-6`, except the `gpt-5-chat` chat models)."""
+    name = model.rsplit("/", 1)[-1]
+    o_series = len(name) > 1 and name[0] == "o" and name[1].isdigit()
+    return o_series or _is_gpt5_family(model)
+
+
+def _is_gpt5_family(model: str) -> bool:
+    name = model.rsplit("/", 1)[-1]
+    return any(marker in model for marker in ("gpt-5", "gpt-6")) and "gpt-5-chat" not in name
+
+
+def fit_reasoning_model(body: dict[str, Any]) -> dict[str, Any]:
+    """What OpenAI's reasoning models accept: they refuse `max_tokens` (their limit,
+    reasoning included, is `max_completion_tokens`) and any temperature but 1 while they
+    reason. Renamed and dropped as LiteLLM does for them with kelpie's `drop_params`
+    (`OpenAIOSeriesConfig`, `OpenAIGPT5Config`); a gpt-5 model sent `reasoning_effort:
+    none` keeps its temperature. (LiteLLM also keeps it for a model whose map entry says
+    its default effort is none; this client does not read the map per request.)"""
+    model = str(body.get("model", ""))
+    if not is_reasoning_family(model):
+        return body
+    if "max_tokens" in body:
+        body["max_completion_tokens"] = body.pop("max_tokens")
+    temperature = body.get("temperature")
+    thinks = not (_is_gpt5_family(model) and body.get("reasoning_effort") == "none")
+    if temperature is not None and temperature != 1 and thinks:
+        del body["temperature"]
+    return body
 
 
 def _env_proxy(url: str) -> str | None:

@@ -67,6 +67,7 @@ class ErrorStep:
     message: str
     error_type: str | None = None
     code: str | None = None
+    param: str | None = None  # the request field at fault, in OpenAI's error body
 
 
 @dataclass(frozen=True)
@@ -414,6 +415,11 @@ class ModelServer(ScriptedPeer):
             body = await request.json()
         except json.JSONDecodeError:
             return _error_response(ErrorStep(400, "request body is not JSON"))
+        refusal = _reasoning_model_refusal(body)
+        if refusal is not None:
+            await self._record_only(request, body)
+            self.rejected.append((refusal.status, refusal.message))
+            return _error_response(refusal)
         step = await self._accept(request, body)
         if step is None:
             return _error_response(ErrorStep(500, "script exhausted", "server_error"))
@@ -584,11 +590,41 @@ def _error_response(step: ErrorStep) -> web.Response:
         "error": {
             "message": step.message,
             "type": step.error_type or default_type,
-            "param": None,
+            "param": step.param,
             "code": step.code if step.code is not None else default_code,
         }
     }
     return web.json_response(payload, status=step.status)
+
+
+def _reasoning_model(name: str) -> tuple[bool, bool]:
+    """(is a reasoning model, is of the gpt-5 family), by OpenAI's names: the o-series
+    (`o1`, `o3-mini`, `o4-mini`) and gpt-5 onward (not the `gpt-5-chat` chat models)."""
+    gpt5 = ("gpt-5" in name or "gpt-6" in name) and "gpt-5-chat" not in name
+    return (len(name) > 1 and name[0] == "o" and name[1].isdigit()) or gpt5, gpt5
+
+
+def _reasoning_model_refusal(body: dict[str, Any]) -> ErrorStep | None:
+    """What OpenAI answers a reasoning model's request that sets `max_tokens`, or a
+    temperature other than 1 while it reasons (a gpt-5 model told `reasoning_effort: none`
+    takes one): 400, `invalid_request_error`, the field in `param`."""
+    reasoning, gpt5 = _reasoning_model(str(body.get("model", "")))
+    if not reasoning:
+        return None
+    if "max_tokens" in body:
+        message = (
+            "Unsupported parameter: 'max_tokens' is not supported with this model. "
+            "Use 'max_completion_tokens' instead."
+        )
+        return ErrorStep(400, message, code="unsupported_parameter", param="max_tokens")
+    temperature = body.get("temperature")
+    if temperature not in (None, 1) and not (gpt5 and body.get("reasoning_effort") == "none"):
+        message = (
+            f"Unsupported value: 'temperature' does not support {temperature} with this "
+            "model. Only the default (1) value is supported."
+        )
+        return ErrorStep(400, message, code="unsupported_value", param="temperature")
+    return None
 
 
 def _drop(request: web.Request) -> None:
