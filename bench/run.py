@@ -302,8 +302,11 @@ class Bench:
             "new_modules": after["new_modules"],
         }
 
-    async def burst(self, count: int, rate: float) -> list[tuple[int, str, float, str]]:
-        """`count` mentions, each in a new thread, `rate` per second on a fixed schedule."""
+    async def burst(
+        self, count: int, rate: float, channels: list[str]
+    ) -> list[tuple[int, str, float, str]]:
+        """`count` mentions, each in a new thread, `rate` per second on a fixed schedule,
+        taking `channels` in turn."""
         sent: list[tuple[int, str, float, str]] = []
         start = time.monotonic()
         for index in range(count):
@@ -314,7 +317,7 @@ class Bench:
             self.next_ts += 1
             ts = f"{self.next_ts:.6f}"
             text = f"bench T{self.next_turn} rounds=1"
-            event = self.slack.mention(SHOP_CHANNEL, ALICE, text, ts=ts)
+            event = self.slack.mention(channels[index % len(channels)], ALICE, text, ts=ts)
             at = time.monotonic()
             envelope_id = await self.slack.deliver_event(event)
             sent.append((self.next_turn, ts, at, envelope_id))
@@ -404,12 +407,13 @@ class LagWatch:
             self.lags.append((time.monotonic() - started - self.tick_s) * 1000)
 
 
-async def phase_burst(bench: Bench, count: int, rate: float) -> None:
+async def phase_burst(bench: Bench, count: int, rate: float, channels: int) -> None:
     out = bench.out
+    out.add("burst_channels", channels)
     before = await bench.bot.stats()
     lag = LagWatch()
     lag.start()
-    sent = await bench.burst(count, rate)
+    sent = await bench.burst(count, rate, burst_channels(channels))
     await asyncio.sleep(1.0)  # the last acks
     lag.stop()
     # A person who gets no answer within two minutes has been let down: count, not wait.
@@ -441,8 +445,17 @@ async def phase_burst(bench: Bench, count: int, rate: float) -> None:
 
 # --- the world -----------------------------------------------------------------------------
 
+# The burst's other channels: #shop-bench-01 … bound like #shop (viewer, namespace shop).
+BENCH_CHANNEL_NAMES = "shop-bench-*"
 
-async def start_peers() -> tuple[SlackServer, TimedModel, KubeServer]:
+
+def burst_channels(count: int) -> list[str]:
+    """#shop, then `count - 1` channels like it: a burst at 20 mentions a second in a real
+    workspace comes from many channels, and Slack paces posting per channel."""
+    return [SHOP_CHANNEL, *(f"C0BENCH{index:03d}" for index in range(1, count))]
+
+
+async def start_peers(channels: int) -> tuple[SlackServer, TimedModel, KubeServer]:
     slack, model, kube = SlackServer(), TimedModel(), KubeServer()
     for peer in (slack, model, kube):
         await peer.start()
@@ -455,6 +468,8 @@ async def start_peers() -> tuple[SlackServer, TimedModel, KubeServer]:
     )
     kube.add_pod("shop", LOG_POD, logs=lines)
     slack.set_channel(SHOP_CHANNEL, "shop-oncall")
+    for index, channel in enumerate(burst_channels(channels)[1:], start=1):
+        slack.set_channel(channel, f"shop-bench-{index:02d}")
     return slack, model, kube
 
 
@@ -472,6 +487,8 @@ def write_config(
             "models": {"profiles": {"default": {"tier": "high", "client": args.client}}},
         },
     )
+    bench_channels = {"match": {"name": BENCH_CHANNEL_NAMES}, "role": "viewer", "namespace": "shop"}
+    data["channels"] = [bench_channels, *data["channels"]]
     if args.streaming == "default":
         data["slack"].pop("streaming", None)
     else:
@@ -496,7 +513,7 @@ def header(out: Figures, args: argparse.Namespace) -> None:
 async def main_async(args: argparse.Namespace) -> int:
     out = Figures()
     header(out, args)
-    slack, model, kube = await start_peers()
+    slack, model, kube = await start_peers(args.channels)
     tmp = Path(tempfile.mkdtemp(prefix="kelpie-bench-"))
     config_path, health_port = write_config(tmp, slack, model, kube, args)
     env = environ(slack)
@@ -509,7 +526,7 @@ async def main_async(args: argparse.Namespace) -> int:
         repeats = {1: args.turns_1, 5: args.turns_5, 20: args.turns_20}
         await phase_turns(bench, repeats)
         if args.burst:
-            await phase_burst(bench, args.burst, args.rate)
+            await phase_burst(bench, args.burst, args.rate, args.channels)
         out.add("litellm_loaded_at_end", (await bot.stats())["litellm_loaded"])
     finally:
         out.add("stop_s", await bot.stop(), "s")
@@ -533,6 +550,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--burst", type=int, default=100, help="mentions in the burst phase")
     parser.add_argument("--rate", type=float, default=20.0, help="burst mentions per second")
+    parser.add_argument(
+        "--channels",
+        type=int,
+        default=20,
+        help="channels the burst's mentions are spread over, in turn (1: all in #shop)",
+    )
     parser.add_argument("--turns-1", type=int, default=10, help="1-round turns (first: cold)")
     parser.add_argument("--turns-5", type=int, default=5, help="5-round turns")
     parser.add_argument("--turns-20", type=int, default=5, help="20-round turns")
