@@ -131,20 +131,24 @@ class SlackClient(SafeWebClient, MeteredWebClient):
     """Every call masked and no post unfurled (`SafeWebClient`), then failures counted."""
 
 
-def slack_client(
-    config: Config, secrets: Secrets, metrics: Metrics, pacing: PacingLimits | None = None
-) -> AsyncWebClient:
-    """The Slack client every part of the bot shares: every call masked, no post unfurled,
-    failures and 429s counted, over one HTTP session (connections kept alive) whose pacer
-    holds every call to its workspace's limits and honours Retry-After
-    (bot/slack/pacing.py). Needs a running event loop; `Kelpie.stop` closes the session."""
+def slack_pacer(metrics: Metrics, pacing: PacingLimits | None = None) -> SlackPacer:
+    """The workspace pacer in front of every Slack call, its 429s counted."""
 
     def rate_limited(method: str) -> None:
         metrics.slack_rate_limited.labels(method).inc()
 
+    return SlackPacer(pacing, on_rate_limited=rate_limited)
+
+
+def slack_client(
+    config: Config, secrets: Secrets, metrics: Metrics, pacer: SlackPacer
+) -> AsyncWebClient:
+    """The Slack client every part of the bot shares: every call masked, no post unfurled,
+    failures counted, over one HTTP session (connections kept alive) whose `pacer` holds
+    every call to its workspace's limits and honours Retry-After (bot/slack/pacing.py).
+    Needs a running event loop; `Kelpie.stop` closes the session."""
     session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=SLACK_CONNECTIONS),
-        middlewares=(SlackPacer(pacing, on_rate_limited=rate_limited),),
+        connector=aiohttp.TCPConnector(limit=SLACK_CONNECTIONS), middlewares=(pacer,)
     )
     return SlackClient(
         token=secrets.bot_token,
@@ -605,7 +609,8 @@ def build_kelpie(
     fails, to prove a write never runs without its intent audit); `pacing` replaces Slack's
     rate limits (tests count them over shorter windows, as their fake Slack does)."""
     metrics = Metrics()
-    client = slack_client(config, secrets, metrics, pacing)
+    pacer = slack_pacer(metrics, pacing)
+    client = slack_client(config, secrets, metrics, pacer)
     signing_secret = secrets.signing_secret if config.slack.mode is SlackMode.HTTP else ""
     slack_app = AsyncApp(client=client, signing_secret=signing_secret)
     slack_app.middleware(installed_workspace_only)
@@ -620,6 +625,7 @@ def build_kelpie(
         config.slack,
         interrupt=scheduler.interrupt,
         model_name=profile.model,
+        pacer=pacer,
     )
     approvers = ApproverDirectory(client)
     channels = ChannelDirectory(client)

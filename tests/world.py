@@ -125,12 +125,18 @@ class World:
         return parse_config(self.config_data)
 
     async def start_bot(
-        self, override: dict[str, Any] | None = None, *, write_audit: Any = None
+        self,
+        override: dict[str, Any] | None = None,
+        *,
+        write_audit: Any = None,
+        pacing: PacingLimits | None = None,
     ) -> Kelpie:
+        """`pacing`: the bot's idea of Slack's limits (default: Slack's, scaled like the
+        fake's)."""
         if override:
             self.config_data = merge(self.config_data, override)
         secrets = Secrets(self.config, environ(self.slack))
-        pacing = PacingLimits().scaled(SLACK_TIME_SCALE)
+        pacing = pacing or PacingLimits().scaled(SLACK_TIME_SCALE)
         bot = build_kelpie(self.config, secrets, write_audit=write_audit, pacing=pacing)
         await bot.start()
         self.bots.append(bot)

@@ -29,13 +29,15 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 from urllib.parse import parse_qs
 
-from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
+from aiohttp import ClientError, ClientHandlerType, ClientRequest, ClientResponse
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,29 @@ METHOD_TIERS: Mapping[str, Tier] = MappingProxyType(
 IN_FLIGHT_POLL_S = 0.05
 # Methods that put a new message into a channel: about one a second per channel.
 POSTING = frozenset({"chat.postMessage", "chat.startStream"})
+
+
+# Methods whose calls, made in this context, fail at once rather than wait for budget.
+_NO_WAIT: ContextVar[frozenset[str]] = ContextVar("slack_no_wait", default=frozenset())
+
+
+class BudgetSpent(ClientError):
+    """A call asked not to wait found its method's budget in the workspace spent; nothing
+    was sent."""
+
+
+@contextmanager
+def without_waiting(*methods: str) -> Iterator[None]:
+    """Calls of `methods` made inside this block (in this task) raise `BudgetSpent` where
+    they would wait for their workspace's budget: the caller takes another way (a posted
+    message instead of a stream, no progress edit). The check and the taking of the slot
+    are one step, so two turns cannot both see the last slot free. A post still waits for
+    its channel's turn."""
+    token = _NO_WAIT.set(_NO_WAIT.get() | frozenset(methods))
+    try:
+        yield
+    finally:
+        _NO_WAIT.reset(token)
 
 
 def _default_per_window() -> Mapping[Tier, int]:
@@ -122,6 +147,17 @@ class SlidingWindow:
                 await asyncio.sleep(wait)
             self._in_flight += 1
 
+    def has_room(self) -> bool:
+        """Whether a call could start now: nobody queued ahead and budget left."""
+        return not self._lock.locked() and self._wait(time.monotonic()) <= 0
+
+    def try_acquire(self) -> bool:
+        """Take a slot if one is free now (never waits)."""
+        if not self.has_room():
+            return False
+        self._in_flight += 1
+        return True
+
     def release(self) -> None:
         self._in_flight -= 1
         self._ends.append(time.monotonic())
@@ -166,8 +202,7 @@ class SlackPacer:
             # The channel's turn first: waiting for it must not hold a slot of the method's.
             windows.insert(0, self._window(key, limits.channel_posts, limits.channel_window_s))
         for attempt in range(self._limits.max_retries + 1):
-            for window in windows:
-                await window.acquire()
+            await self._acquire(method, windows, first=attempt == 0)
             try:
                 response = await handler(request)
             finally:
@@ -182,6 +217,36 @@ class SlackPacer:
             method_window.block(delay)
             response.release()
         raise AssertionError("unreachable")  # the loop returns on its last attempt
+
+    @staticmethod
+    async def _acquire(method: str, windows: list[SlidingWindow], *, first: bool) -> None:
+        """Wait for every window's turn; a first attempt asked not to wait takes its
+        method's slot now or raises (a retry after a 429 always waits: it was sent)."""
+        if not first or method not in _NO_WAIT.get():
+            for window in windows:
+                await window.acquire()
+            return
+        *channel, method_window = windows
+        if not method_window.try_acquire():
+            raise BudgetSpent(method)
+        try:
+            for window in channel:
+                await window.acquire()
+        except BaseException:
+            method_window.release()
+            raise
+
+    def has_room(self, token: str, method: str, channel: str | None = None) -> bool:
+        """Whether a call of `method` with `token` (a post to `channel`) would go out now,
+        without waiting for its workspace's budget; sends nothing. A turn asks before a call
+        it could make another way (a stream's start) or leave out (a progress edit)."""
+        workspace = _token_workspace(f"Bearer {token}")
+        windows = [self._method_window(workspace, method)]
+        if method in POSTING and channel:
+            limits = self._limits
+            key = (workspace, f"post:{channel}")
+            windows.append(self._window(key, limits.channel_posts, limits.channel_window_s))
+        return all(window.has_room() for window in windows)
 
     def _method_window(self, workspace: str, method: str) -> SlidingWindow:
         tier = METHOD_TIERS.get(method, Tier.TIER3)
@@ -204,8 +269,11 @@ def _api_method(request: ClientRequest) -> str | None:
 
 def _workspace(request: ClientRequest) -> str:
     """The workspace a call acts in, known by its token (hashed: never kept in clear)."""
-    token = request.headers.get("Authorization", "")
-    return hashlib.sha256(token.encode()).hexdigest()[:16]
+    return _token_workspace(request.headers.get("Authorization", ""))
+
+
+def _token_workspace(authorization: str) -> str:
+    return hashlib.sha256(authorization.encode()).hexdigest()[:16]
 
 
 def _channel(request: ClientRequest) -> str | None:

@@ -27,7 +27,11 @@ from then on), the registry of running turns the stop buttons act on
 (the listener and who may stop live in `stop.py`), uploading the attachment of a `show_*`
 tool as a file, and the footer. Slack API calls per turn grow with rounds and tool calls,
 never with tokens; every call goes through the workspace's pacer (`bot/slack/pacing.py`),
-so under pressure a thread's progress waits and coalesces into fewer, larger writes.
+so under pressure a thread's progress waits and coalesces into fewer, larger writes. A
+turn never waits for a spent Tier 2/3 budget where it has another way: with no room for a
+stream's start it takes the update rendering (posting is paced per channel only); a
+progress edit, the `eyes` reaction or the agent session with no room is left out; its
+end's edit and status go out later, once the budget allows, without holding the turn.
 
 Why not slack_sdk's `chat_stream()` helper (`AsyncChatStream`) or Bolt's `say_stream`: the
 helper flushes by buffer size (256 characters), not by time, so it either appends per few

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,6 +39,7 @@ from bot.slack.markdown import (
     escape,
     split_text,
 )
+from bot.slack.pacing import BudgetSpent, SlackPacer, without_waiting
 from bot.slack.safe_text import escape_markdown
 from bot.values import SessionInfo, ToolStatus
 
@@ -94,6 +95,8 @@ STREAM_GONE = frozenset({"message_not_in_streaming_state"})
 # What Slack answers when a message is over one of its size limits.
 SIZE_REFUSALS = frozenset({"msg_too_long", "msg_blocks_too_long", "invalid_blocks"})
 USER_STOPPED = "stopped_by_user"
+# What a turn's end shows besides the answer: its reaction swapped, its session settled.
+ENDING_METHODS = ("reactions.remove", "reactions.add", "agents.sessions.setStatus")
 
 Interrupt = Callable[[str], bool]
 T = TypeVar("T")
@@ -162,6 +165,39 @@ class ThreadPacer:
         for key, slot in list(self._slots.items()):
             if not slot.lock.locked() and slot.last < horizon:
                 del self._slots[key]
+
+
+class SlackBudget:
+    """Whether a call would go out now or wait for its workspace's budget (the pacer's
+    answer, nothing sent): asked before a stream (is there room to stop it?) and before a
+    turn's closing status. Calls a turn may leave out ask the pacer itself as they go
+    (`without_waiting`). Without a pacer (a client of its own) every call has room."""
+
+    def __init__(self, pacer: SlackPacer | None, token: str | None) -> None:
+        self._pacer = pacer
+        self._token = token or ""
+
+    def room(self, method: str, channel: str | None = None) -> bool:
+        return self._pacer is None or self._pacer.has_room(self._token, method, channel)
+
+
+class Background:
+    """Slack calls a turn need not wait for (its status once the answer is out) while the
+    workspace's budget has no room: they go out when it has, and the turn ends now, so a
+    burst's queued turns are not held behind them."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def run(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a deferred Slack call failed", exc_info=task.exception())
 
 
 @dataclass
@@ -356,9 +392,17 @@ class StatusIndicator:
                 if isinstance(error, SlackApiError):
                     self._memory.no_assistant_status_teams.add(session.team_id)
         # A turn no person's message prompted (after a decision) has nothing to react to.
-        if self._reactions and self._origin.message_ts is not None:
-            await self._react("reactions_add", "eyes")
-            self._kind = "reaction"
+        if not self._reactions or self._origin.message_ts is None:
+            return
+        # The first reply must not wait for a reaction: under a burst the thread's own
+        # messages show that kelpie works on it.
+        try:
+            with without_waiting("reactions.add"):
+                await self._react("reactions_add", "eyes")
+        except BudgetSpent:
+            log.info("no reaction on %s: the workspace's budget is spent", self._origin.message_ts)
+            return
+        self._kind = "reaction"
 
     async def finish(self, finish: TurnFinish) -> None:
         if self._kind == "assistant":
@@ -380,6 +424,8 @@ class StatusIndicator:
             await getattr(self._client, method)(
                 channel=self._session.channel_id, timestamp=self._origin.message_ts, name=name
             )
+        except BudgetSpent:
+            raise
         except SLACK_FAILURES as error:
             code = error_code(error)
             # A turn resumed on the same message (after a decision, or taken over) finds
@@ -403,6 +449,8 @@ class TurnContext:
     sessions: AgentSessions
     interrupt: Interrupt | None
     model_name: str
+    budget: SlackBudget = field(default_factory=lambda: SlackBudget(None, None))
+    background: Background = field(default_factory=Background)
 
 
 class ThreadReporter:
@@ -461,10 +509,22 @@ class ThreadReporter:
                 await asyncio.gather(*self._uploads, return_exceptions=True)
             await self._finish(finished)
         finally:
-            await self._ctx.status.finish(finished.finish)
-            await self._ctx.sessions.end_turn(
-                self._ctx.turn, awaiting_approval=finished.awaiting_approval
-            )
+            await self._settle_later(self._show_ended(finished))
+
+    async def _show_ended(self, finished: TurnFinished) -> None:
+        """The thread's status once the turn is over: its reaction, its agent session."""
+        await self._ctx.status.finish(finished.finish)
+        await self._ctx.sessions.end_turn(
+            self._ctx.turn, awaiting_approval=finished.awaiting_approval
+        )
+
+    async def _settle_later(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` now if its calls have room, else once they have, without the turn
+        (which holds one of the bot's few places for running turns until it ends)."""
+        if all(self._ctx.budget.room(method) for method in ENDING_METHODS):
+            await work
+        else:
+            self._ctx.background.run(work)
 
     # hooks for the renderings
     def _on_round(self) -> None: ...

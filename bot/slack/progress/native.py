@@ -13,6 +13,7 @@ from bot.agent.events import (
 )
 from bot.slack import copy
 from bot.slack.markdown import StreamLinks, cut, stream_cut, to_mrkdwn_async
+from bot.slack.pacing import BudgetSpent, without_waiting
 from bot.slack.progress.common import (
     SLACK_FAILURES,
     STREAM_GONE,
@@ -31,6 +32,9 @@ from bot.slack.progress.common import (
 from bot.slack.safe_text import escape_markdown, escape_mrkdwn
 
 log = logging.getLogger(__name__)
+
+# `NativeReporter.start`'s answer when the stream's start would wait for budget.
+BUDGET_SPENT = "budget_spent"
 
 
 class NativeReporter(ThreadReporter):
@@ -56,10 +60,15 @@ class NativeReporter(ThreadReporter):
         self._links = StreamLinks()  # a link shows its real address here too
 
     async def start(self) -> str | None:
-        """Start the stream; the Slack error code when the workspace refuses it."""
+        """Start the stream; the Slack error code when the workspace refuses it, or
+        BUDGET_SPENT when its start would wait for the workspace's Tier 2 budget (nothing
+        was sent)."""
         try:
             async with self._ctx.pacer.hold(self._channel, self._thread_ts) as slot:
-                self._ts = await self._start_stream(slot, [_plan(copy.PLAN_WORKING)])
+                with without_waiting("chat.startStream"):
+                    self._ts = await self._start_stream(slot, [_plan(copy.PLAN_WORKING)])
+        except BudgetSpent:
+            return BUDGET_SPENT
         except SLACK_FAILURES as error:
             return error_code(error)
         self._flusher = asyncio.create_task(self._flush_loop())

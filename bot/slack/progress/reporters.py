@@ -9,18 +9,21 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.session import Reporter, TurnMessages, TurnOrigin
 from bot.config import SlackConfig, StreamingMode
+from bot.slack.pacing import SlackPacer
 from bot.slack.progress.common import (
     CHANNEL_REFUSALS,
     WORKSPACE_REFUSALS,
     ActiveTurn,
     ActiveTurns,
+    Background,
     Interrupt,
+    SlackBudget,
     StatusIndicator,
     ThreadPacer,
     TurnContext,
     WorkspaceMemory,
 )
-from bot.slack.progress.native import NativeReporter
+from bot.slack.progress.native import BUDGET_SPENT, NativeReporter
 from bot.slack.progress.sessions import AgentSessions, idle
 from bot.slack.progress.update import UpdateReporter
 from bot.values import SessionInfo
@@ -42,12 +45,17 @@ class SlackReporters:
         *,
         interrupt: Interrupt | None = None,
         model_name: str = "",
+        pacer: SlackPacer | None = None,
     ) -> None:
+        """`pacer`: the workspace pacer of `client`'s session, asked whether a call would
+        wait (None: every call has room)."""
         self._client = client
         self._config = config
         self._interrupt = interrupt
         self._model_name = model_name
         self._pacer = ThreadPacer()
+        self._budget = SlackBudget(pacer, client.token)
+        self._background = Background()
         self._memory = WorkspaceMemory()
         self.turns = ActiveTurns()
         self.sessions = AgentSessions(client, self._memory)
@@ -92,16 +100,32 @@ class SlackReporters:
             sessions=self.sessions,
             interrupt=self._interrupt,
             model_name=self._model_name,
+            budget=self._budget,
+            background=self._background,
         )
-        if self.mode_for(session.team_id, session.channel_id) is StreamingMode.NATIVE:
+        if self._streams(session):
             native = NativeReporter(ctx)
             refused = await native.start()
             if refused is None:
                 return native
-            self._remember_refusal(session, refused)
+            if refused == BUDGET_SPENT:
+                _log_degraded(session)
+            else:
+                self._remember_refusal(session, refused)
         update = UpdateReporter(ctx)
         await update.start()
         return update
+
+    def _streams(self, session: SessionInfo) -> bool:
+        """Whether this turn streams natively. A stream's start and stop are Tier 2 (about
+        20 a minute per workspace): with no room for them now the turn takes the posted
+        rendering (posting is paced per channel only) rather than wait for a stream."""
+        if self.mode_for(session.team_id, session.channel_id) is not StreamingMode.NATIVE:
+            return False
+        if self._budget.room("chat.stopStream"):
+            return True  # the start itself takes its slot or refuses at once (`start`)
+        _log_degraded(session)
+        return False
 
     async def settle(self, session: SessionInfo, *, awaiting_approval: bool) -> None:
         if self.turns.by_thread(session.channel_id, session.thread_ts) is not None:
@@ -118,3 +142,10 @@ class SlackReporters:
             self._memory.update_only_teams.add(session.team_id)
         elif code in CHANNEL_REFUSALS:
             self._memory.update_only_channels.add((session.team_id, session.channel_id))
+
+
+def _log_degraded(session: SessionInfo) -> None:
+    log.info(
+        "no room for a stream in the workspace's budget; %s answers in posted messages",
+        session.thread_ts,
+    )

@@ -27,6 +27,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.session import TurnOrigin
+from bot.slack.pacing import BudgetSpent, without_waiting
 from bot.slack.progress.common import (
     SLACK_FAILURES,
     ActiveTurn,
@@ -74,6 +75,8 @@ class AgentSessions:
             response = await self._client.agents_sessions_setStatus(
                 channel_id=channel_id, thread_ts=thread_ts, status=status.value, **created
             )
+        except BudgetSpent:
+            raise
         except SLACK_FAILURES as error:
             log.warning("agent session status refused (%s): no stop button", error_code(error))
             if isinstance(error, SlackApiError):
@@ -94,6 +97,15 @@ class AgentSessions:
             )
 
     async def start_turn(self, session: SessionInfo, origin: TurnOrigin) -> None:
+        # The turn's first reply must not wait for the session: under a burst it goes
+        # without (no Slack stop button; kelpie's own Stop is on its progress message).
+        try:
+            with without_waiting("agents.sessions.setStatus"):
+                await self._start(session, origin)
+        except BudgetSpent:
+            log.info("no agent session for %s: the workspace's budget is spent", session.thread_ts)
+
+    async def _start(self, session: SessionInfo, origin: TurnOrigin) -> None:
         await self.set(
             session.team_id,
             session.channel_id,

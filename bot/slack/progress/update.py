@@ -4,6 +4,7 @@ second per thread; the answer as its own message(s)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from bot.agent.events import (
@@ -16,6 +17,7 @@ from bot.slack.markdown import (
     section_blocks,
     to_mrkdwn_async,
 )
+from bot.slack.pacing import BudgetSpent, without_waiting
 from bot.slack.progress.common import (
     SLACK_FAILURES,
     UPDATE_TEXT_LIMIT,
@@ -41,7 +43,7 @@ class UpdateReporter(ThreadReporter):
         self._progress_ts: str | None = None
         self._writing = False
         self._wake = asyncio.Event()
-        self._closing = False
+        self._closing = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -79,16 +81,28 @@ class UpdateReporter(ThreadReporter):
 
     async def _flush_loop(self) -> None:
         try:
-            while not self._closing:
+            while not self._closing.is_set():
                 await self._wake.wait()
-                if self._closing:
+                await self._paced_turn()
+                if self._closing.is_set():
                     return
                 async with self._ctx.pacer.hold(self._channel, self._thread_ts) as slot:
                     # Cleared before the edit: events during it schedule the next one.
                     self._wake.clear()
-                    await self._edit(slot, *self._render(None))
+                    # chat.update is Tier 3: under a burst an edit would wait, so it is
+                    # left out; the next event or the turn's end shows everything since.
+                    with contextlib.suppress(BudgetSpent), without_waiting("chat.update"):
+                        await self._edit(slot, *self._render(None))
         except Exception:
             log.exception("progress updates failed")
+
+    async def _paced_turn(self) -> None:
+        """Wait until an edit may go (one a second per thread), unless the turn ends
+        first: its answer does not wait for the pace."""
+        wait = self._ctx.pacer.paced_wait_s(self._channel, self._thread_ts)
+        if wait > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), wait)
 
     async def _edit(self, slot: ThreadSlot, text: str, blocks: list[Json]) -> bool:
         ts = self._progress_ts
@@ -102,6 +116,8 @@ class UpdateReporter(ThreadReporter):
                 ),
                 paced=True,
             )
+        except BudgetSpent:
+            raise  # the caller decides: leave the edit out, or make it later
         except SLACK_FAILURES as error:
             log.warning("progress update failed: %s", error_code(error))
             return False
@@ -123,13 +139,27 @@ class UpdateReporter(ThreadReporter):
         return truncate(body, UPDATE_TEXT_LIMIT - len(line) - 4) + f"\n_{line}_", blocks
 
     async def _finish(self, finished: TurnFinished) -> None:
-        self._closing = True
+        self._closing.set()
         self._wake.set()
         if self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
+        try:
+            with without_waiting("chat.update"):
+                await self._end_progress(finished)
+        except BudgetSpent:
+            # No room to edit now: the answer goes out first (a post, paced per channel
+            # only); the progress message shows the end once the workspace's budget allows.
+            await self._answer(finished)
+            self._ctx.background.run(self._end_progress(finished))
+            return
+        await self._answer(finished)
+
+    async def _end_progress(self, finished: TurnFinished) -> None:
         async with self._ctx.pacer.hold(self._channel, self._thread_ts) as slot:
             if await self._edit(slot, *self._render(finished)) and self._progress_ts:
                 await self._ctx.messages.closed(self._progress_ts)
+
+    async def _answer(self, finished: TurnFinished) -> None:
         if finished.finish is TurnFinish.INTERRUPTED:
             return
         if finished.finish is TurnFinish.ERROR:
