@@ -78,6 +78,18 @@ async def test_a_burst_of_threads_gets_every_answer_within_slacks_limits(world: 
     await world.slack.wait_for(answered, timeout=180)
     await world.drain()
 
+    def settled(server: Any) -> bool:
+        """What a turn's end shows besides the answer went out, some of it after the turn
+        (reactions and session status wait for their budget without holding the turn)."""
+        return all(
+            "eyes" not in server.reactions(SHOP_CHANNEL, m["ts"])
+            and getattr(server.agent_sessions.get((SHOP_CHANNEL, m["ts"])), "status", "")
+            != "processing"
+            for m in mentions
+        )
+
+    await world.slack.wait_for(settled, timeout=180)
+
     calls = world.slack.calls
     for method in ("chat.startStream", "chat.stopStream"):
         assert sum(c.status == 429 for c in calls if c.method == method) >= 2, method
