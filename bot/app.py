@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -157,6 +158,10 @@ def slack_client(
         retry_handlers=[AsyncConnectionErrorRetryHandler()],
         metrics=metrics,
     )
+
+
+# Seconds a thread may hold the GIL while another waits for it (CPython's default: 0.005).
+GIL_SWITCH_S = 0.001
 
 
 def model_gateway(
@@ -358,6 +363,10 @@ class Kelpie:
         active = self.config.models.active_profile
         if active.client is ModelClient.LITELLM:  # the direct client has nothing to load
             await self.core.gateways.warm_up(active.model)
+            # LiteLLM's thread holds the GIL while it parses; Python makes it hand the GIL
+            # back only every switch interval (5 ms by default), and an ack needs several
+            # wake-ups of this loop: shorter turns keep acks prompt (bench/README.md).
+            sys.setswitchinterval(GIL_SWITCH_S)
         # The model's capabilities (LiteLLM's map) are read now, not by the first turn.
         await self.core.router.capabilities(active.model)
         await self.core.approvals.start()
