@@ -320,6 +320,8 @@ class Kelpie:
     keeper: LeaseKeeper
     # PostgreSQL: wakes this replica when another one's write concerns it (None: SQLite).
     listener: PgListener | None = None
+    # Slack calls a turn's end left for later (bot/slack/progress), given up at stop.
+    reporters: SlackReporters | None = None
     _socket: AsyncSocketModeHandler | None = None
     _runner: web.AppRunner | None = None
     http_port: int | None = None
@@ -415,6 +417,8 @@ class Kelpie:
             if runner is not None:
                 await runner.cleanup()
         await self.scheduler.close()
+        if self.reporters is not None:
+            await self.reporters.close()
         await self.core.close()
         session = self.slack_app.client.session
         if session is not None:
@@ -721,6 +725,7 @@ def build_kelpie(
         signing_secret,
         keeper,
         listener,
+        reporters,
     )
 
 

@@ -194,6 +194,15 @@ class Background:
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
+    async def close(self) -> None:
+        """At shutdown: what still waits for budget is given up (the process ends before
+        Slack's window frees; the thread keeps the status it shows)."""
+        if self._tasks:
+            log.warning("giving up %d deferred Slack calls at shutdown", len(self._tasks))
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:

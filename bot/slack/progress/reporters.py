@@ -127,6 +127,10 @@ class SlackReporters:
         _log_degraded(session)
         return False
 
+    async def close(self) -> None:
+        """At shutdown, before the Slack session closes: deferred calls are given up."""
+        await self._background.close()
+
     async def settle(self, session: SessionInfo, *, awaiting_approval: bool) -> None:
         if self.turns.by_thread(session.channel_id, session.thread_ts) is not None:
             return  # the running turn shows the status when it ends
