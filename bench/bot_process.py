@@ -9,13 +9,16 @@ to stderr (the log file), so the control channel stays clean.
 
 from __future__ import annotations
 
+import asyncio
+import cProfile
 import json
 import os
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, ClassVar, TextIO
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -55,9 +58,68 @@ def _new_modules() -> list[str]:
     return new
 
 
+class _Loops(asyncio.DefaultEventLoopPolicy):
+    """Remembers every event loop the bot makes (its own, LiteLLM's thread), so one turn
+    can be profiled on each of their threads (`profile` / `profile-stop` on stdin)."""
+
+    made: ClassVar[weakref.WeakSet[asyncio.AbstractEventLoop]] = weakref.WeakSet()
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = super().new_event_loop()
+        self.made.add(loop)
+        return loop
+
+
+class _TurnProfile:
+    """cProfile on every running loop's thread, from `profile` until `profile-stop PATH`
+    (one pstats file per thread: PATH.<thread name>)."""
+
+    def __init__(self) -> None:
+        self._running: list[tuple[asyncio.AbstractEventLoop, cProfile.Profile, list[str]]] = []
+
+    def start(self) -> None:
+        for loop in list(_Loops.made):
+            if loop.is_running():
+                profiler, name = cProfile.Profile(), []
+                loop.call_soon_threadsafe(self._enable, profiler, name)
+                self._running.append((loop, profiler, name))
+
+    @staticmethod
+    def _enable(profiler: cProfile.Profile, name: list[str]) -> None:
+        name.append(threading.current_thread().name)
+        profiler.enable()
+
+    def stop(self, path: str) -> list[str]:
+        done = []
+        for loop, profiler, name in self._running:
+            finished = threading.Event()
+
+            def disable(
+                profiler: cProfile.Profile = profiler, finished: threading.Event = finished
+            ) -> None:
+                profiler.disable()
+                finished.set()
+
+            loop.call_soon_threadsafe(disable)
+            finished.wait(10)
+            profiler.dump_stats(f"{path}.{name[0]}")
+            done.append(f"{path}.{name[0]}")
+        self._running = []
+        return done
+
+
 def _answer_stats(control: TextIO) -> None:
+    turn_profile = _TurnProfile()
     for line in sys.stdin:
-        if line.strip() == "stats":
+        command, _, argument = line.strip().partition(" ")
+        if command == "profile":
+            turn_profile.start()
+            control.write(json.dumps({"profiling": True}) + "\n")
+            control.flush()
+        elif command == "profile-stop":
+            control.write(json.dumps({"written": turn_profile.stop(argument)}) + "\n")
+            control.flush()
+        elif command == "stats":
             stats = {
                 **COUNTS,
                 "cpu_s": time.process_time(),
@@ -74,6 +136,7 @@ def _answer_stats(control: TextIO) -> None:
 def main() -> int:
     control = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # stray prints go to the log, never into the control channel
+    asyncio.set_event_loop_policy(_Loops())
     threading.Thread(target=_answer_stats, args=(control,), daemon=True).start()
     from bot.cli import main as kelpie
 

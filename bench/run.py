@@ -180,9 +180,15 @@ class BotProcess:
         )
 
     async def stats(self) -> dict[str, Any]:
+        return await self.ask("stats")
+
+    async def ask(self, command: str) -> dict[str, Any]:
+        """One line to bot_process.py's control channel (`stats`, `profile`,
+        `profile-stop PATH`), one JSON line back."""
+
         def ask() -> dict[str, Any]:
             assert self.proc.stdin is not None and self.proc.stdout is not None
-            self.proc.stdin.write("stats\n")
+            self.proc.stdin.write(command + "\n")
             self.proc.stdin.flush()
             result: dict[str, Any] = json.loads(self.proc.stdout.readline())
             return result
@@ -265,6 +271,8 @@ class Bench:
     out: Figures
     next_turn: int = 0
     next_ts: float = 1_800_000_000.0
+    # `--profile-turns DIR`: the first and the tenth 1-round turn profiled, on every loop.
+    profile_dir: str | None = None
 
     async def mention(self, rounds: int, channel: str = SHOP_CHANNEL) -> tuple[int, str, float]:
         """A person mentions the bot in a new thread; (turn, thread ts, time sent)."""
@@ -277,8 +285,12 @@ class Bench:
         await self.slack.deliver_event(event)
         return turn, event["ts"], sent
 
-    async def turn(self, rounds: int) -> dict[str, Any]:
-        """One turn on a quiet bot; its timeline and what it cost."""
+    async def turn(self, rounds: int, profile_as: str | None = None) -> dict[str, Any]:
+        """One turn on a quiet bot; its timeline and what it cost. `profile_as`: profiled
+        into `profile_dir`/`profile_as`.<thread> (with `--profile-turns`)."""
+        profile = self.profile_dir and profile_as and os.path.join(self.profile_dir, profile_as)
+        if profile:
+            await self.bot.ask("profile")
         before = await self.bot.stats()
         calls_before = len(self.slack.calls)
         turn, ts, sent = await self.mention(rounds)
@@ -286,6 +298,9 @@ class Bench:
             raise TimeoutError(f"turn {turn} ({rounds} rounds) got no answer; see the bot log")
         await asyncio.sleep(0.3)  # let the turn's tail (stream stop, bookkeeping) finish
         after = await self.bot.stats()
+        if profile:
+            for path in (await self.bot.ask(f"profile-stop {profile}"))["written"]:
+                print(f"# profile: {path}", flush=True)
         timings = self.model.timings[turn]
         gaps = [timings[i + 1][0] - timings[i][1] for i in range(len(timings) - 1)]
         return {
@@ -340,7 +355,7 @@ async def phase_start(bench: Bench, health_port: int) -> None:
 
 async def phase_turns(bench: Bench, repeats: dict[int, int]) -> None:
     out = bench.out
-    first = await bench.turn(1)
+    first = await bench.turn(1, "first")
     out.add("first_answer_ms", first["answer_ms"], "ms")
     out.add("rss_after_first_turn_mb", (await bench.bot.stats())["rss_kb"] / 1024, "MB")
     # What the first turn still imported (lazily, on the clock of the first answer).
@@ -350,7 +365,9 @@ async def phase_turns(bench: Bench, repeats: dict[int, int]) -> None:
     results: dict[int, list[dict[str, Any]]] = {}
     for rounds, count in repeats.items():
         if count:
-            results[rounds] = [await bench.turn(rounds) for _ in range(count)]
+            # The tenth 1-round turn after start is the ninth here (the first came before).
+            names = {8: "tenth"} if rounds == 1 else {}
+            results[rounds] = [await bench.turn(rounds, names.get(i)) for i in range(count)]
     ones = results.get(1, [first])
     out.add("tenth_answer_ms", ones[min(8, len(ones) - 1)]["answer_ms"], "ms")
     for rounds, turns in results.items():
@@ -520,7 +537,7 @@ async def main_async(args: argparse.Namespace) -> int:
     if args.profile:
         env["BENCH_PROFILE"] = args.profile
     bot = BotProcess(config_path, env, tmp / "bot.log")
-    bench = Bench(slack, model, kube, bot, SlackWatch(slack), out)
+    bench = Bench(slack, model, kube, bot, SlackWatch(slack), out, profile_dir=args.profile_turns)
     try:
         await phase_start(bench, health_port)
         repeats = {1: args.turns_1, 5: args.turns_5, 20: args.turns_20}
@@ -575,10 +592,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--profile", help="cProfile the bot's main thread into this file (pstats format)"
     )
+    parser.add_argument(
+        "--profile-turns",
+        help="cProfile the first and the tenth 1-round turn on each of the bot's event-loop "
+        "threads into this folder (first.<thread>, tenth.<thread>)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the bot's log and database")
     args = parser.parse_args(argv)
     if args.profile:
         args.profile = os.path.abspath(args.profile)  # the bot runs in another directory
+    if args.profile_turns:
+        os.makedirs(args.profile_turns, exist_ok=True)
+        args.profile_turns = os.path.abspath(args.profile_turns)
     return args
 
 
