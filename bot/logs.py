@@ -21,7 +21,16 @@ _CONTEXT: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.Cont
     "kelpie_log_context", default=()
 )
 # The HTTP and model libraries are chatty at INFO and may echo request details.
-_NOISY = ("LiteLLM", "litellm", "httpx", "urllib3", "slack_sdk", "slack_bolt", "aiohttp.access")
+_NOISY = (
+    "LiteLLM",
+    "litellm",
+    "httpx",
+    "httpx2",
+    "urllib3",
+    "slack_sdk",
+    "slack_bolt",
+    "aiohttp.access",
+)
 
 
 def bind(**ids: str | int | None) -> None:

@@ -12,6 +12,7 @@ exceptions to a `Failure` (`failures.py` words them) and feeds its chunks to the
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -63,27 +64,64 @@ async def _warm(model: str) -> None:
     litellm = _import_litellm()
     with contextlib.suppress(Exception):  # an unknown provider fails on first use instead
         litellm.get_llm_provider(model)
-    await _rehearse(model)
+    await _rehearse()
 
 
-async def _rehearse(model: str) -> None:
-    """One streamed completion that never leaves the process (LiteLLM's `mock_response`):
-    LiteLLM imports about 60 more modules on its first request (its stream wrapper, logging
-    and proxy types, anyio) and builds their pydantic types, about a second of the first
-    answer on 2 cores."""
+# A streamed answer in the OpenAI wire format: two deltas and the usage, as a server sends.
+_REHEARSAL_CHUNKS = (
+    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"}}]},
+    {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}},
+)
+_REHEARSAL_HEAD = {"id": "warm-up", "object": "chat.completion.chunk", "created": 0}
+_REHEARSAL_BASE = "http://warm-up.invalid/v1"  # never resolved: the transport is in memory
+
+
+async def _rehearse() -> None:
+    """One streamed completion through LiteLLM's OpenAI provider and the openai SDK, over
+    an HTTP transport that answers from memory: nothing leaves the process. A first real
+    request imports more modules (LiteLLM's stream wrapper and logging, the service logger
+    that times each call and its prometheus types) and builds the SDK's pydantic types:
+    tens of ms of the first answer. No model is named: every provider shares LiteLLM's
+    part, and OpenAI-compatible servers take exactly this path."""
     litellm = _import_litellm()
     try:
-        stream = await litellm.acompletion(
-            model=model,
-            messages=[{"role": "user", "content": "warm-up"}],
-            stream=True,
-            stream_options={"include_usage": True},
-            mock_response="ok",
-        )
-        async for _ in stream:
-            pass
+        async with _rehearsal_client() as client:
+            stream = await litellm.acompletion(
+                model="openai/warm-up",
+                messages=[{"role": "user", "content": "warm-up"}],
+                stream=True,
+                stream_options={"include_usage": True},
+                client=client,
+                api_key=PLACEHOLDER_KEY,
+                api_base=_REHEARSAL_BASE,
+                max_retries=0,
+                num_retries=0,
+            )
+            async for _ in stream:
+                pass
     except Exception:  # a warm start is a nicety: the first question pays instead
         log.info("the model library's warm-up request failed", exc_info=True)
+
+
+def _rehearsal_client() -> Any:
+    """An openai SDK client whose transport (the SDK's httpx2) answers every request with
+    `_REHEARSAL_CHUNKS`, streamed."""
+    import httpx2
+    import openai
+
+    events = [f"data: {json.dumps({**_REHEARSAL_HEAD, **c})}\n\n" for c in _REHEARSAL_CHUNKS]
+    body = "".join(events) + "data: [DONE]\n\n"
+
+    def answer(_request: Any) -> Any:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    return openai.AsyncOpenAI(
+        api_key=PLACEHOLDER_KEY,
+        base_url=_REHEARSAL_BASE,
+        max_retries=0,
+        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(answer)),
+    )
 
 
 class LiteLLMGateway:
