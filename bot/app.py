@@ -63,7 +63,7 @@ from bot.slack.adapter import SlackAdapter
 from bot.slack.cards import ApprovalClicks, SlackApprovalCards
 from bot.slack.channels import ChannelBindings, ChannelDirectory
 from bot.slack.commands import SlashCommands
-from bot.slack.guard import SlackHttpRoute, installed_workspace_only
+from bot.slack.guard import SlackHttpRoute, installed_workspace_only, warm_authorization
 from bot.slack.inbox import InboxMiddleware
 from bot.slack.pacing import PacingLimits, SlackPacer
 from bot.slack.people import ApproverDirectory
@@ -374,6 +374,7 @@ class Kelpie:
         await self.core.approvals.start()
         if settle_heap:
             _settle_heap()
+        await warm_authorization(self.slack_app)  # Bolt's first event: no auth.test to wait for
         if self.config.slack.mode is SlackMode.SOCKET:
             self._socket = AsyncSocketModeHandler(self.slack_app, app_token=self.app_token)
             await self._socket.connect_async()

@@ -7,7 +7,8 @@ a body is parsed only after its signature checks out; a signed request replayed 
 same signature is acknowledged and not processed again. When the store cannot record the
 signature (an outage), the answer is a 503 and one log line: Slack retries a 5xx, and the
 retry is handled once the store is back. `installed_workspace_only` is a
-Bolt middleware (both modes) that drops events from another workspace or organisation.
+Bolt middleware (both modes) that drops events from another workspace or organisation;
+`warm_authorization` asks Slack who the bot is before the first event does.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from typing import Any, Protocol
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.middleware.authorization.async_single_team_authorization import (
+    AsyncSingleTeamAuthorization,
+)
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
@@ -130,3 +134,28 @@ async def installed_workspace_only(
             return BoltResponse(status=200, body="")
     await next()
     return None
+
+
+async def warm_authorization(app: AsyncApp) -> None:
+    """Bolt asks Slack who the bot is (`auth.test`) when it authorizes its first event, and
+    keeps the answer: asked at start instead, the first mention does not wait for that round
+    trip, and the Web API session has its first connection open. If Slack does not answer,
+    one log line, and Bolt asks at the first event as before."""
+    # Bolt offers no public way to hand it the answer; its single-workspace authorization
+    # keeps it in `auth_test_result` (another authorization: nothing to warm).
+    waiting = [
+        middleware
+        for middleware in getattr(app, "_async_middleware_list", ())
+        if isinstance(middleware, AsyncSingleTeamAuthorization)
+        and middleware.auth_test_result is None
+    ]
+    if not waiting:
+        return
+    try:
+        answer = await app.client.auth_test()
+    except Exception as error:  # Slack down or slow: the start goes on
+        reason = type(error).__name__
+        log.warning("Slack's auth.test failed at start (%s); asked at the first event", reason)
+        return
+    for middleware in waiting:
+        middleware.auth_test_result = answer
