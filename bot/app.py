@@ -466,6 +466,7 @@ class AgentCore:
 
     async def start(self) -> None:
         await self.db.upgrade()
+        await self.agent.warm_up()
         self.retention.start()
 
     async def close(self) -> None:

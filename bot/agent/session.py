@@ -227,6 +227,18 @@ class AgentSessions:
         self._wakeups = wakeups or Wakeups()
         self._claim_poll_s = claim_poll_s
 
+    async def warm_up(self) -> None:
+        """The reads a turn makes, once, for a thread that does not exist (nothing found,
+        nothing written): SQLAlchemy compiles a statement at its first use, a few ms of the
+        event loop each, and keeps it for the engine's life; the first question then finds
+        them compiled, like the tenth."""
+        await self._sessions.find("")
+        await self._conversation.history(0, self._config.agent.history_messages)
+        if self._openings is not None:
+            await self._openings.first_user_message(0)
+        if self._waiting is not None:
+            await self._waiting.pending_in(0)
+
     async def _policy(self, tools: list[Tool]) -> ResolvedAgentPolicy:
         """The turn's policy from the router; without one, from the config alone."""
         if self._router is not None:
