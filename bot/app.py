@@ -69,7 +69,7 @@ from bot.slack.pacing import PacingLimits, SlackPacer
 from bot.slack.people import ApproverDirectory
 from bot.slack.progress import SlackReporters
 from bot.slack.progress.sessions import SessionStopEvents
-from bot.slack.recovery import SlackOrphanNotices, SlackRedelivery
+from bot.slack.recovery import SlackClosings, SlackOrphanNotices, SlackRedelivery
 from bot.slack.safe_client import SafeWebClient
 from bot.slack.stop import StopHandler
 from bot.store.approvals import (
@@ -712,6 +712,7 @@ def build_kelpie(
         scheduler.submit,
         stop.interrupt_elsewhere,
         core.approvals,
+        SlackClosings(reporters.closing, core.turns.closing_sent),
     )
     keeper = LeaseKeeper(takeover, config.database.lease_s / 3, core.wakeups)
     listener = None if core.db.is_sqlite else PgListener(config.database.url, core.wakeups)

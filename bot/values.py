@@ -405,6 +405,18 @@ class OrphanTurn:
 
 
 @dataclass(frozen=True)
+class PendingClosing:
+    """What a finished turn's thread must still be told (its closing Slack calls, as JSON:
+    the end's progress edit, its reaction, its session going idle), left for later while
+    the workspace's budget had none and not yet accepted by Slack; claimed by this replica
+    (its own leftovers after a restart, or a dead replica's) to send."""
+
+    turn_id: str
+    calls_json: str
+    ended_at: datetime | None
+
+
+@dataclass(frozen=True)
 class RemoteTurn:
     """A turn running on another replica, as a stop pressed here sees it."""
 

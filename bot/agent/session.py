@@ -103,6 +103,15 @@ class TurnMessages(Protocol):
 
     async def closed(self, ts: str) -> None: ...
 
+    def deferred(self, calls_json: str) -> None:
+        """The turn's closing calls (JSON) go out later, when the workspace's budget has
+        room: kept with the turn's end, so a crash or a stop before then loses none."""
+        ...
+
+    def sent(self, closed: Sequence[str]) -> None:
+        """Slack accepted them, closing the messages in `closed`."""
+        ...
+
 
 class ReporterFactory(Protocol):
     async def open(
@@ -175,8 +184,19 @@ class TurnLedger(Protocol):
 
     async def message_closed(self, turn_id: str, ts: str) -> None: ...
 
-    async def finish(self, turn_id: str, state: TurnState, closed: Sequence[str] = ()) -> None:
-        """The turn ended (and the messages in `closed` with it, in the same commit)."""
+    async def finish(
+        self,
+        turn_id: str,
+        state: TurnState,
+        closed: Sequence[str] = (),
+        closing: str | None = None,
+    ) -> None:
+        """The turn ended (and the messages in `closed` with it, and its `closing` calls
+        still to go out, in the same commit)."""
+        ...
+
+    def closing_sent(self, turn_id: str, closed: Sequence[str] = ()) -> None:
+        """The turn's closing calls went out (with the next commit, not one of its own)."""
         ...
 
 
@@ -395,12 +415,13 @@ class AgentSessions:
             if not abort.is_set():
                 raise
             ending.state = TurnState.INTERRUPTED
-            await asyncio.shield(self._finish(ledger, turn_id, ending.state, ending.closed))
+            await asyncio.shield(self._finish(ledger, turn_id, ending))
             raise
         except Exception:
-            await self._finish(ledger, turn_id, TurnState.FAILED, ending.closed)
+            ending.state = TurnState.FAILED
+            await self._finish(ledger, turn_id, ending)
             raise
-        await self._finish(ledger, turn_id, ending.state, ending.closed)
+        await self._finish(ledger, turn_id, ending)
 
     @staticmethod
     async def _claim(ledger: TurnLedger, spec: _TurnSpec) -> TurnClaim:
@@ -409,13 +430,13 @@ class AgentSessions:
         return await ledger.claim(spec.session.id, spec.turn_id, spec.origin.asker)
 
     @staticmethod
-    async def _finish(
-        ledger: TurnLedger, turn_id: str, state: TurnState, closed: Sequence[str] = ()
-    ) -> None:
+    async def _finish(ledger: TurnLedger, turn_id: str, ending: _Ending) -> None:
+        # From here on, a closing call that goes out is recorded on its own (`sent`).
+        ending.finished = True
         try:
-            await ledger.finish(turn_id, state, closed)
+            await ledger.finish(turn_id, ending.state, ending.closed, ending.closing)
         except Exception:  # its lease runs out; whoever takes it over closes it
-            log.exception("could not record that turn %s ended (%s)", turn_id, state)
+            log.exception("could not record that turn %s ended (%s)", turn_id, ending.state)
 
     @contextlib.asynccontextmanager
     async def _reporting(self, spec: _TurnSpec, ending: _Ending) -> AsyncIterator[Reporter]:
@@ -579,6 +600,17 @@ class _LedgerMessages:
         elif self.ledger is not None:
             await _recording(self.ledger.message_closed(self.turn_id, ts), ts)
 
+    def deferred(self, calls_json: str) -> None:
+        self.ending.closing = calls_json
+
+    def sent(self, closed: Sequence[str]) -> None:
+        if not self.ending.finished:
+            # Out before the turn's end is recorded: its end records nothing left to send.
+            self.ending.closing = None
+            self.ending.closed.extend(closed)
+        elif self.ledger is not None:
+            self.ledger.closing_sent(self.turn_id, closed)
+
 
 async def _recording(write: Awaitable[None], ts: str) -> None:
     try:
@@ -622,11 +654,14 @@ class _OpeningReporter:
 @dataclass
 class _Ending:
     """How the turn ended, filled in by its body: its state, whether its answer is stored,
-    and the messages closed since."""
+    the messages closed since, and its closing calls left for later."""
 
     state: TurnState = TurnState.DONE
     answered: bool = False
     closed: list[str] = field(default_factory=list)
+    # Its closing Slack calls left for later (JSON), recorded with its end.
+    closing: str | None = None
+    finished: bool = False  # its end is being (or was) recorded
 
 
 def _hook_info(session: SessionInfo, user: str, turn_id: str | None = None) -> dict[str, object]:

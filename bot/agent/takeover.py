@@ -6,7 +6,10 @@ leases (the heartbeat), then claim what a dead replica left, whose leases expire
   it may have been half way through its tool calls);
 - a turn accepted but not started yet: run here, from the stored conversation;
 - a delivery acknowledged but never handled: handled here;
-- an approved change left without an outcome: reconciled here (read back, never rerun).
+- an approved change left without an outcome: reconciled here (read back, never rerun);
+- a finished turn's closing Slack calls left for later (its workspace's budget was spent)
+  and never sent: sent here, within the budget, so its thread stops showing it at work;
+  after a day they are given up (the thread has long moved on).
 The heartbeat also hands back the turns here that another replica interrupts: a newer
 message there (`slack.on_new_message: interrupt`) or a person's stop pressed there.
 Claims are compare-and-set in the store, so each is taken over by exactly one replica.
@@ -19,15 +22,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from bot.agent.continuation import TurnSubmit
 from bot.agent.session import AgentSessions
 from bot.store.wakeups import Wakeups
-from bot.values import OrphanDelivery, OrphanTurn, TurnInterrupt, TurnState, Wake
+from bot.values import (
+    OrphanDelivery,
+    OrphanTurn,
+    PendingClosing,
+    TurnInterrupt,
+    TurnState,
+    Wake,
+)
 
 log = logging.getLogger(__name__)
+
+# A finished turn's closing calls still unsent after this are given up.
+CLOSING_GIVE_UP = timedelta(days=1)
 
 
 class Leases(Protocol):
@@ -39,6 +53,10 @@ class Leases(Protocol):
 
     async def finish(self, turn_id: str, state: TurnState) -> None: ...
 
+    async def take_closings(self) -> list[PendingClosing]: ...
+
+    def closing_sent(self, turn_id: str, closed: Sequence[str] = ()) -> None: ...
+
 
 class Deliveries(Protocol):
     async def take_orphans(self) -> list[OrphanDelivery]: ...
@@ -46,6 +64,13 @@ class Deliveries(Protocol):
 
 class OrphanNotices(Protocol):
     async def close(self, turn: OrphanTurn) -> None: ...
+
+
+class Closings(Protocol):
+    def resend(self, closing: PendingClosing) -> None:
+        """Send them once the budget allows (without holding the heartbeat), then mark
+        them sent."""
+        ...
 
 
 class Redelivery(Protocol):
@@ -69,8 +94,10 @@ class Takeover:
         submit: TurnSubmit,
         interrupt: Callable[[TurnInterrupt], bool],
         approvals: Reconciler,
+        closings: Closings,
     ) -> None:
         self._approvals = approvals
+        self._closings = closings
         self._leases = leases
         self._deliveries = deliveries
         self._notices = notices
@@ -95,6 +122,19 @@ class Takeover:
             except Exception:
                 log.exception("could not take over delivery %s", delivery.key)
         await self._approvals.reconcile()
+        for closing in await self._leases.take_closings():
+            self._close_finished(closing)
+
+    def _close_finished(self, closing: PendingClosing) -> None:
+        ended = closing.ended_at
+        if ended is not None and datetime.now(UTC) - ended > CLOSING_GIVE_UP:
+            log.warning(
+                "giving up the closing Slack calls of turn %s (ended %s)", closing.turn_id, ended
+            )
+            self._leases.closing_sent(closing.turn_id)
+            return
+        log.info("sending the closing Slack calls of finished turn %s", closing.turn_id)
+        self._closings.resend(closing)
 
     async def interrupts(self) -> None:
         """Only the interrupts other replicas asked for (a wake-up said there is one)."""

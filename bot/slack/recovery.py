@@ -3,6 +3,8 @@
 - A turn that was running: every stream message (or progress message) it left open is
   closed (a long answer goes on in a second stream message), and the thread is
   told, in one sentence, that the answer is unfinished; the session leaves `processing`.
+- A turn that finished while its workspace's budget had no room for its closing calls:
+  they are sent (its thread stops showing it at work), as that process would have.
 - A delivery acknowledged but never handled (a message, a click, a slash command):
   dispatched again through Bolt, marked as a replay so the inbox lets it through (its key
   is already recorded). What it does is claimed once in the store: the turn ledger accepts a
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Sequence
+from functools import partial
 
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
@@ -22,9 +26,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.slack import copy
 from bot.slack.inbox import DELIVERY_KEY, REPLAYED, Handled
 from bot.slack.markdown import section_blocks
+from bot.slack.progress.closing import ClosingCalls, read_calls
 from bot.slack.progress.common import SLACK_FAILURES, error_code
 from bot.slack.progress.sessions import AgentSessions, SessionStatus
-from bot.values import OrphanDelivery, OrphanTurn
+from bot.values import OrphanDelivery, OrphanTurn, PendingClosing
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +81,18 @@ class SlackOrphanNotices:
             log.warning("could not close message %s: %s", ts, error_code(error))
             return False
         return True
+
+
+class SlackClosings:
+    """Implements the takeover's `Closings` port: a finished turn's closing calls left
+    unsent by a process that stopped, sent here once the budget allows, then marked sent."""
+
+    def __init__(self, calls: ClosingCalls, sent: Callable[[str, Sequence[str]], None]) -> None:
+        self._calls = calls
+        self._sent = sent
+
+    def resend(self, closing: PendingClosing) -> None:
+        self._calls.later(read_calls(closing.calls_json), partial(self._sent, closing.turn_id))
 
 
 class SlackRedelivery:

@@ -15,15 +15,11 @@ from bot.store.tables import (
     MessageRow,
     WriteAuditRow,
     WriteReservationRow,
+    aware,
     utcnow,
 )
 from bot.store.turns import Replica, renewing_approvals
 from bot.values import Approval, ApprovalState, WriteAudit, plan_from_json, plan_to_json
-
-
-def _aware(value: datetime) -> datetime:
-    # SQLite returns naive datetimes; everything we store is UTC.
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def _approval(row: ApprovalRow) -> Approval:
@@ -39,9 +35,9 @@ def _approval(row: ApprovalRow) -> Approval:
         thread_ts=row.thread_ts,
         requested_by=row.requested_by,
         status=ApprovalState(row.status),
-        expires_at=_aware(row.expires_at),
+        expires_at=aware(row.expires_at),
         decided_by=row.decided_by,
-        decided_at=_aware(row.decided_at) if row.decided_at else None,
+        decided_at=aware(row.decided_at) if row.decided_at else None,
         card_ts=row.card_ts,
         outcome=row.outcome,
         requesters=tuple(json.loads(row.requesters_json or "[]")),
@@ -172,7 +168,7 @@ class ApprovalRepository:
                     )
                 )
             ).one()
-        return _aware(value) if value is not None else None
+        return aware(value) if value is not None else None
 
     async def requesters(self, session_id: int) -> list[str]:
         async with self._db.sessions() as session:

@@ -13,6 +13,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def aware(value: datetime) -> datetime:
+    # SQLite returns naive datetimes; everything we store is UTC.
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
 class SessionRow(SQLModel, table=True):
     __tablename__ = "sessions"
 
@@ -72,6 +77,7 @@ class InboundEventRow(SQLModel, table=True):
 
 
 _RUNNING = text("state = 'running'")
+_CLOSING = text("closing_calls IS NOT NULL")
 
 
 class TurnRow(SQLModel, table=True):
@@ -91,6 +97,14 @@ class TurnRow(SQLModel, table=True):
             sqlite_where=_RUNNING,
             postgresql_where=_RUNNING,
         ),
+        # Finished turns whose closing Slack calls are still to go out: few, so a partial
+        # index keeps the heartbeat's look for a dead replica's leftovers cheap.
+        Index(
+            "ix_turns_closing",
+            "lease_expires_at",
+            sqlite_where=_CLOSING,
+            postgresql_where=_CLOSING,
+        ),
     )
 
     turn_id: str = Field(primary_key=True)
@@ -108,6 +122,10 @@ class TurnRow(SQLModel, table=True):
     # its next beat; a stop says who pressed it.
     interrupt_requested: bool = False
     stopped_by: str | None = None
+    # A finished turn's closing Slack calls (JSON) left for later while the workspace's
+    # budget had no room, stored with its end and cleared once Slack accepted them: until
+    # then the owner's lease is renewed, and whoever outlives it sends them.
+    closing_calls: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     ended_at: datetime | None = None
 

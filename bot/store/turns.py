@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, Update, exists, update
+from sqlalchemy import ColumnElement, Update, exists, or_, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -31,6 +31,7 @@ from bot.store.tables import (
     MessageRow,
     SessionRow,
     TurnRow,
+    aware,
     utcnow,
 )
 from bot.store.wakeups import notify
@@ -40,6 +41,7 @@ from bot.values import (
     ApprovalState,
     Message,
     OrphanTurn,
+    PendingClosing,
     RemoteTurn,
     Role,
     SessionInfo,
@@ -202,26 +204,79 @@ class TurnRepository:
 
         return op
 
-    async def finish(self, turn_id: str, state: TurnState, closed: Sequence[str] = ()) -> None:
+    async def finish(
+        self,
+        turn_id: str,
+        state: TurnState,
+        closed: Sequence[str] = (),
+        closing: str | None = None,
+    ) -> None:
         """The turn ended here (not if another replica took it over meanwhile), and the
-        messages in `closed` with it: a turn waiting for its thread, on any replica, is
-        woken to claim it."""
+        messages in `closed` with it, its `closing` Slack calls still to go out kept: a turn
+        waiting for its thread, on any replica, is woken to claim it."""
+        ended = {"state": state.value, "ended_at": utcnow()}
         statement = (
             update(TurnRow)
             .where(col(TurnRow.turn_id) == turn_id, col(TurnRow.owner) == self.replica.id)
-            .values(state=state.value, ended_at=utcnow())
+            .values(ended if closing is None else ended | {"closing_calls": closing})
         )
-        closing = self._open_messages(
+        closing_messages = self._open_messages(
             turn_id, lambda ts_list: [t for t in ts_list if t not in closed]
         )
         finishing = _waking(statement, Wake.TURN_ENDED)
 
         def op(session: Session) -> None:
             if closed:
-                closing(session)
+                closing_messages(session)
             finishing(session)
 
         await self._db.write(op)
+
+    def closing_sent(self, turn_id: str, closed: Sequence[str] = ()) -> None:
+        """Slack accepted the turn's closing calls (or they were given up), which closed the
+        messages in `closed`. Deferred: it rides with the next commit (a crash before then
+        only sends them again, which changes nothing in Slack)."""
+        statement = (
+            update(TurnRow)
+            .where(col(TurnRow.turn_id) == turn_id, col(TurnRow.owner) == self.replica.id)
+            .values(closing_calls=None)
+        )
+        closing_messages = self._open_messages(
+            turn_id, lambda ts_list: [t for t in ts_list if t not in closed]
+        )
+
+        def op(session: Session) -> None:
+            if closed:
+                closing_messages(session)
+            session.exec(statement)
+
+        self._db.defer(op)
+
+    async def take_closings(self, limit: int = 50) -> list[PendingClosing]:
+        """Claim finished turns whose closing calls are still to go out and whose owner's
+        lease expired (it died, or this process before a restart); each is ours once our
+        compare-and-set on its owner wins."""
+        now, until = self.replica.lease()
+        async with self._db.sessions() as session:
+            found = (
+                await session.exec(
+                    select(TurnRow)
+                    .where(
+                        col(TurnRow.closing_calls).is_not(None),
+                        col(TurnRow.lease_expires_at) < now,
+                    )
+                    .order_by(col(TurnRow.lease_expires_at))
+                    .limit(limit)
+                )
+            ).all()
+        return [
+            PendingClosing(
+                row.turn_id, row.closing_calls, aware(row.ended_at) if row.ended_at else None
+            )
+            for row in found
+            if row.closing_calls is not None
+            and await self._take(row.turn_id, row.owner, now, until)
+        ]
 
     async def request_interrupt(self, session_id: int) -> bool:
         """Ask the replica running the thread's turn to interrupt it (a newer message came
@@ -295,7 +350,10 @@ class TurnRepository:
         me = self.replica.id
         turns = (
             update(TurnRow)
-            .where(col(TurnRow.owner) == me, col(TurnRow.state).in_(LIVE))
+            .where(
+                col(TurnRow.owner) == me,
+                or_(col(TurnRow.state).in_(LIVE), col(TurnRow.closing_calls).is_not(None)),
+            )
             .values(heartbeat_at=now, lease_expires_at=until)
         )
         deliveries = (

@@ -5,10 +5,11 @@ the reporter base class."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -32,6 +33,7 @@ from bot.agent.events import (
     seen_stats,
 )
 from bot.agent.session import TurnMessages, TurnOrigin
+from bot.model.outbound import mask_value_async
 from bot.slack import copy
 from bot.slack.markdown import (
     MAX_BLOCKS,
@@ -44,6 +46,7 @@ from bot.slack.safe_text import escape_markdown
 from bot.values import SessionInfo, ToolStatus
 
 if TYPE_CHECKING:
+    from bot.slack.progress.closing import ClosingCalls
     from bot.slack.progress.sessions import AgentSessions
 
 log = logging.getLogger(__name__)
@@ -113,6 +116,19 @@ def error_code(error: BaseException) -> str:
     if isinstance(error, SlackApiError):
         return str(error.response.get("error") or "unknown_error")
     return type(error).__name__
+
+
+def slack_call(method: str, **args: object) -> Json:
+    """A Slack call as data (`bot/slack/progress/closing.py`): one a turn's end may leave
+    for later, and keep in the store meanwhile."""
+    return {"method": method, "args": args}
+
+
+async def stored_calls(calls: Sequence[Json]) -> str:
+    """`calls` as the store keeps them: JSON, with whatever the Slack client would mask
+    masked already (no secret reaches the database)."""
+    masked, _found = await mask_value_async(list(calls))
+    return json.dumps(masked, separators=(",", ":"))
 
 
 # --------------------------------------------------------------------------- shared state
@@ -195,10 +211,13 @@ class Background:
         task.add_done_callback(self._done)
 
     async def close(self) -> None:
-        """At shutdown: what still waits for budget is given up (the process ends before
-        Slack's window frees; the thread keeps the status it shows)."""
+        """At shutdown: what still waits for budget is given up here (the process ends
+        before Slack's window frees); each turn's end stored it, and the next start (or
+        another replica) sends it."""
         if self._tasks:
-            log.warning("giving up %d deferred Slack calls at shutdown", len(self._tasks))
+            log.warning(
+                "leaving %d turns' deferred Slack calls to the next start", len(self._tasks)
+            )
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -413,20 +432,27 @@ class StatusIndicator:
             return
         self._kind = "reaction"
 
-    async def finish(self, finish: TurnFinish) -> None:
+    def ending_calls(self, finish: TurnFinish) -> list[Json]:
+        """The calls that show the turn over: the assistant status cleared, or the `eyes`
+        reaction replaced by `white_check_mark` or `x` (as data: they may go out later)."""
+        session = self._session
         if self._kind == "assistant":
-            try:
-                await self._client.assistant_threads_setStatus(
-                    channel_id=self._session.channel_id,
-                    thread_ts=self._session.thread_ts,
+            return [
+                slack_call(
+                    "assistant.threads.setStatus",
+                    channel_id=session.channel_id,
+                    thread_ts=session.thread_ts,
                     status="",
                 )
-            except SLACK_FAILURES as error:
-                log.info("could not clear the assistant status: %s", error_code(error))
-        elif self._kind == "reaction":
-            await self._react("reactions_remove", "eyes")
-            ok = finish in (TurnFinish.STOP, TurnFinish.MAX_ITERATIONS)
-            await self._react("reactions_add", "white_check_mark" if ok else "x")
+            ]
+        if self._kind != "reaction":
+            return []
+        ok = finish in (TurnFinish.STOP, TurnFinish.MAX_ITERATIONS)
+        on = {"channel": session.channel_id, "timestamp": self._origin.message_ts}
+        return [
+            slack_call("reactions.remove", **on, name="eyes"),
+            slack_call("reactions.add", **on, name="white_check_mark" if ok else "x"),
+        ]
 
     async def _react(self, method: str, name: str) -> None:
         try:
@@ -458,8 +484,8 @@ class TurnContext:
     sessions: AgentSessions
     interrupt: Interrupt | None
     model_name: str
+    closing: ClosingCalls
     budget: SlackBudget = field(default_factory=lambda: SlackBudget(None, None))
-    background: Background = field(default_factory=Background)
 
 
 class ThreadReporter:
@@ -477,6 +503,8 @@ class ThreadReporter:
         self._turn_started: TurnStarted | None = None
         self._uploads: set[asyncio.Task[None]] = set()
         self._closing_task: asyncio.Future[None] | None = None
+        # Closing calls left for later: no room in the workspace's budget at the end.
+        self._later: list[Json] = []
 
     async def emit(self, event: TurnEvent) -> None:
         # Never awaits Slack: the turn must not wait on (or be cancelled inside) a Slack call.
@@ -518,22 +546,23 @@ class ThreadReporter:
                 await asyncio.gather(*self._uploads, return_exceptions=True)
             await self._finish(finished)
         finally:
-            await self._settle_later(self._show_ended(finished))
+            await self._settle(finished)
 
-    async def _show_ended(self, finished: TurnFinished) -> None:
-        """The thread's status once the turn is over: its reaction, its agent session."""
-        await self._ctx.status.finish(finished.finish)
-        await self._ctx.sessions.end_turn(
-            self._ctx.turn, awaiting_approval=finished.awaiting_approval
-        )
-
-    async def _settle_later(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run `work` now if its calls have room, else once they have, without the turn
-        (which holds one of the bot's few places for running turns until it ends)."""
-        if all(self._ctx.budget.room(method) for method in ENDING_METHODS):
-            await work
+    async def _settle(self, finished: TurnFinished) -> None:
+        """The thread's status once the turn is over (its reaction, its agent session): now
+        if its calls have room, else with the other calls left for later. Those go out
+        once the budget has room, without the turn (which holds one of the bot's few places
+        for running turns until it ends), and are kept with the turn's end meanwhile."""
+        ctx = self._ctx
+        if all(ctx.budget.room(method) for method in ENDING_METHODS):
+            await ctx.closing.send(ctx.status.ending_calls(finished.finish))
+            await ctx.sessions.end_turn(ctx.turn, awaiting_approval=finished.awaiting_approval)
         else:
-            self._ctx.background.run(work)
+            self._later += ctx.status.ending_calls(finished.finish)
+            self._later += ctx.sessions.end_calls(ctx.turn, finished.awaiting_approval)
+        if self._later:
+            ctx.messages.deferred(await stored_calls(self._later))
+            ctx.closing.later(self._later, ctx.messages.sent)
 
     # hooks for the renderings
     def _on_round(self) -> None: ...

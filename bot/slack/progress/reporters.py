@@ -10,6 +10,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.session import Reporter, TurnMessages, TurnOrigin
 from bot.config import SlackConfig, StreamingMode
 from bot.slack.pacing import SlackPacer
+from bot.slack.progress.closing import ClosingCalls
 from bot.slack.progress.common import (
     CHANNEL_REFUSALS,
     WORKSPACE_REFUSALS,
@@ -56,6 +57,7 @@ class SlackReporters:
         self._pacer = ThreadPacer()
         self._budget = SlackBudget(pacer, client.token)
         self._background = Background()
+        self.closing = ClosingCalls(client, self._background)
         self._memory = WorkspaceMemory()
         self.turns = ActiveTurns()
         self.sessions = AgentSessions(client, self._memory)
@@ -100,8 +102,8 @@ class SlackReporters:
             sessions=self.sessions,
             interrupt=self._interrupt,
             model_name=self._model_name,
+            closing=self.closing,
             budget=self._budget,
-            background=self._background,
         )
         if self._streams(session):
             native = NativeReporter(ctx)
@@ -128,7 +130,8 @@ class SlackReporters:
         return False
 
     async def close(self) -> None:
-        """At shutdown, before the Slack session closes: deferred calls are given up."""
+        """At shutdown, before the Slack session closes: deferred calls are given up here
+        (stored with their turns' ends: the next start sends them)."""
         await self._background.close()
 
     async def settle(self, session: SessionInfo, *, awaiting_approval: bool) -> None:

@@ -32,8 +32,10 @@ from bot.slack.progress.common import (
     SLACK_FAILURES,
     ActiveTurn,
     ActiveTurns,
+    Json,
     WorkspaceMemory,
     error_code,
+    slack_call,
     truncate,
 )
 from bot.values import SessionInfo
@@ -117,6 +119,20 @@ class AgentSessions:
 
     async def end_turn(self, turn: ActiveTurn, *, awaiting_approval: bool) -> None:
         await self.set(turn.team_id, turn.channel_id, turn.thread_ts, idle(awaiting_approval))
+
+    def end_calls(self, turn: ActiveTurn, awaiting_approval: bool) -> list[Json]:
+        """`end_turn` as data, for when it goes out later (none in a workspace without
+        sessions)."""
+        if turn.team_id in self._memory.no_agent_session_teams:
+            return []
+        status = idle(awaiting_approval).value
+        call = slack_call(
+            "agents.sessions.setStatus",
+            channel_id=turn.channel_id,
+            thread_ts=turn.thread_ts,
+            status=status,
+        )
+        return [call]
 
 
 def idle(awaiting_approval: bool) -> SessionStatus:

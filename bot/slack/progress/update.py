@@ -28,6 +28,7 @@ from bot.slack.progress.common import (
     TurnContext,
     error_code,
     footer_blocks,
+    slack_call,
     stop_button_block,
     truncate,
 )
@@ -150,7 +151,17 @@ class UpdateReporter(ThreadReporter):
             # No room to edit now: the answer goes out first (a post, paced per channel
             # only); the progress message shows the end once the workspace's budget allows.
             await self._answer(finished)
-            self._ctx.background.run(self._end_progress(finished))
+            if self._progress_ts is not None:
+                text, blocks = self._render(finished)
+                self._later.append(
+                    slack_call(
+                        "chat.update",
+                        channel=self._channel,
+                        ts=self._progress_ts,
+                        text=text,
+                        blocks=blocks,
+                    )
+                )
             return
         await self._answer(finished)
 

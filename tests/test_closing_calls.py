@@ -1,0 +1,108 @@
+"""A finished turn's closing Slack calls left for later (its workspace's budget was spent)
+are kept with its end in the store, so nothing a process leaves unsent is lost: after a
+stop, the next start sends them; a live replica sends a stopped one's; after a crash
+(SIGKILL) the restarted process does. The thread then stops showing kelpie at work: no
+`eyes` reaction, no agent session left processing, no progress message with its Stop
+button. End to end against the fake Slack, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from tests.peers.model_server import DynamicStep
+from tests.peers.slack_server import SlackServer
+from tests.test_replayed_requests import rows
+from tests.test_slack_burst import (
+    _answer,
+    bot_limits,
+    bot_messages,
+    burst,
+    fake_limits,
+    has_stop_button,
+    shown_answers,
+)
+from tests.world import World
+
+# Posted progress messages (their end's edit is one of the calls left for later); short
+# leases: what a stopped process holds is taken over about two seconds after it stopped.
+UPDATE = {"slack": {"streaming": "update"}, "database": {"lease_s": 2}}
+
+
+def working(server: SlackServer, channel: str, ts: str) -> list[str]:
+    """What the thread still shows of a turn at work."""
+    shown = []
+    if any(has_stop_button(m) for m in bot_messages(server, channel, ts)):
+        shown.append("stop button")
+    if "eyes" in server.reactions(channel, ts):
+        shown.append("eyes")
+    session = server.agent_sessions.get((channel, ts))
+    if session is not None and session.status == "processing":
+        shown.append("processing")
+    return shown
+
+
+def unsettled(server: SlackServer, threads: list[tuple[str, str]]) -> list[Any]:
+    return [(ts, shown) for c, ts in threads if (shown := working(server, c, ts))]
+
+
+async def closings_left(url: str) -> list[Any]:
+    """Turns with closing calls still to send, or with a message never recorded closed."""
+    return await rows(
+        url,
+        "SELECT turn_id, closing_calls, open_messages FROM turns "
+        "WHERE closing_calls IS NOT NULL OR open_messages != '[]'",
+    )
+
+
+async def answered_with_calls_left(world: World) -> list[tuple[str, str]]:
+    """A burst past the Tier 3 budget, answered: some threads' closing calls wait."""
+    world.slack.limits = fake_limits()
+    world.model.reply_default(DynamicStep(_answer))
+    threads = await burst(world)
+
+    def all_answered(server: SlackServer) -> bool:
+        return all(shown_answers(server, c, ts, i) for i, (c, ts) in enumerate(threads))
+
+    await world.slack.wait_for(all_answered, timeout=60)
+    return threads
+
+
+@pytest.mark.parametrize("taker", ["restart", "replica"])
+async def test_closing_calls_pending_at_a_stop_are_sent_by_the_next_process(
+    any_db_world: World, taker: str
+):
+    world = any_db_world
+    url = world.config.database.url
+    first = await world.start_bot(UPDATE, pacing=bot_limits())
+    threads = await answered_with_calls_left(world)
+    assert unsettled(world.slack, threads), "the burst left no closing call for later"
+    if taker == "replica":
+        await world.start_bot(UPDATE, pacing=bot_limits())
+    await world.stop_bot(first)
+
+    # The stop gave them up in memory; the store still holds what each thread must be told.
+    left = unsettled(world.slack, threads)
+    assert left and len(await closings_left(url)) >= len(left)
+    if taker == "restart":
+        await world.start_bot(UPDATE, pacing=bot_limits())
+
+    await world.slack.wait_for(lambda s: not unsettled(s, threads), timeout=60)
+    for channel, ts in threads:
+        # (A turn whose start had no room for its reaction shows none.)
+        assert world.slack.reactions(channel, ts) in ([], ["white_check_mark"])
+        session = world.slack.agent_sessions.get((channel, ts))
+        assert session is None or session.status == "active"
+    # Marked sent, and every progress message recorded closed (with the next commit).
+    await nothing_left(url)
+
+
+async def nothing_left(url: str) -> None:
+    for _ in range(100):
+        if not await closings_left(url):
+            return
+        await asyncio.sleep(0.1)
+    assert await closings_left(url) == []
+
