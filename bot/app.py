@@ -624,7 +624,7 @@ def build_kelpie(
     fails, to prove a write never runs without its intent audit); `pacing` replaces Slack's
     rate limits (tests count them over shorter windows, as their fake Slack does)."""
     metrics = Metrics()
-    pacer = slack_pacer(metrics, pacing)
+    pacer = slack_pacer(metrics, (pacing or PacingLimits()).shared(config.slack.rate_share))
     client = slack_client(config, secrets, metrics, pacer)
     signing_secret = secrets.signing_secret if config.slack.mode is SlackMode.HTTP else ""
     slack_app = AsyncApp(client=client, signing_secret=signing_secret)

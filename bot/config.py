@@ -101,6 +101,10 @@ class SlackConfig(_Strict):
     # People from another organisation in a Slack Connect channel get this role in every
     # channel, not the channel's ("none": kelpie does not answer them).
     external_users_role: str = "none"
+    # The share of Slack's per-workspace rate limits this process paces itself to: Slack
+    # counts an app's calls per workspace, whichever process makes them, so each of N
+    # replicas takes 1/N (bot/slack/pacing.py).
+    rate_share: float = Field(default=1.0, gt=0, le=1)
 
 
 class DatabaseConfig(_Strict):

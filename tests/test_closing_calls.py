@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.bot_processes import Launcher
 from tests.peers.model_server import DynamicStep
 from tests.peers.slack_server import SlackServer
 from tests.test_replayed_requests import rows
@@ -24,7 +25,7 @@ from tests.test_slack_burst import (
     has_stop_button,
     shown_answers,
 )
-from tests.world import World
+from tests.world import ALICE, DEV_CHANNEL, SHOP_CHANNEL, World, merge
 
 # Posted progress messages (their end's edit is one of the calls left for later); short
 # leases: what a stopped process holds is taken over about two seconds after it stopped.
@@ -106,3 +107,49 @@ async def nothing_left(url: str) -> None:
         await asyncio.sleep(0.1)
     assert await closings_left(url) == []
 
+
+# `kelpie run` pacing itself to a tenth of Slack's budget (as each of ten replicas would):
+# five reactions (Tier 3) and two reaction removals (Tier 2) a minute. Three turns' starts
+# and ends need more, so at least one turn ends with its closing calls left for a minute.
+KILLED = {
+    "slack": {"streaming": "update", "rate_share": 0.1},
+    "database": {"lease_s": 3},
+}
+# A fresh process imports LiteLLM before its first answer: a ceiling, not a speed check.
+PROCESS_S = 120
+
+
+async def test_closing_calls_left_by_a_killed_process_are_sent_after_a_restart(
+    world: World, launch: Launcher, database_url: str
+):
+    start = launch(merge(KILLED, {"database": {"url": database_url}}))
+    bot = await start()
+    world.model.reply_default(DynamicStep(_answer))
+    mentions = [
+        world.slack.mention((SHOP_CHANNEL, DEV_CHANNEL)[i % 2], ALICE, f"question {i}")
+        for i in range(3)
+    ]
+    for mention in mentions:
+        await world.slack.deliver_event(mention)
+    threads = [(m["channel"], m["ts"]) for m in mentions]
+    await world.slack.wait_for(
+        lambda s: all(shown_answers(s, c, ts, i) for i, (c, ts) in enumerate(threads)),
+        timeout=PROCESS_S,
+    )
+    # Every turn's end is stored, one at least with closing calls its process never sent.
+    ended = "SELECT closing_calls FROM turns WHERE ended_at IS NOT NULL"
+    for _ in range(200):
+        found = await rows(database_url, ended)
+        if len(found) == len(threads) and any(row[0] for row in found):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError(f"turns never ended with closing calls left: {found}")
+    bot.kill()
+    assert unsettled(world.slack, threads)
+
+    await start()
+    await world.slack.wait_for(lambda s: not unsettled(s, threads), timeout=PROCESS_S)
+    for channel, ts in threads:
+        assert world.slack.reactions(channel, ts) in ([], ["white_check_mark"])
+    await nothing_left(database_url)

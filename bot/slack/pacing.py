@@ -119,6 +119,14 @@ class PacingLimits:
     channel_window_s: float = 5.0
     max_retries: int = 5
 
+    def shared(self, share: float) -> PacingLimits:
+        """This process's part of the workspace's budget (`slack.rate_share`): `share` of
+        each tier's calls, at least one."""
+        if share >= 1:
+            return self
+        counts = {tier: max(1, int(count * share)) for tier, count in self.per_window.items()}
+        return replace(self, per_window=MappingProxyType(counts))
+
     def scaled(self, factor: float) -> PacingLimits:
         """The same counts over windows `factor` times as long (tests shrink time)."""
         return replace(
