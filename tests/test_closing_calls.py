@@ -8,10 +8,19 @@ button. End to end against the fake Slack, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 
+from bot.store.db import Database, executing
+from bot.store.repositories import SessionRepository
+from bot.store.tables import TurnRow
+from bot.store.turns import Replica, TurnRepository
+from bot.values import SessionInfo, TurnState
 from tests.bot_processes import Launcher
 from tests.peers.model_server import DynamicStep
 from tests.peers.slack_server import SlackServer
@@ -153,3 +162,43 @@ async def test_closing_calls_left_by_a_killed_process_are_sent_after_a_restart(
     for channel, ts in threads:
         assert world.slack.reactions(channel, ts) in ([], ["white_check_mark"])
     await nothing_left(database_url)
+
+
+async def test_closing_calls_unsent_after_a_day_are_given_up_with_one_warning(
+    world: World, caplog: pytest.LogCaptureFixture
+):
+    """A dead replica's leftovers from two days ago: the thread has long moved on."""
+    caplog.set_level(logging.INFO, logger="bot.agent.takeover")
+    url = world.config.database.url
+    db = Database(url)
+    await db.upgrade()
+    asked = world.slack.post_user_message(SHOP_CHANNEL, ALICE, "question 0")
+    thread = await SessionRepository(db).get_or_create(
+        SessionInfo(
+            0,
+            f"T0TEST:{SHOP_CHANNEL}:{asked.ts}",
+            "T0TEST",
+            SHOP_CHANNEL,
+            asked.ts,
+            False,
+            "viewer",
+            "prod",
+            "shop",
+            ALICE,
+        )
+    )
+    dead = TurnRepository(db, Replica("dead", timedelta(seconds=0)))
+    await dead.begin(thread, "t-old", ALICE, [], claim=True)
+    eyes = {"channel": SHOP_CHANNEL, "timestamp": asked.ts, "name": "eyes"}
+    await dead.finish(
+        "t-old", TurnState.DONE, closing=json.dumps([{"method": "reactions.remove", "args": eyes}])
+    )
+    two_days_ago = datetime.now(UTC) - timedelta(days=2)
+    await db.write(executing(update(TurnRow).values(ended_at=two_days_ago)))
+    await db.close()
+
+    await world.start_bot(UPDATE)
+    await nothing_left(url)
+    assert world.slack.calls_to("reactions.remove") == []
+    given_up = [r for r in caplog.records if "giving up the closing Slack calls" in r.getMessage()]
+    assert len(given_up) == 1

@@ -375,3 +375,31 @@ async def kill_listeners(url: str) -> int:
         )
     finally:
         await connection.close()
+
+
+async def test_a_finished_turns_closing_calls_are_taken_by_one_replica_once_its_own_stops(
+    database_url: str,
+):
+    """Kept with the turn's end under its replica's lease (renewed while it beats), taken
+    by exactly one live replica once that lease expired, and never again once sent."""
+    db, session_id = await opened(database_url)
+    thread = replace(THREAD, id=session_id)
+    stopped = TurnRepository(db, replica("stopped", ttl_s=1))
+    live = [TurnRepository(db, replica(name)) for name in ("a", "b")]
+    calls = '[{"method":"reactions.remove","args":{"name":"eyes"}}]'
+    await stopped.begin(thread, "t1", "U0ALICE", question("q"), claim=True)
+    await stopped.finish("t1", TurnState.DONE, closing=calls)
+    await stopped.renew()
+    assert [await r.take_closings() for r in live] == [[], []]
+
+    await asyncio.sleep(1.1)  # its lease runs out: it stopped beating
+    taken = await asyncio.gather(*(r.take_closings() for r in live))
+    assert sorted(len(found) for found in taken) == [0, 1]
+    winner, found = next((r, f) for r, f in zip(live, taken, strict=True) if f)
+    assert (found[0].turn_id, found[0].calls_json) == ("t1", calls)
+    assert found[0].ended_at is not None and found[0].ended_at.tzinfo is not None
+    winner.closing_sent("t1")
+    await winner.renew()  # a durable write: the deferred mark rides with it
+    await asyncio.sleep(1.1)
+    assert [await r.take_closings() for r in live] == [[], []]
+    await db.close()

@@ -31,7 +31,9 @@ so under pressure a thread's progress waits and coalesces into fewer, larger wri
 turn never waits for a spent Tier 2/3 budget where it has another way: with no room for a
 stream's start it takes the update rendering (posting is paced per channel only); a
 progress edit, the `eyes` reaction or the agent session with no room is left out; its
-end's edit and status go out later, once the budget allows, without holding the turn.
+end's edit and status go out later, once the budget allows, without holding the turn;
+they are kept with the turn's end in the store until Slack accepted them, so what a stop
+or a crash left unsent is sent by the next start or another replica (`closing.py`).
 
 Why not slack_sdk's `chat_stream()` helper (`AsyncChatStream`) or Bolt's `say_stream`: the
 helper flushes by buffer size (256 characters), not by time, so it either appends per few
