@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,7 +21,7 @@ from bot.store.db import Database, executing
 from bot.store.repositories import SessionRepository
 from bot.store.tables import TurnRow
 from bot.store.turns import Replica, TurnRepository
-from bot.values import SessionInfo, TurnState
+from bot.values import TurnState
 from tests.bot_processes import Launcher
 from tests.peers.model_server import DynamicStep
 from tests.peers.slack_server import SlackServer
@@ -34,6 +35,7 @@ from tests.test_slack_burst import (
     has_stop_button,
     shown_answers,
 )
+from tests.test_turn_leases import THREAD
 from tests.world import ALICE, DEV_CHANNEL, SHOP_CHANNEL, World, merge
 
 # Posted progress messages (their end's edit is one of the calls left for later); short
@@ -174,18 +176,7 @@ async def test_closing_calls_unsent_after_a_day_are_given_up_with_one_warning(
     await db.upgrade()
     asked = world.slack.post_user_message(SHOP_CHANNEL, ALICE, "question 0")
     thread = await SessionRepository(db).get_or_create(
-        SessionInfo(
-            0,
-            f"T0TEST:{SHOP_CHANNEL}:{asked.ts}",
-            "T0TEST",
-            SHOP_CHANNEL,
-            asked.ts,
-            False,
-            "viewer",
-            "prod",
-            "shop",
-            ALICE,
-        )
+        replace(THREAD, session_key=f"T0TEST:{SHOP_CHANNEL}:{asked.ts}", thread_ts=asked.ts)
     )
     dead = TurnRepository(db, Replica("dead", timedelta(seconds=0)))
     await dead.begin(thread, "t-old", ALICE, [], claim=True)
