@@ -420,6 +420,11 @@ class Kelpie:
         await self.scheduler.close()
         if self.reporters is not None:
             await self.reporters.close()
+        if self.core.turns is not None:
+            try:
+                await self.core.turns.release_closings()
+            except Exception as error:  # the store is down: their lease runs out instead
+                log.warning("closing calls left to their lease at the stop: %s", error)
         await self.core.close()
         session = self.slack_app.client.session
         if session is not None:

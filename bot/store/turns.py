@@ -23,7 +23,7 @@ from sqlalchemy import ColumnElement, Update, exists, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from bot.store.db import Database, counting, insert_ignoring_duplicates
+from bot.store.db import Database, counting, executing, insert_ignoring_duplicates
 from bot.store.repositories import adding_messages, creating_session
 from bot.store.tables import (
     ApprovalRow,
@@ -251,6 +251,17 @@ class TurnRepository:
             session.exec(statement)
 
         self._db.defer(op)
+
+    async def release_closings(self) -> None:
+        """At a graceful stop, once its deferred calls were given up: this process's closing
+        calls still unsent are the next start's (or a live replica's) to send at its next
+        tick, not once their lease would have run out."""
+        statement = (
+            update(TurnRow)
+            .where(col(TurnRow.owner) == self.replica.id, col(TurnRow.closing_calls).is_not(None))
+            .values(lease_expires_at=utcnow())
+        )
+        await self._db.write(executing(statement))
 
     async def take_closings(self, limit: int = 50) -> list[PendingClosing]:
         """Claim finished turns whose closing calls are still to go out and whose owner's
