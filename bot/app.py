@@ -711,7 +711,12 @@ def build_kelpie(
     takeover = Takeover(
         core.turns,
         inbox,
-        SlackOrphanNotices(client, reporters.sessions),
+        SlackOrphanNotices(
+            client,
+            reporters.sessions,
+            reporters.closing,
+            reactions=config.slack.status_reactions,
+        ),
         SlackRedelivery(slack_app, inbox.handled),
         agent,
         scheduler.submit,

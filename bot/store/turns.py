@@ -431,6 +431,7 @@ class TurnRepository:
                         tuple(json.loads(row.open_messages)),
                         row.stopped_by,
                         answered,
+                        await self._asked_ts(row.turn_id),
                     )
                 )
         return taken
@@ -453,6 +454,22 @@ class TurnRepository:
             and last.complete
             and last.tool_calls_json is None
         )
+
+    async def _asked_ts(self, turn_id: str) -> str | None:
+        """The `ts` of the person's message the turn answers, stored with it."""
+        async with self._db.sessions() as session:
+            return (
+                await session.exec(
+                    select(MessageRow.slack_ts)
+                    .where(
+                        col(MessageRow.turn_id) == turn_id,
+                        col(MessageRow.role) == Role.USER.value,
+                        col(MessageRow.slack_ts).is_not(None),
+                    )
+                    .order_by(col(MessageRow.id))
+                    .limit(1)
+                )
+            ).first()
 
     async def _take(self, turn_id: str, owner: str, now: datetime, until: datetime) -> bool:
         statement = (
