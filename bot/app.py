@@ -420,11 +420,6 @@ class Kelpie:
         await self.scheduler.close()
         if self.reporters is not None:
             await self.reporters.close()
-        if self.core.turns is not None:
-            try:
-                await self.core.turns.release_closings()
-            except Exception as error:  # the store is down: their lease runs out instead
-                log.warning("closing calls left to their lease at the stop: %s", error)
         await self.core.close()
         session = self.slack_app.client.session
         if session is not None:
@@ -711,12 +706,7 @@ def build_kelpie(
     takeover = Takeover(
         core.turns,
         inbox,
-        SlackOrphanNotices(
-            client,
-            reporters.sessions,
-            reporters.closing,
-            reactions=config.slack.status_reactions,
-        ),
+        SlackOrphanNotices(client, reporters.sessions),
         SlackRedelivery(slack_app, inbox.handled),
         agent,
         scheduler.submit,

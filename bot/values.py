@@ -402,8 +402,6 @@ class OrphanTurn:
     # Its answer was stored before it died: a message of it that Slack says is over shows
     # that answer, and is left as it is.
     answered: bool = False
-    # The person's message it answered (None after a decision): its `eyes` reaction goes.
-    message_ts: str | None = None
 
 
 @dataclass(frozen=True)

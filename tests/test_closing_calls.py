@@ -41,9 +41,6 @@ from tests.world import ALICE, DEV_CHANNEL, SHOP_CHANNEL, World, merge
 # Posted progress messages (their end's edit is one of the calls left for later); short
 # leases: what a stopped process holds is taken over about two seconds after it stopped.
 UPDATE = {"slack": {"streaming": "update"}, "database": {"lease_s": 2}}
-# A restart after a graceful stop: the stop hands its leases back, so the next start sends
-# at once what a lease of ten minutes would otherwise hold past the test's wait.
-LONG_LEASE = merge(UPDATE, {"database": {"lease_s": 600}})
 
 
 def working(server: SlackServer, channel: str, ts: str) -> list[str]:
@@ -91,9 +88,7 @@ async def test_closing_calls_pending_at_a_stop_are_sent_by_the_next_process(
 ):
     world = any_db_world
     url = world.config.database.url
-    # A live replica takes them at its next tick, a third of its lease: short leases there.
-    overrides = LONG_LEASE if taker == "restart" else UPDATE
-    first = await world.start_bot(overrides, pacing=bot_limits())
+    first = await world.start_bot(UPDATE, pacing=bot_limits())
     threads = await answered_with_calls_left(world)
     assert unsettled(world.slack, threads), "the burst left no closing call for later"
     if taker == "replica":
@@ -104,7 +99,7 @@ async def test_closing_calls_pending_at_a_stop_are_sent_by_the_next_process(
     left = unsettled(world.slack, threads)
     assert left and len(await closings_left(url)) >= len(left)
     if taker == "restart":
-        await world.start_bot(overrides, pacing=bot_limits())
+        await world.start_bot(UPDATE, pacing=bot_limits())
 
     await world.slack.wait_for(lambda s: not unsettled(s, threads), timeout=60)
     for channel, ts in threads:

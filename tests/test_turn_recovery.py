@@ -116,13 +116,10 @@ async def test_a_turn_killed_mid_stream_is_closed_with_a_note_after_a_restart(
     thread = await hang_mid_stream(world, "are the shop pods healthy?")
     bot.kill()
     assert any(m.streaming for m in streams(world, thread))
-    assert world.slack.reactions(SHOP_CHANNEL, thread) == ["eyes"]
 
     await start()
     await said(world, thread, copy.TURN_LOST)
     assert not any(m.streaming for m in streams(world, thread))
-    # It no longer looks at the question: `x`, as a turn that stopped unfinished shows.
-    assert world.slack.reactions(SHOP_CHANNEL, thread) == ["x"]
     assert world.slack.session_status(SHOP_CHANNEL, thread) != "processing"
     await wait_db(
         world.tmp / "k.db", "SELECT state FROM turns", lambda rows: rows == [("interrupted",)]

@@ -27,7 +27,7 @@ from bot.slack import copy
 from bot.slack.inbox import DELIVERY_KEY, REPLAYED, Handled
 from bot.slack.markdown import section_blocks
 from bot.slack.progress.closing import ClosingCalls, read_calls
-from bot.slack.progress.common import SLACK_FAILURES, error_code, slack_call
+from bot.slack.progress.common import SLACK_FAILURES, error_code
 from bot.slack.progress.sessions import AgentSessions, SessionStatus
 from bot.values import OrphanDelivery, OrphanTurn, PendingClosing
 
@@ -37,18 +37,9 @@ log = logging.getLogger(__name__)
 class SlackOrphanNotices:
     """Implements the takeover's `OrphanNotices` port."""
 
-    def __init__(
-        self,
-        client: AsyncWebClient,
-        sessions: AgentSessions,
-        calls: ClosingCalls,
-        *,
-        reactions: bool,
-    ) -> None:
+    def __init__(self, client: AsyncWebClient, sessions: AgentSessions) -> None:
         self._client = client
         self._sessions = sessions
-        self._calls = calls
-        self._reactions = reactions
 
     async def close(self, turn: OrphanTurn) -> None:
         """A person's stop asked before the turn's replica died is what ended it: the
@@ -61,16 +52,6 @@ class SlackOrphanNotices:
             await self._close_message(channel, ts, header, edit=edit) for ts in turn.open_messages
         ]
         await self._sessions.set(turn.team_id, channel, thread_ts, SessionStatus.ACTIVE)
-        if self._reactions and turn.message_ts is not None:
-            # As a stopped or failed turn's end shows it: `eyes` swapped for `x` (sent as
-            # the closing calls are: a reaction already gone or already there is fine).
-            on = {"channel": channel, "timestamp": turn.message_ts}
-            await self._calls.send(
-                [
-                    slack_call("reactions.remove", **on, name="eyes"),
-                    slack_call("reactions.add", **on, name="x"),
-                ]
-            )
         if stopper and edited and all(edited):
             return  # its messages say who stopped it, as a stopped turn's own would
         sentence = copy.stopped_by(stopper) if stopper else copy.TURN_LOST

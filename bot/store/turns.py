@@ -23,7 +23,7 @@ from sqlalchemy import ColumnElement, Update, exists, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from bot.store.db import Database, counting, executing, insert_ignoring_duplicates
+from bot.store.db import Database, counting, insert_ignoring_duplicates
 from bot.store.repositories import adding_messages, creating_session
 from bot.store.tables import (
     ApprovalRow,
@@ -252,17 +252,6 @@ class TurnRepository:
 
         self._db.defer(op)
 
-    async def release_closings(self) -> None:
-        """At a graceful stop, once its deferred calls were given up: this process's closing
-        calls still unsent are the next start's (or a live replica's) to send at its next
-        tick, not once their lease would have run out."""
-        statement = (
-            update(TurnRow)
-            .where(col(TurnRow.owner) == self.replica.id, col(TurnRow.closing_calls).is_not(None))
-            .values(lease_expires_at=utcnow())
-        )
-        await self._db.write(executing(statement))
-
     async def take_closings(self, limit: int = 50) -> list[PendingClosing]:
         """Claim finished turns whose closing calls are still to go out and whose owner's
         lease expired (it died, or this process before a restart); each is ours once our
@@ -431,7 +420,6 @@ class TurnRepository:
                         tuple(json.loads(row.open_messages)),
                         row.stopped_by,
                         answered,
-                        await self._asked_ts(row.turn_id),
                     )
                 )
         return taken
@@ -454,22 +442,6 @@ class TurnRepository:
             and last.complete
             and last.tool_calls_json is None
         )
-
-    async def _asked_ts(self, turn_id: str) -> str | None:
-        """The `ts` of the person's message the turn answers, stored with it."""
-        async with self._db.sessions() as session:
-            return (
-                await session.exec(
-                    select(MessageRow.slack_ts)
-                    .where(
-                        col(MessageRow.turn_id) == turn_id,
-                        col(MessageRow.role) == Role.USER.value,
-                        col(MessageRow.slack_ts).is_not(None),
-                    )
-                    .order_by(col(MessageRow.id))
-                    .limit(1)
-                )
-            ).first()
 
     async def _take(self, turn_id: str, owner: str, now: datetime, until: datetime) -> bool:
         statement = (
