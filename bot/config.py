@@ -336,12 +336,18 @@ class RoleKubernetesConfig(_Strict):
     impersonate: ImpersonateConfig | None = None
 
 
+class RoleObservability(_Strict):
+    # Series without a namespace label (nodes, cluster totals): only where a role says so.
+    cluster_metrics: bool = False
+
+
 class RoleConfig(_Strict):
     tools: list[ToolPattern]
     namespaces: list[str] = Field(default_factory=lambda: ["*"])
     approval: ApprovalConfig = ApprovalConfig()
     # With `impersonate`, the cluster's RBAC for that identity applies too.
     kubernetes: RoleKubernetesConfig = RoleKubernetesConfig()
+    observability: RoleObservability = RoleObservability()
 
 
 class ChannelMatch(_Strict):
@@ -398,6 +404,40 @@ class HooksConfig(_Strict):
     session_end: list[HookConfig] = Field(default_factory=list)
 
 
+class TlsConfig(_Strict):
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+
+
+class ObservabilityInstance(_Strict):
+    """One Prometheus, Loki or Alertmanager; a channel's cluster picks the instance."""
+
+    name: str = Field(min_length=1)
+    url: str = Field(pattern=r"^https?://")
+    cluster: str | None = None
+    auth: ModelAuth = ModelAuth()
+    # Header name -> the environment variable that holds its whole value (never a literal).
+    headers: dict[str, str] = Field(default_factory=dict)
+    namespace_label: str = Field(default="namespace", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    timeout_s: float = Field(default=30, gt=0)
+    external_url: str | None = None
+    tls: TlsConfig = TlsConfig()
+
+
+class ObservabilityConfig(_Strict):
+    prometheus: list[ObservabilityInstance] = Field(default_factory=list)
+    loki: list[ObservabilityInstance] = Field(default_factory=list)
+    alertmanager: list[ObservabilityInstance] = Field(default_factory=list)
+    max_window_h: float = Field(default=24, gt=0)
+    max_series: int = Field(default=50, ge=1)
+    max_silence_h: float = Field(default=4, gt=0)
+
+    def instances(self) -> list[tuple[str, ObservabilityInstance]]:
+        kinds = [("prometheus", self.prometheus), ("loki", self.loki)]
+        kinds.append(("alertmanager", self.alertmanager))
+        return [(kind, instance) for kind, listed in kinds for instance in listed]
+
+
 class LogFormat(StrEnum):
     TEXT = "text"
     JSON = "json"
@@ -444,6 +484,7 @@ class Config(_Strict):
     firewall: FirewallConfig = FirewallConfig()
     guardian: GuardianConfig = GuardianConfig()
     hooks: HooksConfig = HooksConfig()
+    observability: ObservabilityConfig = ObservabilityConfig()
     logging: LoggingConfig = LoggingConfig()
     server: ServerConfig = ServerConfig()
 
@@ -473,9 +514,25 @@ class Config(_Strict):
             problems.append(
                 f'guardian.model_profile: unknown profile "{self.guardian.model_profile}"'
             )
+        problems += _observability_references(self.observability, clusters)
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+
+def _observability_references(config: ObservabilityConfig, clusters: list[str]) -> list[str]:
+    problems: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for kind, instance in config.instances():
+        where = f'observability.{kind} "{instance.name}"'
+        if (kind, instance.name) in seen:
+            problems.append(f"{where}: the name is used twice; names are unique per kind")
+        seen.add((kind, instance.name))
+        if instance.cluster is not None and instance.cluster not in clusters:
+            problems.append(
+                f'{where}.cluster: unknown cluster "{instance.cluster}" ({", ".join(clusters)})'
+            )
+    return problems
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:

@@ -15,6 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bot.toolsets.observe.http import Endpoint, ObserveError, ObserveHttp
+from bot.toolsets.observe.prometheus import Prometheus, auto_step, render_instant, render_range
 from bot.toolsets.observe.scope import NamespaceScope, QueryRefused, scope_logql, scope_promql
 from tests.peers.prometheus import PrometheusServer, Sample
 
@@ -216,3 +218,60 @@ def test_the_real_prometheus_runs_the_scoped_query_and_answers_only_the_scope(pr
     with_nodes = scope_promql("container_cpu or node_load1", SHOP_WITH_NODES)
     answered = instant(prometheus, with_nodes)
     assert sorted(series.get("namespace", "") for series in answered) == ["", "shop"]
+
+
+def endpoint(server: PrometheusServer, **overrides: object) -> Endpoint:
+    values: dict[str, object] = {
+        "kind": "prometheus",
+        "name": "main",
+        "url": server.url,
+        "cluster": None,
+        "timeout_s": 10.0,
+    }
+    values.update(overrides)
+    return Endpoint(**values)  # type: ignore[arg-type]
+
+
+async def test_a_range_is_summarised_per_series_with_at_most_120_points(prometheus):
+    http = ObserveHttp()
+    client = Prometheus(http, endpoint(prometheus), max_window_h=24, max_series=50)
+    try:
+        query = scope_promql("container_cpu", SHOP_AND_TEAMS)
+        result = await client.range(query, NOW - 29 * 60, NOW)
+    finally:
+        await http.close()
+    assert result.step_s == 15 and result.omitted == 0
+    [series] = result.series
+    assert series.labels["namespace"] == "shop" and series.points <= 120
+    assert (series.minimum, series.minimum_at) == (0.5, pytest.approx(NOW - 29 * 60, abs=15))
+    assert series.maximum == pytest.approx(0.79) and series.last == pytest.approx(0.79)
+    text = render_range(result)
+    assert 'container_cpu{namespace="shop",pod="shop-0"}: min 0.5 at' in text
+    assert prometheus.queries()[-1] == 'container_cpu{namespace=~"shop|team\\\\-.*"}'
+
+
+async def test_prometheus_errors_and_limits_are_sentences(prometheus):
+    http = ObserveHttp()
+    client = Prometheus(http, endpoint(prometheus), max_window_h=24, max_series=1)
+    unreachable = Prometheus(http, endpoint(prometheus, url="http://127.0.0.1:9"), 24, 1)
+    try:
+        with pytest.raises(ObserveError, match=r"refused the request \(400\): .*parse error"):
+            await client.instant("sum(", NOW)
+        with pytest.raises(ObserveError, match="at most 24 h may be queried"):
+            await client.range("up", NOW - 25 * 3600, NOW)
+        with pytest.raises(
+            ObserveError, match=r"Prometheus main \(http://127.0.0.1:9\) is unreachable"
+        ):
+            await unreachable.instant("up", NOW)
+        answer = await client.instant("container_cpu", NOW)
+    finally:
+        await http.close()
+    assert len(answer.samples) == 1 and answer.omitted == 1
+    assert "1 more series not shown: narrow the query." in render_instant(answer)
+
+
+def test_the_step_keeps_a_series_under_120_points():
+    assert auto_step(0, 3600) == 30
+    assert auto_step(0, 24 * 3600) == 900
+    assert auto_step(0, 60) == 1
+    assert all((hours * 3600) / auto_step(0, hours * 3600) <= 120 for hours in (1, 3, 6, 24, 48))
