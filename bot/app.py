@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -30,7 +30,7 @@ from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, WriteAuditLog
 from bot.approvals.recheck import Approvers, Bindings, CurrentPolicy
 from bot.approvals.service import ApprovalRequests, ApprovalService, ExpiryBell, RecordedWrites
-from bot.config import Config, ModelClient, OnNewMessage, Secrets, SlackMode
+from bot.config import Config, ModelClient, OnNewMessage, Secrets, SlackMode, valid_roles
 from bot.health import health_app, serve
 from bot.metrics import (
     MeteredApprovalRepository,
@@ -179,7 +179,7 @@ def model_gateway(
         profile=profile_name,
         auth=profile.auth.method,
     )
-    if profile.client is ModelClient.OPENAI_COMPATIBLE:
+    if profile.client_choice.client is ModelClient.OPENAI_COMPATIBLE:
         return OpenAIWireGateway(settings)
     return LiteLLMGateway(settings, litellm)
 
@@ -216,7 +216,9 @@ def capability_probe(config: Config) -> CapabilityProbe:
     """LiteLLM's own probe for a model some profile reaches through LiteLLM; its model map
     read as data otherwise, so a bot on the direct client never imports LiteLLM."""
     through_litellm = {
-        p.model for p in config.models.profiles.values() if p.client is ModelClient.LITELLM
+        p.model
+        for p in config.models.profiles.values()
+        if p.client_choice.client is ModelClient.LITELLM
     }
 
     def probe(model: str) -> ModelCapabilities:
@@ -244,10 +246,11 @@ def tool_registry(kube: KubeClients) -> ToolRegistry:
     return ToolRegistry([*reads, *present_tools(reads), investigation_tool(), *write_tools(kube)])
 
 
-def config_problems(config: Config) -> list[str]:
-    """What schema validation cannot see: the config checked against the tools this build
-    has (no cluster is contacted; the tools are only listed)."""
-    return pattern_problems(config.roles, tool_registry(KubeClients({})).all())
+def config_problems(data: dict[str, Any]) -> list[str]:
+    """What schema validation cannot see: a raw config's roles (those the schema accepts)
+    checked against the tools this build has (no cluster is contacted; the tools are only
+    listed). Run beside the schema, so one pass names every mistake."""
+    return pattern_problems(valid_roles(data), tool_registry(KubeClients({})).all())
 
 
 def security_stages(
@@ -363,7 +366,7 @@ class Kelpie:
         if self.listener is not None:
             self.listener.start()
         active = self.config.models.active_profile
-        if active.client is ModelClient.LITELLM:  # the direct client has nothing to load
+        if active.client_choice.client is ModelClient.LITELLM:  # the wire has nothing to load
             await self.core.gateways.warm_up(active.model)
             # LiteLLM's thread holds the GIL while it parses; Python makes it hand the GIL
             # back only every switch interval (5 ms by default), and an ack needs several

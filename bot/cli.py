@@ -48,11 +48,7 @@ def _load(path_arg: str | None) -> Config:
     """The config, checked against the schema and against the tools this build has."""
     from bot.app import config_problems
 
-    config = load_config(resolve_config_path(path_arg))
-    problems = config_problems(config)
-    if problems:
-        raise ConfigError(problems)
-    return config
+    return load_config(resolve_config_path(path_arg), also=config_problems)
 
 
 def _print_config_problems(error: ConfigError) -> int:
