@@ -259,7 +259,7 @@ class ModelProfile(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
     @property
-    def litellm_only_options(self) -> list[str]:
+    def wire_refused_options(self) -> list[str]:
         return sorted(WIRE_REFUSED_OPTIONS.intersection(self.options))
 
     @property
@@ -272,10 +272,10 @@ class ModelProfile(_Strict):
             return ClientChoice(
                 ModelClient.LITELLM, f"auto: {self.model} is not an {WIRE_MODEL_PREFIX} model"
             )
-        if refused := self.litellm_only_options:
+        if refused := self.wire_refused_options:
             return ClientChoice(
                 ModelClient.LITELLM,
-                f"auto: options {', '.join(refused)} are understood by LiteLLM only",
+                f"auto: options name {', '.join(refused)}, which only LiteLLM takes",
             )
         return ClientChoice(
             ModelClient.OPENAI_COMPATIBLE,
@@ -291,7 +291,7 @@ class ModelProfile(_Strict):
                 "client openai-compatible needs an openai/ model reference "
                 f"(openai/<the name the server knows>), not {self.model!r}"
             )
-        refused = self.litellm_only_options
+        refused = self.wire_refused_options
         if refused:
             raise ValueError(
                 f"client openai-compatible sends options as request fields; {', '.join(refused)} "

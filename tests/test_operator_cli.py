@@ -217,8 +217,8 @@ async def test_check_reports_each_dependency_and_missing_scopes(world):
         "an openai/ model)",
         "ok   model client default: openai-compatible (auto: an openai/ model with no "
         "LiteLLM-only options)",
-        "ok   model client drops: litellm (auto: options drop_params are understood by "
-        "LiteLLM only)",
+        "ok   model client drops: litellm (auto: options name drop_params, which only "
+        "LiteLLM takes)",
         "ok   model client pinned: litellm (client: litellm is set)",
     ]
     assert lines[11] == "ok   model default (openai/test-model): answered a one-token request"
