@@ -584,9 +584,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--client",
-        default="litellm",
-        choices=["litellm", "openai-compatible"],
-        help="the model profile's client (models.profiles.default.client)",
+        default="auto",
+        choices=["auto", "litellm", "openai-compatible"],
+        help="the model profile's client (models.profiles.default.client; auto, the "
+        "default, is the wire client for the openai/ test model)",
     )
     parser.add_argument("--json", help="also write the figures to this JSON file")
     parser.add_argument(

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -30,7 +30,7 @@ from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, WriteAuditLog
 from bot.approvals.recheck import Approvers, Bindings, CurrentPolicy
 from bot.approvals.service import ApprovalRequests, ApprovalService, ExpiryBell, RecordedWrites
-from bot.config import Config, ModelClient, OnNewMessage, Secrets, SlackMode
+from bot.config import Config, ModelClient, OnNewMessage, Secrets, SlackMode, valid_roles
 from bot.health import health_app, serve
 from bot.metrics import (
     MeteredApprovalRepository,
@@ -179,9 +179,9 @@ def model_gateway(
         profile=profile_name,
         auth=profile.auth.method,
     )
-    if profile.client is ModelClient.OPENAI_COMPATIBLE:
+    if profile.client_choice.client is ModelClient.OPENAI_COMPATIBLE:
         return OpenAIWireGateway(settings)
-    return LiteLLMGateway(settings, litellm)
+    return LiteLLMGateway(settings=settings, thread=litellm)
 
 
 class ModelGateways:
@@ -216,7 +216,9 @@ def capability_probe(config: Config) -> CapabilityProbe:
     """LiteLLM's own probe for a model some profile reaches through LiteLLM; its model map
     read as data otherwise, so a bot on the direct client never imports LiteLLM."""
     through_litellm = {
-        p.model for p in config.models.profiles.values() if p.client is ModelClient.LITELLM
+        p.model
+        for p in config.models.profiles.values()
+        if p.client_choice.client is ModelClient.LITELLM
     }
 
     def probe(model: str) -> ModelCapabilities:
@@ -244,10 +246,11 @@ def tool_registry(kube: KubeClients) -> ToolRegistry:
     return ToolRegistry([*reads, *present_tools(reads), investigation_tool(), *write_tools(kube)])
 
 
-def config_problems(config: Config) -> list[str]:
-    """What schema validation cannot see: the config checked against the tools this build
-    has (no cluster is contacted; the tools are only listed)."""
-    return pattern_problems(config.roles, tool_registry(KubeClients({})).all())
+def config_problems(data: dict[str, Any]) -> list[str]:
+    """What schema validation cannot see: a raw config's roles (those the schema accepts)
+    checked against the tools this build has (no cluster is contacted; the tools are only
+    listed). Run beside the schema, so one pass names every mistake."""
+    return pattern_problems(valid_roles(data), tool_registry(KubeClients({})).all())
 
 
 def security_stages(
@@ -363,7 +366,7 @@ class Kelpie:
         if self.listener is not None:
             self.listener.start()
         active = self.config.models.active_profile
-        if active.client is ModelClient.LITELLM:  # the direct client has nothing to load
+        if active.client_choice.client is ModelClient.LITELLM:  # the wire has nothing to load
             await self.core.gateways.warm_up(active.model)
             # LiteLLM's thread holds the GIL while it parses; Python makes it hand the GIL
             # back only every switch interval (5 ms by default), and an ack needs several
@@ -401,7 +404,9 @@ class Kelpie:
         web_app = web.Application()
 
         # Hostile requests are answered at the door (never a 500), replays processed once.
-        route = SlackHttpRoute(self.slack_app, self.signing_secret, self.inbox)
+        route = SlackHttpRoute(
+            app=self.slack_app, signing_secret=self.signing_secret, ledger=self.inbox
+        )
         web_app.router.add_post(settings.path, route.handle)
         self._runner, self.http_port = await serve(web_app, settings.host, settings.port)
         log.info(
@@ -507,58 +512,60 @@ def build_core(
     """The shared core, with approval cards and progress going to the given front end.
     With a `replica`, every turn is recorded with its state and this replica's lease."""
     db = Database(config.database.url, linger_s=config.database.linger_s)
-    turns = TurnRepository(db, replica) if replica is not None else None
+    turns = TurnRepository(db=db, replica=replica) if replica is not None else None
     wakeups = Wakeups()
     # One memo for the model requests and the store: a message is masked once for both.
     memo = MaskMemo()
-    messages = MessageRepository(db, memo)
+    messages = MessageRepository(db=db, memo=memo)
     sessions = SessionRepository(db)
     kube = kube_clients(config)
     registry = tool_registry(kube)
-    gateways = ModelGateways(config, secrets)
+    gateways = ModelGateways(config=config, secrets=secrets)
     post_hooks = PostToolUseHooks(config.hooks.post_tool_use)
     session_hooks = SessionHooks(config.hooks.session_start, config.hooks.session_end)
     # An approved change is leased to this replica until its outcome (one of its own when
     # there is no replica: `kelpie chat`).
     approval_store = MeteredApprovalRepository(
-        db, metrics, replica or Replica.this_process(config.database.lease_s)
+        db=db, metrics=metrics, replica=replica or Replica.this_process(config.database.lease_s)
     )
     bell = ExpiryBell()
     tool_audit = ToolAuditRepository(db)
     coordinator = WriteCoordinator(
-        registry, write_audit or WriteAuditRepository(db), WriteReservationRepository(db)
+        registry=registry,
+        audit=write_audit or WriteAuditRepository(db),
+        reservations=WriteReservationRepository(db),
     )
     pipeline = call_pipeline(
         security_stages(config, gateways, messages),
         timeout_s=config.agent.tool_timeout_s,
-        approvals=ApprovalRequests(approval_store, front.cards, bell),
-        writes=RecordedWrites(coordinator, approval_store),
+        approvals=ApprovalRequests(store=approval_store, cards=front.cards, bell=bell),
+        writes=RecordedWrites(coordinator=coordinator, store=approval_store),
         post_hooks=[post_hooks],
         audit=tool_audit,
     )
     harness = ToolHarness(registry, pipeline, tool_audit)
     payloads = PayloadLog(db)
-    router = ModelRouter(config, capability_probe(config))
+    router = ModelRouter(config=config, probe=capability_probe(config))
     engine = Engine(
         # Every request is masked, size-limited and kept (the last one per session).
-        MaskingGateway(
-            MeteredGateway(gateways(config.models.active), metrics),
-            payloads,
+        gateway=MaskingGateway(
+            inner=MeteredGateway(inner=gateways(config.models.active), metrics=metrics),
+            sink=payloads,
             memo=memo,
         ),
-        harness,
-        messages,
-        RetryPolicy(retries=config.agent.llm_retries, delay_s=config.agent.llm_retry_delay_s),
+        harness=harness,
+        store=messages,
+        retry=RetryPolicy(retries=config.agent.llm_retries, delay_s=config.agent.llm_retry_delay_s),
         awaiting_approval_answer=front.awaiting_approval,
     )
     agent = AgentSessions(
-        config,
-        sessions,
-        messages,
-        engine,
-        registry,
-        MeteredReporters(front.reporters, metrics),
-        session_hooks,
+        config=config,
+        sessions=sessions,
+        conversation=messages,
+        engine=engine,
+        registry=registry,
+        reporters=MeteredReporters(inner=front.reporters, metrics=metrics),
+        hooks=session_hooks,
         router=router,
         openings=SessionOpenings(db),
         waiting=approval_store,
@@ -567,45 +574,47 @@ def build_core(
         claim_poll_s=config.database.poll_s,
     )
     approvals = ApprovalService(
-        approval_store,
-        front.cards,
-        pipeline,
-        CurrentPolicy(
-            registry,
-            sessions,
-            front.bindings,
-            front.approvers,
+        store=approval_store,
+        cards=front.cards,
+        pipeline=pipeline,
+        check=CurrentPolicy(
+            registry=registry,
+            sessions=sessions,
+            bindings=front.bindings,
+            approvers=front.approvers,
             self_approval=front.self_approval,
         ),
-        DecisionTurns(messages, sessions, agent, front.submit),
-        KubeReadback(kube),
-        bell,
+        continuation=DecisionTurns(
+            conversation=messages, sessions=sessions, agent=agent, submit=front.submit
+        ),
+        readback=KubeReadback(kube),
+        bell=bell,
     )
     retention = Pruner(
-        db,
-        Retention(
+        db=db,
+        retention=Retention(
             conversations=timedelta(days=config.store.retention_days),
             audits=_days(config.store.audit_retention_days),
         ),
     )
     return AgentCore(
-        db,
-        messages,
-        sessions,
-        kube,
-        registry,
-        approval_store,
-        approvals,
-        payloads,
-        agent,
+        db=db,
+        messages=messages,
+        sessions=sessions,
+        kube=kube,
+        registry=registry,
+        approval_store=approval_store,
+        approvals=approvals,
+        payloads=payloads,
+        agent=agent,
         # The payload log stores its last payloads at shutdown; retention stops.
-        [post_hooks, session_hooks, payloads, retention],
-        pipeline,
-        router,
-        retention,
-        gateways,
-        turns,
-        wakeups,
+        background=[post_hooks, session_hooks, payloads, retention],
+        pipeline=pipeline,
+        router=router,
+        retention=retention,
+        gateways=gateways,
+        turns=turns,
+        wakeups=wakeups,
     )
 
 
@@ -632,12 +641,15 @@ def build_kelpie(
     scheduler = TurnScheduler(
         interrupt=config.slack.on_new_message is OnNewMessage.INTERRUPT,
         max_running=config.agent.max_concurrent_turns,
-        caps=TurnCaps(config.agent.max_turns_per_person, config.agent.max_turns_per_channel),
+        caps=TurnCaps(
+            per_person=config.agent.max_turns_per_person,
+            per_lane=config.agent.max_turns_per_channel,
+        ),
     )
     profile = config.models.active_profile
     reporters = SlackReporters(
-        client,
-        config.slack,
+        client=client,
+        config=config.slack,
         interrupt=scheduler.interrupt,
         model_name=profile.model,
         pacer=pacer,
@@ -646,89 +658,100 @@ def build_kelpie(
     channels = ChannelDirectory(client)
     roles = ChannelRoles(config)
     front = FrontEnd(
-        SlackApprovalCards(client),
-        reporters,
-        scheduler.submit,
-        ChannelBindings(channels, roles),
-        approvers,
-        copy.AWAITING_APPROVAL,
+        cards=SlackApprovalCards(client),
+        reporters=reporters,
+        submit=scheduler.submit,
+        bindings=ChannelBindings(channels=channels, roles=roles),
+        approvers=approvers,
+        awaiting_approval=copy.AWAITING_APPROVAL,
     )
     replica = Replica.this_process(config.database.lease_s)
-    core = build_core(config, secrets, front, metrics, write_audit=write_audit, replica=replica)
+    core = build_core(
+        config=config,
+        secrets=secrets,
+        front=front,
+        metrics=metrics,
+        write_audit=write_audit,
+        replica=replica,
+    )
     assert core.turns is not None
     agent = core.agent
-    inbox = Inbox(core.db, replica)
-    ApprovalClicks(slack_app, core.approvals, inbox.handled).register()
+    inbox = Inbox(db=core.db, replica=replica)
+    ApprovalClicks(app=slack_app, service=core.approvals, handled=inbox.handled).register()
     stop = StopHandler(
-        slack_app,
-        reporters.turns,
-        approvers,
-        config.roles,
-        scheduler.interrupt,
-        core.approvals.withdraw_for,
-        core.sessions,
-        inbox.handled,
-        core.turns,
+        app=slack_app,
+        turns=reporters.turns,
+        approvers=approvers,
+        roles=config.roles,
+        interrupt=scheduler.interrupt,
+        withdraw=core.approvals.withdraw_for,
+        sessions=core.sessions,
+        handled=inbox.handled,
+        elsewhere=core.turns,
     )
     stop.register()
     SessionStopEvents(
-        slack_app,
-        reporters.turns,
-        reporters.sessions,
-        stop.stop,
-        stop.stop_elsewhere,
-        stop.stop_queued,
+        app=slack_app,
+        turns=reporters.turns,
+        sessions=reporters.sessions,
+        stop=stop.stop,
+        stop_elsewhere=stop.stop_elsewhere,
+        stop_queued=stop.stop_queued,
     ).register()
     # Registered first: every request is stored before Bolt acknowledges it.
     slack_app.middleware(InboxMiddleware(inbox).process)
     SlashCommands(
-        slack_app,
-        channels,
-        roles,
-        core.registry,
-        core.sessions,
-        core.payloads,
-        approvers,
-        core.router,
-        inbox.handled,
+        app=slack_app,
+        channels=channels,
+        roles=roles,
+        registry=core.registry,
+        sessions=core.sessions,
+        payloads=core.payloads,
+        approvers=approvers,
+        models=core.router,
+        handled=inbox.handled,
     ).register()
     SlackAdapter(
-        slack_app,
-        config.slack,
-        channels,
-        roles,
-        core.sessions,
-        agent,
-        scheduler,
-        core.approvals.withdraw_for,
-        inbox.handled,
+        app=slack_app,
+        config=config.slack,
+        channels=channels,
+        roles=roles,
+        sessions=core.sessions,
+        agent=agent,
+        scheduler=scheduler,
+        withdraw=core.approvals.withdraw_for,
+        handled=inbox.handled,
     ).register()
     takeover = Takeover(
-        core.turns,
-        inbox,
-        SlackOrphanNotices(client, reporters.sessions),
-        SlackRedelivery(slack_app, inbox.handled),
-        agent,
-        scheduler.submit,
-        stop.interrupt_elsewhere,
-        core.approvals,
-        SlackClosings(reporters.closing, core.turns.closing_sent),
+        leases=core.turns,
+        deliveries=inbox,
+        notices=SlackOrphanNotices(client=client, sessions=reporters.sessions),
+        redelivery=SlackRedelivery(app=slack_app, handled=inbox.handled),
+        agent=agent,
+        submit=scheduler.submit,
+        interrupt=stop.interrupt_elsewhere,
+        approvals=core.approvals,
+        closings=SlackClosings(calls=reporters.closing, sent=core.turns.closing_sent),
     )
-    keeper = LeaseKeeper(takeover, config.database.lease_s / 3, core.wakeups)
-    listener = None if core.db.is_sqlite else PgListener(config.database.url, core.wakeups)
+    keeper = LeaseKeeper(
+        heartbeat=takeover, interval_s=config.database.lease_s / 3, wakeups=core.wakeups
+    )
+    listener = (
+        None if core.db.is_sqlite else PgListener(url=config.database.url, wakeups=core.wakeups)
+    )
     app_token = secrets.app_token if config.slack.mode is SlackMode.SOCKET else None
     return Kelpie(
-        config,
-        core,
-        slack_app,
-        scheduler,
-        inbox,
-        app_token,
-        metrics,
-        signing_secret,
-        keeper,
-        listener,
-        reporters,
+        config=config,
+        core=core,
+        slack_app=slack_app,
+        scheduler=scheduler,
+        inbox=inbox,
+        app_token=app_token,
+        metrics=metrics,
+        signing_secret=signing_secret,
+        keeper=keeper,
+        listener=listener,
+        reporters=reporters,
     )
 
 
@@ -754,24 +777,26 @@ def build_terminal(
     reporters = TerminalReporters(console, model_name=profile.model)
     turns = TerminalTurns()
     front = FrontEnd(
-        cards,
-        reporters,
-        turns.submit,
-        FixedBinding(binding),
-        TerminalApprovers(),
-        WAITING_AT_PROMPT,
+        cards=cards,
+        reporters=reporters,
+        submit=turns.submit,
+        bindings=FixedBinding(binding),
+        approvers=TerminalApprovers(),
+        awaiting_approval=WAITING_AT_PROMPT,
         self_approval=self_approve,
     )
-    core = build_core(config, secrets, front, Metrics())
-    keeper = LeaseKeeper(ApprovalLeases(core.approval_store), config.database.lease_s / 3)
+    core = build_core(config=config, secrets=secrets, front=front, metrics=Metrics())
+    keeper = LeaseKeeper(
+        heartbeat=ApprovalLeases(core.approval_store), interval_s=config.database.lease_s / 3
+    )
     return TerminalChat(
-        console,
-        core.agent,
-        binding,
-        channel_name,
-        KeptRuntime(core, keeper),
-        core.approvals,
-        turns,
-        cards,
+        console=console,
+        agent=core.agent,
+        binding=binding,
+        channel_name=channel_name,
+        runtime=KeptRuntime(core=core, keeper=keeper),
+        decisions=core.approvals,
+        turns=turns,
+        cards=cards,
         decider=terminal_decider(self_approve),
     )

@@ -212,6 +212,17 @@ async def model_check(config: Config, secrets: Secrets) -> CheckResult:
     return CheckResult(name, True, "answered a one-token request")
 
 
+def model_clients(config: Config) -> list[CheckResult]:
+    """Which client each profile uses, and why: one line each (nothing is contacted)."""
+    results: list[CheckResult] = []
+    for name, profile in config.models.profiles.items():
+        choice = profile.client_choice
+        results.append(
+            CheckResult(f"model client {name}", True, f"{choice.client.value} ({choice.why})")
+        )
+    return results
+
+
 async def database_check(config: Config) -> CheckResult:
     """The database answers and its schema is not newer than this kelpie (`kelpie run`
     upgrades an older one once the checks pass)."""
@@ -242,5 +253,6 @@ async def run_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     results = [CheckResult("config", True, "valid")]
     results += await startup_checks(config, secrets)
     results.append(await slack_features(config, secrets))
+    results += model_clients(config)
     results.append(await model_check(config, secrets))
     return results

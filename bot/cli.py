@@ -48,11 +48,7 @@ def _load(path_arg: str | None) -> Config:
     """The config, checked against the schema and against the tools this build has."""
     from bot.app import config_problems
 
-    config = load_config(resolve_config_path(path_arg))
-    problems = config_problems(config)
-    if problems:
-        raise ConfigError(problems)
-    return config
+    return load_config(resolve_config_path(path_arg), also=config_problems)
 
 
 def _print_config_problems(error: ConfigError) -> int:
@@ -107,7 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         asyncio.run(_run(config, secrets))
     except KelpieError as error:
-        for line in str(error).splitlines():
+        for line in error.user_message.splitlines():
             print(f"kelpie: {line}", file=sys.stderr)
         return EXIT_FAILED
     return 0
@@ -155,7 +151,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     try:
         asyncio.run(chat.run())
     except KelpieError as error:
-        print(f"kelpie: {error}", file=sys.stderr)
+        print(f"kelpie: {error.user_message}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:  # before the chat's own Ctrl-C handling was in place
         return 130

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from types import UnionType
@@ -196,29 +197,36 @@ class Tier(StrEnum):
 
 
 class ModelClient(StrEnum):
-    """How kelpie talks to a profile's model: through LiteLLM (every provider), or directly
-    over the OpenAI Chat Completions wire (faster and lighter; `openai/` models only)."""
+    """How kelpie talks to a profile's model: through LiteLLM (every provider), directly over
+    the OpenAI Chat Completions wire (faster and lighter; `openai/` models only), or `auto`:
+    the wire where it can serve the profile, LiteLLM otherwise (`ModelProfile.client_choice`)."""
 
+    AUTO = "auto"
     LITELLM = "litellm"
     OPENAI_COMPATIBLE = "openai-compatible"
 
 
 # What `options` may not hold with client openai-compatible, whose options are fields of the
 # request body: LiteLLM's own settings (no server knows them) and the fields kelpie sets.
+# With client auto, a profile naming any of them goes through LiteLLM.
 WIRE_REFUSED_OPTIONS = frozenset(
     {
         "drop_params",
+        "additional_drop_params",
         "num_retries",
         "max_retries",
         "timeout",
+        "request_timeout",
         "api_key",
         "api_base",
         "base_url",
         "api_version",
+        "organization",
         "custom_llm_provider",
         "input_cost_per_token",
         "output_cost_per_token",
         "mock_response",
+        "headers",
         "extra_headers",
         "extra_body",
         "model",
@@ -228,29 +236,62 @@ WIRE_REFUSED_OPTIONS = frozenset(
         "stream_options",
     }
 )
+WIRE_MODEL_PREFIX = "openai/"
+
+
+@dataclass(frozen=True)
+class ClientChoice:
+    """The client a profile uses, and why, in words `kelpie check` prints."""
+
+    client: ModelClient
+    why: str
 
 
 class ModelProfile(_Strict):
     model: str
     api_base: str | None = None
     auth: ModelAuth = ModelAuth()
-    client: ModelClient = ModelClient.LITELLM
+    client: ModelClient = ModelClient.AUTO
     tier: Tier | None = None
     temperature: float = Field(default=0.1, ge=0, le=2)
     max_tokens: int = Field(default=8192, ge=1)
     timeout_s: float = Field(default=120, gt=0)
     options: dict[str, Any] = Field(default_factory=dict)
 
+    @property
+    def wire_refused_options(self) -> list[str]:
+        return sorted(WIRE_REFUSED_OPTIONS.intersection(self.options))
+
+    @property
+    def client_choice(self) -> ClientChoice:
+        """`auto` resolved: the wire client exactly when `client: openai-compatible` would be
+        accepted (an `openai/` model, no option only LiteLLM understands)."""
+        if self.client is not ModelClient.AUTO:
+            return ClientChoice(self.client, f"client: {self.client.value} is set")
+        if not self.model.startswith(WIRE_MODEL_PREFIX):
+            return ClientChoice(
+                ModelClient.LITELLM, f"auto: {self.model} is not an {WIRE_MODEL_PREFIX} model"
+            )
+        if refused := self.wire_refused_options:
+            return ClientChoice(
+                ModelClient.LITELLM,
+                f"auto: options name {', '.join(refused)}, which only LiteLLM takes",
+            )
+        return ClientChoice(
+            ModelClient.OPENAI_COMPATIBLE,
+            f"auto: an {WIRE_MODEL_PREFIX} model with no LiteLLM-only options",
+        )
+
     @model_validator(mode="after")
     def _wire_can_send_it(self) -> ModelProfile:
         if self.client is not ModelClient.OPENAI_COMPATIBLE:
             return self
-        if not self.model.startswith("openai/"):
+        if not self.model.startswith(WIRE_MODEL_PREFIX):
             raise ValueError(
                 "client openai-compatible needs an openai/ model reference "
                 f"(openai/<the name the server knows>), not {self.model!r}"
             )
-        refused = sorted(WIRE_REFUSED_OPTIONS.intersection(self.options))
+        refused = self.wire_refused_options
         if refused:
             raise ValueError(
                 f"client openai-compatible sends options as request fields; {', '.join(refused)} "
@@ -487,51 +528,89 @@ class Config(_Strict):
     observability: ObservabilityConfig = ObservabilityConfig()
     logging: LoggingConfig = LoggingConfig()
     server: ServerConfig = ServerConfig()
-
-    @model_validator(mode="after")
-    def _references(self) -> Config:
-        problems: list[str] = []
-        role_names = ", ".join(self.roles) or "no roles defined"
-        clusters = [c.name for c in self.kubernetes.clusters]
-        if self.default_role != NO_ROLE and self.default_role not in self.roles:
-            problems.append(
-                f'default_role: unknown role "{self.default_role}" ({role_names}, none)'
-            )
-        external = self.slack.external_users_role
-        if external != NO_ROLE and external not in self.roles:
-            problems.append(
-                f'slack.external_users_role: unknown role "{external}" ({role_names}, none)'
-            )
-        for i, channel in enumerate(self.channels):
-            if channel.role != NO_ROLE and channel.role not in self.roles:
-                problems.append(f'channels[{i}].role: unknown role "{channel.role}" ({role_names})')
-            if channel.cluster is not None and channel.cluster not in clusters:
-                problems.append(
-                    f'channels[{i}].cluster: unknown cluster "{channel.cluster}" '
-                    f"({', '.join(clusters)})"
-                )
-        if self.guardian.enabled and self.guardian.model_profile not in self.models.profiles:
-            problems.append(
-                f'guardian.model_profile: unknown profile "{self.guardian.model_profile}"'
-            )
-        problems += _observability_references(self.observability, clusters)
-        if problems:
-            raise ValueError("\n".join(problems))
-        return self
+    # The names sections give each other are checked by `parse_config`
+    # (`reference_problems`), alongside the schema: not here, where a schema mistake
+    # anywhere would hide them.
 
 
-def _observability_references(config: ObservabilityConfig, clusters: list[str]) -> list[str]:
+def _mapping(data: Any, key: str) -> dict[str, Any]:
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _names(items: Any) -> list[str] | None:
+    """The `name` of each mapping in a raw list (None: not a list, nothing to check)."""
+    if not isinstance(items, list):
+        return None
+    return [str(item["name"]) for item in items if isinstance(item, dict) and "name" in item]
+
+
+def valid_roles(data: dict[str, Any]) -> dict[str, RoleConfig]:
+    """The roles of a raw config that the schema accepts, each on its own."""
+    roles: dict[str, RoleConfig] = {}
+    for name, raw in _mapping(data, "roles").items():
+        try:
+            roles[str(name)] = RoleConfig.model_validate(raw)
+        except ValidationError:
+            continue  # the schema's own pass names what is wrong with it
+    return roles
+
+
+def reference_problems(data: dict[str, Any]) -> list[str]:
+    """Names one part of the config gives another that do not exist (a channel's role or
+    cluster, the default role, the guardian's profile). Read from the raw mapping, with the
+    schema's defaults, so they are reported in the same pass as schema mistakes: a section
+    the schema refuses still has the names it defines."""
+    roles = _mapping(data, "roles")
+    role_names = ", ".join(roles) or "no roles defined"
     problems: list[str] = []
-    seen: set[tuple[str, str]] = set()
-    for kind, instance in config.instances():
-        where = f'observability.{kind} "{instance.name}"'
-        if (kind, instance.name) in seen:
-            problems.append(f"{where}: the name is used twice; names are unique per kind")
-        seen.add((kind, instance.name))
-        if instance.cluster is not None and instance.cluster not in clusters:
+    default_role = data.get("default_role", NO_ROLE)
+    if isinstance(default_role, str) and default_role != NO_ROLE and default_role not in roles:
+        problems.append(f'default_role: unknown role "{default_role}" ({role_names}, none)')
+    external = _mapping(data, "slack").get("external_users_role", NO_ROLE)
+    if isinstance(external, str) and external != NO_ROLE and external not in roles:
+        problems.append(
+            f'slack.external_users_role: unknown role "{external}" ({role_names}, none)'
+        )
+    clusters = _names(_mapping(data, "kubernetes").get("clusters"))
+    channels = data.get("channels")
+    for i, channel in enumerate(channels if isinstance(channels, list) else []):
+        if not isinstance(channel, dict):
+            continue
+        role, cluster = channel.get("role"), channel.get("cluster")
+        if isinstance(role, str) and role != NO_ROLE and role not in roles:
+            problems.append(f'channels[{i}].role: unknown role "{role}" ({role_names})')
+        if isinstance(cluster, str) and clusters is not None and cluster not in clusters:
             problems.append(
-                f'{where}.cluster: unknown cluster "{instance.cluster}" ({", ".join(clusters)})'
+                f'channels[{i}].cluster: unknown cluster "{cluster}" ({", ".join(clusters)})'
             )
+    guardian = _mapping(data, "guardian")
+    profile = guardian.get("model_profile", GuardianConfig().model_profile)
+    profiles = _mapping(_mapping(data, "models"), "profiles")
+    if guardian.get("enabled") is True and isinstance(profile, str) and profile not in profiles:
+        problems.append(f'guardian.model_profile: unknown profile "{profile}"')
+    problems += _observability_references(_mapping(data, "observability"), clusters)
+    return problems
+
+
+def _observability_references(data: dict[str, Any], clusters: list[str] | None) -> list[str]:
+    """Instances named twice in one kind, or belonging to a cluster that does not exist."""
+    problems: list[str] = []
+    for kind in ("prometheus", "loki", "alertmanager"):
+        listed = data.get(kind)
+        names: list[str] = []
+        for instance in listed if isinstance(listed, list) else []:
+            if not isinstance(instance, dict) or not isinstance(instance.get("name"), str):
+                continue
+            where = f'observability.{kind} "{instance["name"]}"'
+            if instance["name"] in names:
+                problems.append(f"{where}: the name is used twice; names are unique per kind")
+            names.append(instance["name"])
+            cluster = instance.get("cluster")
+            if isinstance(cluster, str) and clusters is not None and cluster not in clusters:
+                problems.append(
+                    f'{where}.cluster: unknown cluster "{cluster}" ({", ".join(clusters)})'
+                )
     return problems
 
 
@@ -592,23 +671,30 @@ def _problems(error: ValidationError) -> list[str]:
             message = _unknown_key(tuple(item["loc"]))
         elif item["type"] == "missing":
             message = "is required"
-        for line in message.split("\n"):
-            # Cross-reference problems already carry their own key path.
-            prefixed = path == "(top level)" and ":" in line.split(" ")[0]
-            problems.append(line if prefixed else f"{path}: {line}")
+        problems += [f"{path}: {line}" for line in message.split("\n")]
     return problems
 
 
-def parse_config(data: Any) -> Config:
+# A check of the raw config beyond the schema (`kelpie config check`: the role tool names).
+ConfigCheck = Callable[[dict[str, Any]], list[str]]
+
+
+def parse_config(data: Any, also: ConfigCheck | None = None) -> Config:
+    """The config, or one `ConfigError` naming every schema and cross-reference mistake
+    (and `also`'s) at once."""
     if not isinstance(data, dict):
         raise ConfigError(["(top level): the config must be a YAML mapping of sections"])
+    problems = reference_problems(data) + (also(data) if also is not None else [])
     try:
-        return Config.model_validate(data)
+        config = Config.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(_problems(error)) from None
+        raise ConfigError(_problems(error) + problems) from None
+    if problems:
+        raise ConfigError(problems)
+    return config
 
 
-def load_config(path: Path) -> Config:
+def load_config(path: Path, also: ConfigCheck | None = None) -> Config:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
@@ -619,7 +705,7 @@ def load_config(path: Path) -> Config:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise ConfigError([f"{path}{where}: not valid YAML"]) from None
-    return parse_config(data)
+    return parse_config(data, also)
 
 
 def resolve_config_path(cli_value: str | None) -> Path:

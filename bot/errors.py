@@ -4,7 +4,12 @@ from __future__ import annotations
 
 
 class KelpieError(Exception):
-    """Base class: `str(error)` is the user-facing sentence."""
+    """Base class: `user_message` is the sentence a person can act on (`str(error)` unless
+    a subclass keeps a detail for the log apart from it, as `ModelError` does)."""
+
+    @property
+    def user_message(self) -> str:
+        return str(self)
 
 
 class ConfigError(KelpieError):

@@ -79,3 +79,75 @@ def test_low_layers_import_no_higher_layer() -> None:
 
 def test_the_values_module_is_a_leaf() -> None:
     assert imported_bot_modules(BOT / "values.py") == set()
+
+
+def import_graph(package: str) -> dict[str, set[str]]:
+    """The modules of `package` (its `__init__` aside: importing a submodule runs it
+    anyway) and the ones of them each imports, type-checking imports included."""
+    modules = bot_modules()
+    inside = {name for name in modules if name.startswith(package + ".")}
+    graph: dict[str, set[str]] = {}
+    for name in sorted(inside):
+        targets = imported_bot_modules(modules[name])
+        graph[name] = {
+            max((m for m in inside if t == m or t.startswith(m + ".")), key=len)
+            for t in targets
+            if any(t == m or t.startswith(m + ".") for m in inside)
+        } - {name}
+    return graph
+
+
+def cycle_in(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of `graph` (depth first), or [] when it has none."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return []
+        for target in sorted(graph.get(node, ())):
+            if found := visit(target, [*path, node]):
+                return found
+        done.add(node)
+        return []
+
+    for node in sorted(graph):
+        if found := visit(node, []):
+            return found
+    return []
+
+
+def test_the_progress_package_has_no_import_cycle() -> None:
+    graph = import_graph("bot.slack.progress")
+    assert len(graph) >= 9  # the split modules are all seen
+    assert cycle_in(graph) == []
+    assert cycle_in({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_one_error_tree() -> None:
+    """Every error kelpie raises for a person to read derives from `KelpieError` (its
+    `user_message` is the sentence); none poses as a library's error, so no handler of
+    that library's failures takes it for one (`BudgetSpent` is not a transport failure)."""
+    import importlib
+    import inspect
+
+    import aiohttp
+
+    from bot.errors import KelpieError
+
+    found: list[str] = []
+    for name in sorted(bot_modules()):
+        if name.startswith("bot.store.migrations"):
+            continue  # Alembic's scripts, run only by Alembic
+        module = importlib.import_module(name)
+        for _, value in inspect.getmembers(module, inspect.isclass):
+            if value.__module__ != name or not issubclass(value, BaseException):
+                continue
+            qualified = f"{name}.{value.__qualname__}"
+            found.append(qualified)
+            # bot.tools' errors are being redesigned (a refusal as a value): not held yet.
+            if not name.startswith("bot.tools."):
+                assert issubclass(value, KelpieError), qualified
+                assert not issubclass(value, aiohttp.ClientError), qualified
+    assert {"bot.model.types.ModelError", "bot.slack.pacing.BudgetSpent"} <= set(found)

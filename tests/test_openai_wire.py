@@ -255,9 +255,27 @@ async def test_limits_and_temperature_are_sent_as_each_model_takes_them(
     peer.assert_script_consumed()
 
 
-def test_the_default_client_is_litellm() -> None:
-    config = parse_config(_profile(model="anthropic/claude-sonnet-4-20250514", client="litellm"))
-    assert config.models.active_profile.client.value == "litellm"
+@pytest.mark.parametrize(
+    ("settings", "client"),
+    [
+        ({"model": "openai/gpt-4o"}, "openai-compatible"),
+        ({"model": "openai/gpt-4o", "options": {"top_p": 0.9, "seed": 7}}, "openai-compatible"),
+        ({"model": "anthropic/claude-sonnet-4-20250514"}, "litellm"),
+        ({"model": "ollama_chat/qwen3:8b"}, "litellm"),
+        ({"model": "openai/gpt-4o", "options": {"extra_headers": {"X-A": "b"}}}, "litellm"),
+        ({"model": "openai/gpt-4o", "options": {"num_retries": 3}}, "litellm"),
+        ({"model": "openai/gpt-4o", "client": "litellm"}, "litellm"),
+    ],
+)
+def test_the_default_client_is_the_wire_where_it_can_serve_the_profile(
+    settings: dict[str, Any], client: str
+) -> None:
+    """`client: auto` (the default): the wire client exactly where `client:
+    openai-compatible` would be accepted, LiteLLM everywhere else."""
+    data = {**_profile(), "models": {"profiles": {"default": settings}}}
+    profile = parse_config(data).models.active_profile
+    assert profile.client.value == settings.get("client", "auto")
+    assert profile.client_choice.client.value == client
 
 
 @pytest.mark.parametrize(
@@ -315,8 +333,10 @@ async def main():
         async with running_world(Path(tmp)) as world:
             world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
             world.model.reply_text("All pods are running.")
-            profile = {"client": "openai-compatible", "tier": "high"}
-            await world.start_bot({"models": {"profiles": {"default": profile}}})
+            # Only openai/ profiles, every one on the default client (auto).
+            review = {"model": "openai/test-model", "api_base": world.model.api_base}
+            profiles = {"default": {"tier": "high"}, "review": review}
+            await world.start_bot({"models": {"profiles": profiles}})
             mention = await world.mention(SHOP_CHANNEL, ALICE, "how is shop?")
             await world.slack.wait_for(lambda s: any(
                 m.is_bot and "All pods are running." in m.text
@@ -330,9 +350,10 @@ asyncio.run(main())
 """
 
 
-def test_a_bot_on_the_wire_client_never_loads_litellm() -> None:
-    """A whole turn in Slack (two rounds, a tool call) in a fresh interpreter: neither
-    LiteLLM nor the openai SDK is ever imported."""
+def test_a_bot_with_only_openai_profiles_never_loads_litellm() -> None:
+    """A whole turn in Slack (two rounds, a tool call) in a fresh interpreter, every profile
+    an `openai/` one on the default client: neither LiteLLM nor the openai SDK is ever
+    imported."""
     assert _python(TURN).splitlines()[-2:] == ["answered", "[]"]
 
 

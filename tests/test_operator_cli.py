@@ -61,6 +61,9 @@ async def test_config_check_reports_every_mistake_at_once_with_a_suggestion(worl
     data["firewall"] = {"deny_kinds": ["Secrets", "pod"]}
     data["observability"] = {"prometheus": {"url": "http://prom:9090"}}
     data["agent"] = {"max_turns_per_person": 0, "max_turns_per_channel": "many"}
+    # Names one section gives another, reported in the same run as the schema's mistakes.
+    data["channels"][1] = {"match": {"id": "C9"}, "role": "admn", "cluster": "staging"}
+    data["roles"]["broken"] = {"tools": ["read/*"], "namespaces": "shop"}
     path = world.tmp / "bad.yaml"
     path.write_text(yaml.safe_dump(data))
 
@@ -76,7 +79,17 @@ async def test_config_check_reports_every_mistake_at_once_with_a_suggestion(worl
     assert "config: observability.prometheus: Input should be a valid list" in lines
     assert "config: agent.max_turns_per_person: Input should be greater than or equal to 1" in lines
     assert any(line.startswith("config: agent.max_turns_per_channel: ") for line in lines)
-    assert len(lines) == 5  # the tool names are checked once the schema holds
+    assert any(line.startswith("config: roles.broken.namespaces: ") for line in lines)
+    assert (
+        'config: channels[1].role: unknown role "admn" (admin, broken, operator, viewer)' in lines
+    )
+    assert 'config: channels[1].cluster: unknown cluster "staging" (prod)' in lines
+    assert 'config: roles.viewer.tools[0]: "read/list_pod" matches no tool' in " ".join(lines)
+    assert (
+        'config: roles.viewer.tools[1]: "write/list_pods" matches no tool (did you mean '
+        '"read/list_pods"?)' in lines
+    )
+    assert len(lines) == 10, lines
 
 
 async def test_config_check_names_tools_that_do_not_exist(world):
@@ -175,7 +188,15 @@ async def test_check_reports_each_dependency_and_missing_scopes(world):
     world.slack.granted_scopes.remove("reactions:write")
     world.model.reply_text("OK")
 
-    ran = await kelpie("check", "--config", str(write_config(world)), env=environ(world.slack))
+    # Which client each profile uses, and why: one line each (only the active one is asked).
+    profiles = {
+        "claude": {"model": "anthropic/claude-sonnet-4-20250514"},
+        "drops": {"model": "openai/gpt-4o", "options": {"drop_params": True, "top_p": 0.9}},
+        "pinned": {"model": "openai/gpt-4o", "client": "litellm"},
+    }
+    config = write_config(world, {"models": {"profiles": profiles}})
+
+    ran = await kelpie("check", "--config", str(config), env=environ(world.slack))
 
     assert ran.code == 1
     lines = ran.out.splitlines()
@@ -191,7 +212,16 @@ async def test_check_reports_each_dependency_and_missing_scopes(world):
     # Without a configuration token the events cannot be read: it says so, and how.
     assert lines[6].startswith("ok   slack events: not checked: a bot token cannot read")
     assert lines[6].endswith("set SLACK_CONFIG_TOKEN to an app configuration token")
-    assert lines[7] == "ok   model default (openai/test-model): answered a one-token request"
+    assert lines[7:11] == [
+        "ok   model client claude: litellm (auto: anthropic/claude-sonnet-4-20250514 is not "
+        "an openai/ model)",
+        "ok   model client default: openai-compatible (auto: an openai/ model with no "
+        "LiteLLM-only options)",
+        "ok   model client drops: litellm (auto: options name drop_params, which only "
+        "LiteLLM takes)",
+        "ok   model client pinned: litellm (client: litellm is set)",
+    ]
+    assert lines[11] == "ok   model default (openai/test-model): answered a one-token request"
     assert world.model.requests[-1]["max_tokens"] == 1
 
 

@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from bot.config import AuthMethod
+from bot.errors import KelpieError
 from bot.values import ThinkingBlock, ToolCallRequest
 
 
@@ -94,22 +95,27 @@ class ModelReply:
     thinking: tuple[ThinkingBlock, ...] = ()
 
 
-class ModelError(Exception):
+class ModelError(KelpieError):
     """The model could not be reached or its stream broke.
 
     `retryable` says whether trying again may help (5xx, timeouts, cut streams);
-    `user_message` is one sentence a person can act on.
+    `user_message` is one sentence a person can act on; `str(error)` is the detail the log
+    gets (the sentence when there is none).
     """
 
     def __init__(
         self, user_message: str, *, retryable: bool, detail: str = "", sent: bool = False
     ) -> None:
         super().__init__(detail or user_message)
-        self.user_message = user_message
+        self._user_message = user_message
         self.retryable = retryable
         # True when the request reached the server (it answered, or its stream broke):
         # such a request is counted in usage even though it produced no reply.
         self.sent = sent
+
+    @property
+    def user_message(self) -> str:
+        return self._user_message
 
 
 TextSink = Callable[[str], Awaitable[None]]

@@ -28,7 +28,8 @@ from bot.slack.channels import ChannelDirectory
 from bot.slack.inbox import Handled
 from bot.slack.markdown import section_blocks
 from bot.slack.payloads import PersonMessage, is_from_a_person, person_message
-from bot.slack.progress.common import QUEUED_STOP_BLOCK, Json, stop_button_block
+from bot.slack.progress.common import QUEUED_STOP_BLOCK, Json
+from bot.slack.progress.render import stop_button_block
 from bot.store.repositories import SessionRepository
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from bot.approvals.service import ApprovalService, ResumeResult
 from bot.slack import copy
 from bot.slack.inbox import REPLAYED, Handled, marking_handled
 from bot.slack.markdown import SECTION_LIMIT, split_text
-from bot.slack.progress.common import ThreadWriter
+from bot.slack.progress.writer import ThreadWriter
 from bot.slack.replies import whisper
 from bot.slack.safe_text import PLAIN_TEXT_LIMIT, escape_mrkdwn, plain_text
 from bot.values import Approval, ApprovalDecision, ApprovalState, DecisionKind

@@ -37,7 +37,9 @@ from enum import StrEnum
 from types import MappingProxyType
 from urllib.parse import parse_qs
 
-from aiohttp import ClientError, ClientHandlerType, ClientRequest, ClientResponse
+from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
+
+from bot.errors import KelpieError
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +87,17 @@ POSTING = frozenset({"chat.postMessage", "chat.startStream"})
 _NO_WAIT: ContextVar[frozenset[str]] = ContextVar("slack_no_wait", default=frozenset())
 
 
-class BudgetSpent(ClientError):
+class BudgetSpent(KelpieError):
     """A call asked not to wait found its method's budget in the workspace spent; nothing
-    was sent."""
+    was sent. Not a transport failure (no `aiohttp.ClientError`): a handler of failed Slack
+    calls must not take it for one, so only a caller that asked `without_waiting` sees it,
+    and takes another way."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__(
+            f"Slack's budget for {method} in this workspace is spent; nothing was sent."
+        )
+        self.method = method
 
 
 @contextmanager

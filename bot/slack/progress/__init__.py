@@ -44,7 +44,8 @@ stopping the turn. `say_stream` is that helper bound to a listener, while kelpie
 outside listeners. kelpie sends the same three methods with the same chunk types itself.
 """
 
-from bot.slack.progress.common import STOP_ACTION_ID, ActiveTurn, ActiveTurns, answer_messages
+from bot.slack.progress.common import STOP_ACTION_ID, ActiveTurn, ActiveTurns
+from bot.slack.progress.render import answer_messages
 from bot.slack.progress.reporters import SlackReporters
 
 __all__ = ["STOP_ACTION_ID", "ActiveTurn", "ActiveTurns", "SlackReporters", "answer_messages"]

@@ -21,14 +21,12 @@ from bot.slack.progress.common import (
     STREAM_TEXT_LIMIT,
     USER_STOPPED,
     Json,
-    TaskLine,
-    ThreadReporter,
     ThreadSlot,
-    ThreadWriter,
-    TurnContext,
     error_code,
-    footer_blocks,
 )
+from bot.slack.progress.render import TaskLine, footer_blocks
+from bot.slack.progress.reporter import ThreadReporter, TurnContext
+from bot.slack.progress.writer import ThreadWriter
 from bot.slack.safe_text import escape_markdown, escape_mrkdwn
 
 log = logging.getLogger(__name__)

@@ -19,12 +19,12 @@ from bot.slack.progress.common import (
     Background,
     Interrupt,
     SlackBudget,
-    StatusIndicator,
     ThreadPacer,
-    TurnContext,
     WorkspaceMemory,
 )
+from bot.slack.progress.indicator import StatusIndicator
 from bot.slack.progress.native import BUDGET_SPENT, NativeReporter
+from bot.slack.progress.reporter import TurnContext
 from bot.slack.progress.sessions import AgentSessions, idle
 from bot.slack.progress.update import UpdateReporter
 from bot.values import SessionInfo

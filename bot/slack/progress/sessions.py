@@ -36,8 +36,8 @@ from bot.slack.progress.common import (
     WorkspaceMemory,
     error_code,
     slack_call,
-    truncate,
 )
+from bot.slack.progress.render import truncate
 from bot.values import SessionInfo
 
 log = logging.getLogger(__name__)
@@ -77,8 +77,6 @@ class AgentSessions:
             response = await self._client.agents_sessions_setStatus(
                 channel_id=channel_id, thread_ts=thread_ts, status=status.value, **created
             )
-        except BudgetSpent:
-            raise
         except SLACK_FAILURES as error:
             log.warning("agent session status refused (%s): no stop button", error_code(error))
             if isinstance(error, SlackApiError):

@@ -22,16 +22,12 @@ from bot.slack.progress.common import (
     SLACK_FAILURES,
     UPDATE_TEXT_LIMIT,
     Json,
-    TaskLine,
-    ThreadReporter,
     ThreadSlot,
-    TurnContext,
     error_code,
-    footer_blocks,
     slack_call,
-    stop_button_block,
-    truncate,
 )
+from bot.slack.progress.render import TaskLine, footer_blocks, stop_button_block, truncate
+from bot.slack.progress.reporter import ThreadReporter, TurnContext
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +113,6 @@ class UpdateReporter(ThreadReporter):
                 ),
                 paced=True,
             )
-        except BudgetSpent:
-            raise  # the caller decides: leave the edit out, or make it later
         except SLACK_FAILURES as error:
             log.warning("progress update failed: %s", error_code(error))
             return False
