@@ -210,6 +210,17 @@ class SlackApprovalCards:
         )
 
 
+def _clicked_card(body: dict[str, Any], approval_id: str) -> str | None:
+    """The clicked message's ts, when the click came from this approval's buttons."""
+    container = body.get("container")
+    actions = body.get("actions")
+    if not (isinstance(container, dict) and isinstance(actions, list) and actions):
+        return None
+    ts = container.get("message_ts")
+    block = actions[0].get("block_id") if isinstance(actions[0], dict) else None
+    return ts if isinstance(ts, str) and block == f"approval:{approval_id}" else None
+
+
 class ApprovalClicks:
     """The Approve / Reject listeners: one `resume` per click; the service decides once.
 
@@ -245,7 +256,7 @@ class ApprovalClicks:
         ):
             log.warning("ignoring a malformed approval click")
             return
-        decision = ApprovalDecision(kind, user, channel)
+        decision = ApprovalDecision(kind, user, channel, card_ts=_clicked_card(body, approval_id))
         resumed = await self._service.resume(approval_id, decision)
         approval = resumed.approval
         if approval is None:
