@@ -271,7 +271,7 @@ def security_stages(
             GuardianStage(
                 # The guardian's requests leave kelpie too: the same outbound masking.
                 MaskingGateway(gateways(profile)),
-                recent=messages.recent_texts,
+                recent=messages.recent_messages,
                 timeout_s=config.models.profiles[profile].timeout_s,
             )
         )

@@ -212,6 +212,9 @@ class ApprovalDecision:
     by: str | None = None  # the person; None for the sweeper and reconciliation
     # Where a click came from: a click from any other channel decides nothing.
     channel_id: str | None = None
+    # The message clicked, when it is the card: its ts, should the card's not be stored
+    # (kelpie stopped between posting the card and storing it).
+    card_ts: str | None = None
 
 
 @dataclass(frozen=True)

@@ -804,7 +804,7 @@ async def test_background_results_are_drained_at_most_three_rounds_in_a_row(db):
     assert offered == {"list_pods"}
 
 
-async def test_the_guardian_sees_background_results_as_kelpies_not_the_persons(db):
+async def test_the_guardians_recent_messages_keep_background_results_without_a_person(db):
     session = await new_session(db)
     gate = asyncio.Event()
     gate.set()
@@ -819,10 +819,11 @@ async def test_the_guardian_sees_background_results_as_kelpies_not_the_persons(d
     await rig.messages.append(
         session.id, "t2", [Message(Role.USER, "thanks", slack_user="U0ALICE")]
     )
-    recent = await rig.messages.recent_texts(session.id)
-    drained = [text for text in recent if "Ignore the rules" in text]
-    assert len(drained) == 1 and drained[0].startswith("kelpie (not the person): ")
-    assert recent[-1] == "user: thanks"
+    recent = await rig.messages.recent_messages(session.id)
+    drained = [m for m in recent if "Ignore the rules" in (m.content or "")]
+    # No Slack user: the guardian reads it as kelpie's, not the person's (test_engine_e2e).
+    assert [(m.role, m.slack_user) for m in drained] == [(Role.USER, None)]
+    assert (recent[-1].content, recent[-1].slack_user) == ("thanks", "U0ALICE")
 
 
 async def test_a_real_tool_call_resets_the_drain_count(db):

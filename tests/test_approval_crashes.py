@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from tests.bot_processes import Launcher, Start
 from tests.peers.model_server import HangStep, Step
 from tests.test_approvals import (
     approval_id,
+    card_now,
     card_text,
     click,
     has_buttons,
@@ -105,6 +106,42 @@ async def test_killed_after_the_write_reached_the_cluster_the_change_is_confirme
     final = await card_settled(world, card)
     assert not has_buttons(final) and "executed" in card_text(final)
     # The write ran once; nothing ran it again.
+    assert len(real_writes(world)) == 1 and replicas(world) == 5
+
+
+@pytest.fixture
+def crashable_any_db(any_db_world: World, tmp_path: Path) -> Iterator[tuple[World, Start]]:
+    """`crashable` on SQLite and on the real PostgreSQL."""
+    launcher = Launcher(any_db_world, tmp_path)
+    yield any_db_world, launcher()
+    launcher.kill_all()
+
+
+def is_card(params: dict[str, Any]) -> bool:
+    return "approval:" in str(params.get("blocks"))
+
+
+async def test_a_card_whose_ts_was_not_stored_loses_its_buttons_when_clicked(
+    crashable_any_db: tuple[World, Start],
+):
+    world, crashable = crashable_any_db
+    bot = await crashable()
+    # The card reaches Slack, but kelpie is killed before it hears its ts, so never stores it.
+    answered = world.slack.hold_answer("chat.postMessage", is_card)
+    _, card = await propose_scale(world, timeout=120)  # a fresh process imports LiteLLM
+    bot.kill()
+    answered.set()
+    await crashable()
+    assert has_buttons(await card_now(world, card))
+
+    await click(world, CAROL, card)
+    # The click's own message is the card: it is updated there, without its buttons.
+    update = await world.slack.wait_for_call(
+        "chat.update", lambda c: c.params.get("ts") == card.ts, timeout=60
+    )
+    assert update.ok and "actions" not in str(update.params.get("blocks"))
+    final = await card_settled(world, card)
+    assert not has_buttons(final) and "Approved by" in card_text(final)
     assert len(real_writes(world)) == 1 and replicas(world) == 5
 
 

@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from bot.slack.markdown import open_fence, to_mrkdwn
-from bot.slack.safe_text import escape_mrkdwn
+from bot.slack.safe_text import escape_mrkdwn, quoted
 from tests.peers.slack_server import Message
 from tests.test_approvals import card_text, click, has_buttons, wait_card, wait_said
 from tests.world import ALICE, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World
@@ -182,11 +182,11 @@ def received(world: World, thread_ts: str) -> str:
 
 
 def assert_all_shown(reason: str, shown: str) -> None:
-    """Every line of the reason shows (escaped, whole), in order."""
+    """Every line of the reason shows (quoted: escaped, whole), in order."""
     at = 0
     for line in reason.splitlines():
         if line.strip():
-            found = shown.find(escape_mrkdwn(line.strip()), at)
+            found = shown.find(quoted(line.strip()).removeprefix("```\n").removesuffix("\n```"), at)
             assert found >= 0, f"not shown: {line[:80]!r}"
             at = found
 

@@ -259,6 +259,7 @@ class ApprovalService:
         approval = await self._store.get(approval_id)
         if approval is None or decision.channel_id not in (None, approval.channel_id):
             return Resumed(ResumeResult.UNKNOWN)
+        approval = await self._adopt_card(approval, decision.card_ts)
         if decision.kind is DecisionKind.RECONCILE:
             # Only a row no live replica executes, and only by the one replica claiming it.
             if not await self._store.claim_unfinished(approval_id):
@@ -285,6 +286,14 @@ class ApprovalService:
                 current = await self._store.get(approval_id) or current
             return Resumed(ResumeResult.ALREADY_DECIDED, current)
         return await self._shielded(self._decided(current, decision))
+
+    async def _adopt_card(self, approval: Approval, card_ts: str | None) -> Approval:
+        """A card posted just before kelpie stopped has no stored ts, so nothing could
+        update it: the click on it says which message it is, and it is stored now."""
+        if approval.card_ts is not None or card_ts is None:
+            return approval
+        await self._store.set_card(approval.id, card_ts)
+        return replace(approval, card_ts=card_ts)
 
     async def _shielded(self, work: Awaitable[Resumed]) -> Resumed:
         task = asyncio.ensure_future(work)

@@ -6,6 +6,11 @@ approval id. A click is acked at once and handed to `ApprovalService.resume`, wh
 approval from the database (never trusting the payload) and checks the clicker against the
 current approvers. Once decided, a card never shows buttons again.
 
+What did not come from kelpie (the model's reason, the preview's values and names read
+from the cluster, an outcome quoting the API server) is quoted data, never markup: escaped,
+inside code nothing in it can end (`safe_text.quoted`), on one line where it sits among
+kelpie's words; a newline and a bold "Pre-approved" in a reason stay inside its block.
+
 Nothing on a card is cut: text longer than a section goes in several, and a preview and
 reason too long for one message (Slack refuses ~12,000 characters of blocks) are posted in
 full just above the card (as messages, or a file past that), the card showing their opening
@@ -27,7 +32,7 @@ from bot.slack.inbox import REPLAYED, Handled, marking_handled
 from bot.slack.markdown import SECTION_LIMIT, split_text
 from bot.slack.progress.writer import ThreadWriter
 from bot.slack.replies import whisper
-from bot.slack.safe_text import PLAIN_TEXT_LIMIT, escape_mrkdwn, plain_text
+from bot.slack.safe_text import escape_mrkdwn, one_line, quoted, quoted_inline
 from bot.values import Approval, ApprovalDecision, ApprovalState, DecisionKind
 
 log = logging.getLogger(__name__)
@@ -60,52 +65,48 @@ def _text_blocks(text: str) -> list[dict[str, Any]]:
     ]
 
 
-def _plain_blocks(text: str) -> list[dict[str, Any]]:
-    """Text from the model or the cluster: shown literally, never as markup."""
-    return [
-        {"type": "section", "text": plain_text(part)} for part in split_text(text, PLAIN_TEXT_LIMIT)
-    ]
+REASON_LABEL = "*Reason given by the model:*"
 
 
 def _details(approval: Approval) -> list[str]:
-    """The preview, and the model's reason if it gave one: untrusted, shown literally."""
+    """The preview, and the model's reason if it gave one, as kelpie shows them: labels of
+    its own, and the untrusted text (model, cluster values) as quoted data under each."""
     changes = "\n".join(change.render() for change in approval.plan.changes)
-    details = [changes or "(no field changes)"]
+    details = [quoted(changes or "(no field changes)")]
     if approval.reason:
-        details.append(f"Reason given by the model: {approval.reason}")
+        details += [REASON_LABEL, quoted(approval.reason)]
     return details
 
 
 def details_fit(approval: Approval) -> bool:
+    # Measured as sent: escaping makes a text up to five times longer.
     return sum(len(text) for text in _details(approval)) <= CARD_DETAILS_CHARS
 
 
 def details_mrkdwn(approval: Approval) -> str:
-    """The whole preview (a code block) and reason for the thread, escaped: no markup of
-    theirs becomes live (the reason may hold fences of its own, so it is not fenced)."""
+    """The whole preview and reason for the thread, quoted as on the card."""
     title = f"*{copy.card_details_title(approval.id[:8])} (server-side dry run):*"
-    preview, *reason = _details(approval)
-    return "\n\n".join([title, f"```\n{escape_mrkdwn(preview)}\n```", *map(escape_mrkdwn, reason)])
+    return "\n\n".join([title, *_details(approval)])
 
 
 def _detail_blocks(approval: Approval) -> list[dict[str, Any]]:
     details = _details(approval)
     if details_fit(approval):
-        return [block for text in details for block in _plain_blocks(text)]
-    opening = split_text(details[0], OPENING_CHARS)[0]
+        return [block for text in details for block in _text_blocks(text)]
+    opening = split_text(details[0], OPENING_CHARS)[0]  # a quoted block too
     chars = sum(len(text) for text in details)
-    return [*_plain_blocks(opening), *_text_blocks(copy.card_details_above(chars))]
+    return _text_blocks(f"{opening}\n\n{copy.card_details_above(chars)}")
 
 
 def card_blocks(approval: Approval, note: str = "") -> list[dict[str, Any]]:
     plan = approval.plan
     target = plan.target
-    where = escape_mrkdwn(
-        f"cluster `{plan.cluster}` · {target.kind} `{target.namespace or '-'}/{target.name}`"
-    )
+    # Names come from the cluster or the model: each a code span on one line.
+    name = f"{target.namespace or '-'}/{target.name}"
+    where = f"cluster {quoted_inline(plan.cluster)} · {one_line(target.kind)} {quoted_inline(name)}"
     blocks: list[dict[str, Any]] = [
-        *_text_blocks(f"*Approval needed:* {escape_mrkdwn(plan.description)}"),
-        *_text_blocks(f"*Where:* {where}\n*Tool:* `{escape_mrkdwn(plan.tool)}`"),
+        *_text_blocks(f"*Approval needed:* {one_line(plan.description)}"),
+        *_text_blocks(f"*Where:* {where}\n*Tool:* {quoted_inline(plan.tool)}"),
         *_text_blocks("*Preview (server-side dry run):*"),
         *_detail_blocks(approval),
     ]
@@ -128,9 +129,10 @@ def card_blocks(approval: Approval, note: str = "") -> list[dict[str, Any]]:
         if approval.decided_at:
             state += f" at {_when(approval.decided_at)}"
     if approval.outcome:
-        state += f"\n*Outcome:* {escape_mrkdwn(approval.outcome)}"
+        # It may quote the API server (a webhook's message is cluster text).
+        state += f"\n*Outcome:* {quoted_inline(approval.outcome)}"
     if note:
-        state += f"\n{escape_mrkdwn(note)}"  # may quote a hook's or the firewall's reason
+        state += f"\n{one_line(note)}"  # may quote a hook's or the firewall's reason
     blocks.extend(_text_blocks(state))
     if approval.status is ApprovalState.PENDING:
         blocks.append(
@@ -164,7 +166,7 @@ def _people(approval: Approval) -> str:
 
 
 def _fallback_text(approval: Approval) -> str:
-    return escape_mrkdwn(f"Approval {approval.status}: {approval.plan.description}")
+    return one_line(f"Approval {approval.status}: {approval.plan.description}")
 
 
 class SlackApprovalCards:
@@ -208,6 +210,17 @@ class SlackApprovalCards:
         )
 
 
+def _clicked_card(body: dict[str, Any], approval_id: str) -> str | None:
+    """The clicked message's ts, when the click came from this approval's buttons."""
+    container = body.get("container")
+    actions = body.get("actions")
+    if not (isinstance(container, dict) and isinstance(actions, list) and actions):
+        return None
+    ts = container.get("message_ts")
+    block = actions[0].get("block_id") if isinstance(actions[0], dict) else None
+    return ts if isinstance(ts, str) and block == f"approval:{approval_id}" else None
+
+
 class ApprovalClicks:
     """The Approve / Reject listeners: one `resume` per click; the service decides once.
 
@@ -243,7 +256,7 @@ class ApprovalClicks:
         ):
             log.warning("ignoring a malformed approval click")
             return
-        decision = ApprovalDecision(kind, user, channel)
+        decision = ApprovalDecision(kind, user, channel, card_ts=_clicked_card(body, approval_id))
         resumed = await self._service.resume(approval_id, decision)
         approval = resumed.approval
         if approval is None:

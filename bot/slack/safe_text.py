@@ -5,10 +5,16 @@ and `>` are escaped: `<!channel>` pings everyone, `<@U…>` mentions, `<http://e
 disguises a link. Every untrusted piece goes through `escape_mrkdwn` (or into a
 `plain_text` object, `plain_text`) before it is put into a message; kelpie's own mentions
 and links are built by its templates (bot/slack/copy.py, people.py) around escaped text.
+
+Where untrusted text sits among kelpie's own words and must not pass for them (an approval
+card: the model's reason, values read from the cluster), escaping is not enough: a newline
+and `*Pre-approved*` would still look like a line of the card. There it is shown as quoted
+data (`quoted`, `quoted_inline`): inside code, which nothing in the text can end.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from bot.slack.markdown import show_link_targets
@@ -21,6 +27,34 @@ def escape_mrkdwn(text: str) -> str:
     """Escape Slack's three control characters; all of `&` too, so an entity written by
     the model (`&lt;!here&gt;`) shows as written instead of being decoded into markup."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+# Between two backticks or tildes: in code, "```" would end the block early, and "```" or
+# "~~~" at a line's start would be taken for a fence where a long text is split.
+_RUN = re.compile(r"(?<=[`~])(?=[`~])")
+_ZERO_WIDTH_SPACE = "\u200b"
+# Looks like a backtick, cannot end a code span.
+_GRAVE = "\u02cb"
+
+
+def quoted(text: str) -> str:
+    """Untrusted text as a code block that nothing in it can end: escaped (no mention, link
+    or entity) and with no two backticks or tildes in a row, so its newlines, bold and
+    fences all show as data inside the block. Split with `markdown.split_text`, every piece
+    is such a block."""
+    return f"```\n{_RUN.sub(_ZERO_WIDTH_SPACE, escape_mrkdwn(text))}\n```"
+
+
+def quoted_inline(text: str) -> str:
+    """Untrusted text within one of kelpie's lines: a code span on one line (whitespace
+    runs, newlines included, become one space) that no backtick of its own can end."""
+    flat = " ".join(text.split()) or "-"
+    return f"`{escape_mrkdwn(flat).replace('`', _GRAVE)}`"
+
+
+def one_line(text: str) -> str:
+    """Escaped and on one line: mrkdwn that cannot start a line of its own."""
+    return escape_mrkdwn(" ".join(text.split()))
 
 
 def escape_markdown(text: str) -> str:

@@ -112,14 +112,6 @@ def creating_session(template: SessionInfo) -> Op[SessionInfo]:
     return op
 
 
-def _speaker(message: Message) -> str:
-    """Who said it, for the guardian: a person's message has a Slack user; a user-role
-    message without one is kelpie's own (background results, approval notes)."""
-    if message.role is Role.USER and message.slack_user is None:
-        return "kelpie (not the person)"
-    return str(message.role)
-
-
 class MessageRepository:
     """Implements the agent's ConversationStore port. With the model gateway's `memo`, a
     text the request masked already (a round's tool results) is not masked again here."""
@@ -174,11 +166,12 @@ class MessageRepository:
             messages.pop(0)
         return messages
 
-    async def recent_texts(self, session_id: int) -> list[str]:
-        """The last user/assistant texts of a session, for the guardian's review."""
+    async def recent_messages(self, session_id: int) -> list[Message]:
+        """The last user/assistant texts of a session, for the guardian's review (which
+        tells the person's from kelpie's own by their Slack user)."""
         messages = await self.history(session_id, 20)
         return [
-            f"{_speaker(message)}: {message.content}"
+            message
             for message in messages
             if message.role in (Role.USER, Role.ASSISTANT) and message.content
         ]

@@ -474,6 +474,7 @@ class SlackServer:
         self._faults: dict[str, list[_Fault]] = {}
         self._delays: dict[str, float] = {}
         self._holds: list[tuple[str, Callable[[Json], bool], asyncio.Event]] = []
+        self._held_answers: list[tuple[str, Callable[[Json], bool], asyncio.Event]] = []
         self._response_targets: dict[str, _ResponseTarget] = {}
         self._sockets: list[web.WebSocketResponse] = []
         self._socket_cursor = itertools.count()
@@ -663,14 +664,25 @@ class SlackServer:
         self._holds.append((method, when, released))
         return released
 
+    def hold_answer(
+        self, method: str, when: Callable[[Json], bool] = lambda params: True
+    ) -> asyncio.Event:
+        """Apply calls of `method` whose params match `when` but keep their answer until the
+        returned event is set or `clear_faults`: done in Slack, unknown to the caller (a
+        crash then leaves it done and unrecorded)."""
+        released = asyncio.Event()
+        self._held_answers.append((method, when, released))
+        return released
+
     def clear_faults(self, method: str | None = None) -> None:
         """Remove injected faults for `method`, or for every method (releasing held calls)."""
         if method is None:
             self._faults.clear()
             self._delays.clear()
-            for _method, _when, released in self._holds:
+            for _method, _when, released in [*self._holds, *self._held_answers]:
                 released.set()
             self._holds.clear()
+            self._held_answers.clear()
         else:
             self._faults.pop(method, None)
 
@@ -876,6 +888,9 @@ class SlackServer:
         response = self._dispatch(call)
         call.response = response
         self._notify()
+        for held, when, released in list(self._held_answers):
+            if held == method and when(params):
+                await released.wait()
         headers = {"x-oauth-scopes": ",".join(self.granted_scopes)}
         if call.status == 429:
             call.retry_after = int(response.pop("_retry_after"))
