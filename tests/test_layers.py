@@ -17,7 +17,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("bot.config",),
     ("bot.model",),
     ("bot.store",),
-    ("bot.tools",),
+    ("bot.tools", "bot.toolsets"),
     ("bot.policy",),
     ("bot.approvals",),
     ("bot.agent",),
