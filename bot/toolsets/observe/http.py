@@ -27,6 +27,8 @@ TIMED_OUT = "{title} {name} did not answer within {timeout:g} s; narrow the quer
 TOO_LARGE = "{title} {name} answered more than {limit} MB; narrow the query or the window."
 REJECTED = "{title} {name} refused the request ({status}): {reason}."
 NOT_JSON = "{title} {name} answered something that is not JSON (HTTP {status})."
+WINDOW_TOO_LONG = "The window is {hours:g} h; at most {limit:g} h may be queried at once."
+WINDOW_BACKWARDS = "The window ends before it starts; give start before end."
 AUTH_FAILED = "{title} {name} refused kelpie's credentials (HTTP {status}); check its auth."
 
 
@@ -62,6 +64,15 @@ class Endpoint:
 
     def sentence(self, template: str, **values: Any) -> str:
         return template.format(title=self.title, name=self.name, url=self.url, **values)
+
+
+def check_window(start: float, end: float, max_hours: float) -> None:
+    """One sentence for a window that runs backwards or is longer than the config allows."""
+    if end <= start:
+        raise ObserveError(WINDOW_BACKWARDS)
+    hours = (end - start) / 3600
+    if hours > max_hours:
+        raise ObserveError(WINDOW_TOO_LONG.format(hours=hours, limit=max_hours))
 
 
 class ObserveHttp:

@@ -10,14 +10,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from bot.toolsets.observe.http import Endpoint, ObserveError, ObserveHttp
+from bot.toolsets.observe.http import Endpoint, ObserveError, ObserveHttp, check_window
 from bot.toolsets.observe.prometheus import RangeResult, auto_step, summarise_matrix
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 500
 NOT_A_LOG_QUERY = "That is a metric query; use loki_metric for it, or give a log selector."
 NOT_A_METRIC_QUERY = "That is a log query; use loki_query for it, or wrap it in a range function."
-WINDOW_TOO_LONG = "The window is {hours:g} h; at most {limit:g} h may be queried at once."
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ class Loki:
 
     async def lines(self, query: str, start: float, end: float, limit: int | None) -> LogLines:
         """Newest first, at most `limit` (default 100, clamped to 500)."""
-        self._check_window(start, end)
+        check_window(start, end, self._max_window_h)
         chosen, clamped_from = clamp_limit(limit)
         data = await self._range(query, start, end, {"limit": str(chosen)})
         if data.get("resultType") != "streams":
@@ -71,7 +70,7 @@ class Loki:
         return LogLines(tuple(found[:chosen]), chosen, clamped_from)
 
     async def metric(self, query: str, start: float, end: float) -> RangeResult:
-        self._check_window(start, end)
+        check_window(start, end, self._max_window_h)
         step = auto_step(start, end)
         data = await self._range(query, start, end, {"step": str(step)})
         if data.get("resultType") != "matrix":
@@ -91,11 +90,6 @@ class Loki:
             raise ObserveError(f"Loki {self.endpoint.name} answered without data.")
         data = body.get("data")
         return data if isinstance(data, dict) else {}
-
-    def _check_window(self, start: float, end: float) -> None:
-        hours = (end - start) / 3600
-        if end <= start or hours > self._max_window_h:
-            raise ObserveError(WINDOW_TOO_LONG.format(hours=hours, limit=self._max_window_h))
 
 
 def render_lines(result: LogLines) -> str:

@@ -15,14 +15,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from bot.toolsets.observe.http import Endpoint, ObserveError, ObserveHttp
+from bot.toolsets.observe.http import Endpoint, ObserveError, ObserveHttp, check_window
 
 MAX_POINTS = 120
 # Steps a person reads easily; the smallest one that keeps a series under MAX_POINTS wins.
 NICE_STEPS_S = (1, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
 
-WINDOW_TOO_LONG = "The window is {hours:g} h; at most {limit:g} h may be queried at once."
-WINDOW_BACKWARDS = "The window ends before it starts; give start before end."
 PROMETHEUS_FAILED = "Prometheus {name} could not run the query ({kind}): {error}."
 
 
@@ -93,7 +91,7 @@ class Prometheus:
         return InstantResult(kind, samples, max(0, len(data.get("result", [])) - len(shown)))
 
     async def range(self, query: str, start: float, end: float) -> RangeResult:
-        self.check_window(start, end)
+        check_window(start, end, self._max_window_h)
         step = auto_step(start, end)
         params = {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": str(step)}
         data = await self._api("/api/v1/query_range", params)
@@ -103,19 +101,12 @@ class Prometheus:
         self, match: str, start: float, end: float
     ) -> tuple[list[dict[str, str]], int]:
         """The label sets of the series `match` selects, at most max_series, and how many more."""
-        self.check_window(start, end)
+        check_window(start, end, self._max_window_h)
         params = {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"}
         params["limit"] = str(self._max_series + 1)
         found = await self._api("/api/v1/series", params)
         listed = [dict(labels) for labels in found or []]
         return listed[: self._max_series], max(0, len(listed) - self._max_series)
-
-    def check_window(self, start: float, end: float) -> None:
-        if end <= start:
-            raise ObserveError(WINDOW_BACKWARDS)
-        hours = (end - start) / 3600
-        if hours > self._max_window_h:
-            raise ObserveError(WINDOW_TOO_LONG.format(hours=hours, limit=self._max_window_h))
 
     async def _api(self, path: str, params: dict[str, str]) -> Any:
         try:
