@@ -9,6 +9,8 @@ from __future__ import annotations
 import gc
 import logging
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -60,8 +62,10 @@ from bot.policy.pipeline import (
 from bot.policy.roles import ChannelRoles, pattern_problems
 from bot.slack import copy
 from bot.slack.adapter import SlackAdapter
+from bot.slack.at_rest import AtRest
 from bot.slack.cards import ApprovalClicks, SlackApprovalCards
 from bot.slack.channels import ChannelBindings, ChannelDirectory
+from bot.slack.clicks import ClickLimit
 from bot.slack.commands import SlashCommands
 from bot.slack.guard import SlackHttpRoute, installed_workspace_only, warm_authorization
 from bot.slack.inbox import InboxMiddleware
@@ -69,6 +73,7 @@ from bot.slack.pacing import PacingLimits, SlackPacer
 from bot.slack.people import ApproverDirectory
 from bot.slack.progress import SlackReporters
 from bot.slack.progress.sessions import SessionStopEvents
+from bot.slack.queued import QueuedNotices
 from bot.slack.recovery import SlackClosings, SlackOrphanNotices, SlackRedelivery
 from bot.slack.safe_client import SafeWebClient
 from bot.slack.stop import StopHandler
@@ -534,6 +539,7 @@ def build_core(
         registry=registry,
         audit=write_audit or WriteAuditRepository(db),
         reservations=WriteReservationRepository(db),
+        fence=approval_store,
     )
     pipeline = call_pipeline(
         security_stages(config, gateways, messages),
@@ -564,7 +570,11 @@ def build_core(
         conversation=messages,
         engine=engine,
         registry=registry,
-        reporters=MeteredReporters(inner=front.reporters, metrics=metrics),
+        reporters=MeteredReporters(
+            inner=front.reporters,
+            metrics=metrics,
+            tools=[tool.name for tool in registry.all()],
+        ),
         hooks=session_hooks,
         router=router,
         openings=SessionOpenings(db),
@@ -572,6 +582,7 @@ def build_core(
         ledger=turns,
         wakeups=wakeups,
         claim_poll_s=config.database.poll_s,
+        bindings=front.bindings,
     )
     approvals = ApprovalService(
         store=approval_store,
@@ -583,6 +594,7 @@ def build_core(
             bindings=front.bindings,
             approvers=front.approvers,
             self_approval=front.self_approval,
+            turns=agent,
         ),
         continuation=DecisionTurns(
             conversation=messages, sessions=sessions, agent=agent, submit=front.submit
@@ -628,16 +640,21 @@ def build_kelpie(
     *,
     write_audit: WriteAuditLog | None = None,
     pacing: PacingLimits | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Kelpie:
     """Everything, wired. `write_audit` replaces the write-audit store (tests inject one that
     fails, to prove a write never runs without its intent audit); `pacing` replaces Slack's
-    rate limits (tests count them over shorter windows, as their fake Slack does)."""
+    rate limits (tests count them over shorter windows, as their fake Slack does); `clock`
+    is what the click limit and the approvers' kept member lists measure time by (tests
+    move it on by hand)."""
     metrics = Metrics()
     pacer = slack_pacer(metrics, (pacing or PacingLimits()).shared(config.slack.rate_share))
     client = slack_client(config, secrets, metrics, pacer)
     signing_secret = secrets.signing_secret if config.slack.mode is SlackMode.HTTP else ""
     slack_app = AsyncApp(client=client, signing_secret=signing_secret)
     slack_app.middleware(installed_workspace_only)
+    # Ahead of the inbox: a click past its person's limit is neither stored nor checked.
+    slack_app.middleware(ClickLimit(client, clock=clock).process)
     scheduler = TurnScheduler(
         interrupt=config.slack.on_new_message is OnNewMessage.INTERRUPT,
         max_running=config.agent.max_concurrent_turns,
@@ -647,21 +664,24 @@ def build_kelpie(
         ),
     )
     profile = config.models.active_profile
+    notices = QueuedNotices(client)
     reporters = SlackReporters(
         client=client,
         config=config.slack,
         interrupt=scheduler.interrupt,
         model_name=profile.model,
         pacer=pacer,
+        started=notices.started,
     )
-    approvers = ApproverDirectory(client)
+    approvers = ApproverDirectory(client, clock=clock)
     channels = ChannelDirectory(client)
     roles = ChannelRoles(config)
+    bindings = ChannelBindings(channels=channels, roles=roles)
     front = FrontEnd(
         cards=SlackApprovalCards(client),
         reporters=reporters,
         submit=scheduler.submit,
-        bindings=ChannelBindings(channels=channels, roles=roles),
+        bindings=bindings,
         approvers=approvers,
         awaiting_approval=copy.AWAITING_APPROVAL,
     )
@@ -688,6 +708,7 @@ def build_kelpie(
         sessions=core.sessions,
         handled=inbox.handled,
         elsewhere=core.turns,
+        notices=notices,
     )
     stop.register()
     SessionStopEvents(
@@ -699,7 +720,8 @@ def build_kelpie(
         stop_queued=stop.stop_queued,
     ).register()
     # Registered first: every request is stored before Bolt acknowledges it.
-    slack_app.middleware(InboxMiddleware(inbox).process)
+    at_rest = AtRest(bindings.enabled)
+    slack_app.middleware(InboxMiddleware(inbox, at_rest).process)
     SlashCommands(
         app=slack_app,
         channels=channels,
@@ -721,6 +743,7 @@ def build_kelpie(
         scheduler=scheduler,
         withdraw=core.approvals.withdraw_for,
         handled=inbox.handled,
+        notices=notices,
     ).register()
     takeover = Takeover(
         leases=core.turns,
@@ -734,7 +757,10 @@ def build_kelpie(
         closings=SlackClosings(calls=reporters.closing, sent=core.turns.closing_sent),
     )
     keeper = LeaseKeeper(
-        heartbeat=takeover, interval_s=config.database.lease_s / 3, wakeups=core.wakeups
+        heartbeat=takeover,
+        interval_s=config.database.lease_s / 3,
+        wakeups=core.wakeups,
+        lease_s=config.database.lease_s,
     )
     listener = (
         None if core.db.is_sqlite else PgListener(url=config.database.url, wakeups=core.wakeups)

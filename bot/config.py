@@ -336,8 +336,9 @@ class AgentConfig(_Strict):
     # Turns that run at once; more wait (fairly by channel), their threads saying so.
     max_concurrent_turns: int = Field(default=8, ge=1)
     # Threads one person, or one channel, keeps busy at once; past that, a new question is
-    # told to wait for one to finish (null: no cap).
-    max_turns_per_person: int | None = Field(default=None, ge=1)
+    # told to wait for one to finish (null: no cap). On by default for people: with no cap,
+    # one person's burst holds every slot and queues ahead of a colleague's question.
+    max_turns_per_person: int | None = Field(default=2, ge=1)
     max_turns_per_channel: int | None = Field(default=None, ge=1)
 
 
@@ -502,6 +503,9 @@ class ListenConfig(_Strict):
 
 
 class HealthConfig(ListenConfig):
+    # Loopback unless exposed on purpose: `/metrics` and the probes have no auth. Probes
+    # from the kubelet need the pod IP, so the deploy/ manifests set 0.0.0.0.
+    host: str = "127.0.0.1"
     enabled: bool = True
 
 

@@ -11,6 +11,7 @@ several bots in one test process never share counts.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +32,9 @@ from bot.values import ApprovalState, SessionInfo
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 # Model requests take from a fraction of a second to minutes (a local model, a long answer).
 _LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 40, 80, 160)
+# The `tool` label of a call to a name kelpie has no tool for: the model writes the names,
+# and a label per invented name would grow the series without bound.
+UNKNOWN_TOOL = "unknown"
 
 
 class Metrics:
@@ -103,13 +107,15 @@ class MeteredGateway:
 
 
 class _MeteredReporter:
-    def __init__(self, inner: Reporter, metrics: Metrics) -> None:
+    def __init__(self, inner: Reporter, metrics: Metrics, tools: frozenset[str]) -> None:
         self._inner = inner
         self._metrics = metrics
+        self._tools = tools
 
     async def emit(self, event: TurnEvent) -> None:
         if isinstance(event, ToolFinished):
-            self._metrics.tool_calls.labels(event.name, event.status.value).inc()
+            tool = event.name if event.name in self._tools else UNKNOWN_TOOL
+            self._metrics.tool_calls.labels(tool, event.status.value).inc()
         await self._inner.emit(event)
 
     async def close(self, finished: TurnFinished) -> None:
@@ -119,17 +125,19 @@ class _MeteredReporter:
 
 
 class MeteredReporters:
-    """Counts what every turn reports, whatever front end shows it."""
+    """Counts what every turn reports, whatever front end shows it; a tool call is labelled
+    with its tool's name only when that is one of `tools` (the registered ones)."""
 
-    def __init__(self, inner: ReporterFactory, metrics: Metrics) -> None:
+    def __init__(self, inner: ReporterFactory, metrics: Metrics, tools: Iterable[str]) -> None:
         self._inner = inner
         self._metrics = metrics
+        self._tools = frozenset(tools)
 
     async def open(
         self, session: SessionInfo, origin: TurnOrigin, messages: TurnMessages
     ) -> Reporter:
         reporter = await self._inner.open(session, origin, messages)
-        return _MeteredReporter(reporter, self._metrics)
+        return _MeteredReporter(reporter, self._metrics, self._tools)
 
     async def settle(self, session: SessionInfo, *, awaiting_approval: bool) -> None:
         await self._inner.settle(session, awaiting_approval=awaiting_approval)

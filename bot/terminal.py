@@ -386,7 +386,9 @@ class FixedBinding:
     def __init__(self, binding: ChannelBinding) -> None:
         self._binding = binding
 
-    async def current(self, session: SessionInfo) -> ChannelBinding | None:
+    async def current(
+        self, session: SessionInfo, *, external: bool = False
+    ) -> ChannelBinding | None:
         return self._binding
 
 
@@ -452,8 +454,14 @@ class ApprovalLeases:
     def __init__(self, store: LeaseRenewal) -> None:
         self._store = store
 
-    async def tick(self) -> None:
+    async def renew(self) -> None:
         await self._store.renew_leases()
+
+    def lapsed(self) -> None:
+        """Its approved changes are fenced at their write; no turn is leased."""
+
+    async def take_over(self) -> None:
+        """A terminal takes nothing over (`kelpie run` does)."""
 
     async def interrupts(self) -> None:
         """No other replica interrupts a terminal's turn."""

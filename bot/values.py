@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any
 
@@ -174,6 +175,9 @@ class WriteOutcome:
     message: str  # what the model is told
     summary: str  # one line for the card and the timeline
     outcome_audit_failed: bool = False
+    # Not run here: another replica holds the approval now (this one's lease lapsed); that
+    # one reconciles it and tells the thread, so nothing is said here.
+    superseded: bool = False
 
 
 # --- The approval: a decision point that ends the turn ---
@@ -381,6 +385,19 @@ class TurnClaim(StrEnum):
 
 
 @dataclass(frozen=True)
+class Admission:
+    """What a turn was admitted under: the role, cluster and default namespace its
+    message was given, and whether its asker is from another organisation (Slack Connect:
+    `slack.external_users_role`). Kept with the turn, so that whoever runs it (a restart,
+    another replica, the turn after a decision) runs it under no more than this."""
+
+    role: str
+    cluster: str
+    namespace: str | None
+    external: bool = False
+
+
+@dataclass(frozen=True)
 class AcceptedTurn:
     """A person's message stored as a new turn: in its thread's session (created with it
     when new), and whether the turn is already claimed as running here."""
@@ -405,6 +422,8 @@ class OrphanTurn:
     # Its answer was stored before it died: a message of it that Slack says is over shows
     # that answer, and is left as it is.
     answered: bool = False
+    # This process ran it and could not store its end: released, not lost in a crash.
+    released: bool = False
 
 
 @dataclass(frozen=True)
@@ -456,3 +475,12 @@ class OrphanDelivery:
     key: str
     kind: str
     body_json: str
+
+
+def ts_after(ts: str | None, than: str | None) -> bool:
+    """Whether Slack timestamp `ts` ("seconds.micros", Slack's clock) is later than `than`,
+    compared as numbers; False when either is missing or malformed."""
+    try:
+        return ts is not None and than is not None and Decimal(ts) > Decimal(than)
+    except InvalidOperation:
+        return False

@@ -261,11 +261,13 @@ class FailingAudit:
 async def test_no_write_without_its_intent_audit(world: World):
     audit = FailingAudit()
     await world.start_bot(write_audit=audit)
-    mention, card = await propose_scale(world)
+    mention, card = await propose_scale(world, then="Nothing was changed.")
     await click(world, CAROL, card)
-    await wait_said(world, mention["ts"], "Done.")
+    # The decision turn starts once the intent audit's retries (~8 s in all) are spent.
+    await wait_said(world, mention["ts"], "Nothing was changed.", timeout=40)
     await world.drain()
-    assert [a.phase for a in audit.attempts] == ["intent"]
+    # The intent audit is retried (a locked store passes), never past it to the write.
+    assert audit.attempts and {a.phase for a in audit.attempts} == {"intent"}
     assert real_writes(world) == [] and replicas(world) == 3
     assert "intent audit could not be written" in decision_note(world)
 

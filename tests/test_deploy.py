@@ -64,6 +64,7 @@ def test_overlay_runs_a_hardened_pod_with_probes_and_secret_tokens(overlay):
     assert "/" in container["image"] and ":" in container["image"]  # a registry and a tag
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert ports["health"] == config.server.health.port
+    assert config.server.health.host == "0.0.0.0"  # the kubelet probes the pod IP
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert container["envFrom"] == [{"secretRef": {"name": "kelpie-secrets"}}]

@@ -10,16 +10,19 @@ import json
 import logging
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.peers.model_server import TextStep
 from tests.peers.slack_server import SIGNING_SECRET
 from tests.world import ALICE, OPS_CHANNEL, SHOP_CHANNEL, World
 
 HTTP = {"slack": {"mode": "http"}}
+FORM = "application/x-www-form-urlencoded"
 FUZZ = settings(
     max_examples=40,
     deadline=None,
@@ -113,6 +116,102 @@ async def test_no_event_shape_crashes_a_listener(
         status = await post(http_url, raw, signed(raw))
         await world.drain()
     assert 200 <= status < 500  # 404: an event type kelpie has no listener for
+    crashed = [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    assert crashed == []
+
+
+async def test_malformed_signature_headers_get_a_401_and_one_log_line(
+    http_url: str, caplog: pytest.LogCaptureFixture
+):
+    raw = b'{"type": "event_callback"}'
+    good = signed(raw)
+    cases = {
+        "5,000-digit timestamp": {**good, "X-Slack-Request-Timestamp": "1" * 5000},
+        "negative timestamp": {**good, "X-Slack-Request-Timestamp": "-1700000000"},
+        "non-ascii digits": {**good, "X-Slack-Request-Timestamp": "\uff11" * 10},
+        "no signature": {k: v for k, v in good.items() if k != "X-Slack-Signature"},
+        "garbled signature": {**good, "X-Slack-Signature": "v0=\u00ff" + "z" * 5000},
+        "no timestamp": {k: v for k, v in good.items() if k != "X-Slack-Request-Timestamp"},
+    }
+    for name, headers in cases.items():
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert await post(http_url, raw, headers) == 401, name
+        assert [r.levelno for r in caplog.records] == [logging.WARNING], name
+        assert not any(r.exc_info for r in caplog.records), name
+
+
+# Field names kelpie or Bolt read somewhere in a request, planted anywhere in the body.
+READ_FIELDS = (
+    "type team_id enterprise_id api_app_id event_id authorizations team enterprise user "
+    "channel actions action_id block_id value container message_ts thread_ts message view "
+    "is_ext_shared_channel is_enterprise_install response_url response_urls trigger_id event "
+    "user_team subtype ts text channel_type bot_id item previous_message assistant_thread "
+    "function_data id user_id channel_id"
+).split()
+
+
+def fields(value: Any) -> list[tuple[dict[str, Any], str]]:
+    """Every (object, field name) in `value`, nested ones included."""
+    found: list[tuple[dict[str, Any], str]] = []
+    children = list(value.values()) if isinstance(value, dict) else value
+    if isinstance(value, dict):
+        found += [(value, name) for name in value]
+    if isinstance(value, dict | list):
+        for child in children:
+            found += fields(child)
+    return found
+
+
+@st.composite
+def wrong_typed(draw: st.DrawFn, base: dict[str, Any]) -> dict[str, Any]:
+    """`base` with one to four of its fields, or fields kelpie or Bolt read planted in any
+    of its objects, given values of any JSON type."""
+    body = json.loads(json.dumps(base))
+    for _ in range(draw(st.integers(min_value=1, max_value=4))):
+        node, name = draw(st.sampled_from(fields(body)))
+        if draw(st.integers(min_value=0, max_value=3)) == 0:
+            name = draw(st.sampled_from(READ_FIELDS))
+        node[name] = draw(json_values)
+    return body
+
+
+def requests_kelpie_gets(world: World) -> list[tuple[dict[str, Any], bool]]:
+    """A mention, one from a shared channel, and clicks on Stop and Approve (interactive:
+    sent as a form), as Slack sends them: the bases the fuzz plants wrong types in."""
+    mention = world.slack.mention(SHOP_CHANNEL, ALICE, "is shop healthy?")
+    shared = world.slack.event_envelope_payload(mention)
+    shared["is_ext_shared_channel"] = True
+    ts = "1700000000.000100"
+    stop = world.slack.block_action(ALICE, SHOP_CHANNEL, ts, "kelpie_stop", f"T0:C0SHOP:{ts}")
+    approve = world.slack.block_action(ALICE, OPS_CHANNEL, ts, "kelpie_approve", "no-such-card")
+    event = world.slack.event_envelope_payload(mention)
+    return [(event, False), (shared, False), (stop, True), (approve, True)]
+
+
+def as_slack_sends(body: dict[str, Any], interactive: bool) -> tuple[bytes, str]:
+    if interactive:
+        return urlencode({"payload": json.dumps(body)}).encode(), FORM
+    return json.dumps(body).encode(), "application/json"
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+async def test_wrong_json_types_never_reach_bolt(
+    world: World, http_url: str, data: st.DataObject, caplog: pytest.LogCaptureFixture
+):
+    world.model.reply_default(TextStep("Looked at it."))  # a mention left intact is answered
+    base, interactive = data.draw(st.sampled_from(requests_kelpie_gets(world)))
+    raw, content_type = as_slack_sends(data.draw(wrong_typed(base)), interactive)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        status = await post(http_url, raw, {**signed(raw), "Content-Type": content_type})
+        await world.drain()
+    assert status < 500
     crashed = [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
     assert crashed == []
 

@@ -8,7 +8,6 @@ stored is acknowledged, and a repeat of it runs nothing twice.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sqlite3
 from collections.abc import Iterator
@@ -67,16 +66,14 @@ async def test_socket_mode_leaves_an_event_it_cannot_store_unacknowledged(
     await world.slack.wait_ack(repeat)
     await world.drain()
     assert len(world.model.requests) == 1
-    # What was stored is the delivery itself, without the verification token.
+    # Handled, the delivery is kept as its key only (against a repeat): nothing of it.
     async with bot.db.sessions() as session:
         row = (
             await session.exec(  # type: ignore[call-overload]
                 text("SELECT kind, body_json FROM inbound_events WHERE key = 'Ev0STORE0001'")
             )
         ).one()
-    assert row[0] == "app_mention"
-    body = json.loads(row[1])
-    assert body["event"]["text"].endswith("is shop healthy?") and "token" not in body
+    assert tuple(row) == ("app_mention", "")
 
 
 async def test_a_mention_is_stored_and_acknowledged_ahead_of_other_turns_queued_writes(

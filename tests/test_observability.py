@@ -9,7 +9,7 @@ import logging
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.config import LogFormat, LoggingConfig
+from bot.config import LogFormat, LoggingConfig, parse_config
 from bot.logs import configure
 from tests.test_approvals import click, propose_scale, wait_said
 from tests.world import ALICE, DAVE, SHOP_CHANNEL, World
@@ -101,3 +101,32 @@ async def test_json_log_lines_carry_the_session_turn_and_event_ids(world: World,
     assert turn_lines, lines
     assert all(line["turn_id"] and line["event_id"] for line in turn_lines)
     assert {"time", "level", "logger", "message"} <= set(turn_lines[0])
+
+
+async def test_tool_names_the_model_invents_share_one_label(world: World):
+    invented = [(f"rm_rf_{i}", {}) for i in range(3)]
+    world.model.reply_tool_calls([("list_pods", {"namespace": "shop"}), *invented])
+    world.model.reply_text("Done.")
+    bot = await world.start_bot()
+
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "is shop healthy?")
+    await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 2)
+    await world.drain()
+    _, text = await scrape(bot.health_port)
+
+    found = samples(text)
+    tools = {dict(labels)["tool"] for name, labels in found if name == "kelpie_tool_calls_total"}
+    assert tools == {"list_pods", "unknown"}
+    assert "rm_rf" not in text
+    calls = {labels: n for (name, labels), n in found.items() if name == "kelpie_tool_calls_total"}
+    assert sum(n for labels, n in calls.items() if ("tool", "unknown") in labels) == 3
+
+
+def test_the_health_listener_is_loopback_unless_configured() -> None:
+    base = {
+        "kubernetes": {"clusters": [{"name": "prod", "kubeconfig": "/nonexistent"}]},
+        "models": {"profiles": {"default": {"model": "openai/test-model"}}},
+    }
+    assert parse_config(base).server.health.host == "127.0.0.1"
+    exposed = {**base, "server": {"health": {"host": "0.0.0.0"}}}
+    assert parse_config(exposed).server.health.host == "0.0.0.0"

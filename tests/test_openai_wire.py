@@ -9,6 +9,8 @@ import json
 import logging
 import subprocess
 import sys
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +23,9 @@ from hypothesis import strategies as st
 from bot.config import AuthMethod, ConfigError, parse_config
 from bot.model.model_map import map_capabilities, map_path
 from bot.model.openai_wire import OpenAIWireGateway, SseParser
+from bot.model.streaming import StreamAssembly, relay
 from bot.model.types import ModelError, ModelRequest, ProviderSettings
-from tests.peers.model_server import ModelServer
+from tests.peers.model_server import LongLineStep, ModelServer, RedirectStep, TrickleStep
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-wire-test-0123456789abcdef"
@@ -369,3 +372,107 @@ def _python(script: str) -> str:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
+
+
+# --- bounds: what one reply may cost ------------------------------------------------------
+
+
+async def test_a_line_without_end_stops_the_read_at_one_megabyte() -> None:
+    async with ModelServer() as peer:
+        peer.enqueue(LongLineStep(256 << 20))  # a 256 MB line
+        gateway = wire(peer)
+        with pytest.raises(ModelError) as caught:
+            await gateway.complete(ModelRequest(MESSAGES), _ignore)
+        await gateway.close()
+
+    assert caught.value.user_message == (
+        "The model server sent a line longer than 1 MB, so kelpie stopped reading the answer."
+    )
+    assert not caught.value.retryable
+    # The client hung up near the bound (socket buffers hold a few MB), not after 256 MB.
+    assert peer.line_bytes_sent < 16 << 20
+
+
+async def test_a_reply_over_four_megabytes_ends_the_call_with_one_sentence() -> None:
+    seen: list[str] = []
+
+    async def person(text: str) -> None:
+        seen.append(text)
+
+    async with ModelServer() as peer:
+        peer.reply_text("y" * (5 << 20), chunk_size=32 << 10)  # every line well under 1 MB
+        gateway = wire(peer)
+        with pytest.raises(ModelError) as caught:
+            await gateway.complete(ModelRequest(MESSAGES), person)
+        await gateway.close()
+
+    assert caught.value.user_message == (
+        "The model's answer grew past 4 MB, so kelpie stopped reading it: "
+        "ask for something shorter."
+    )
+    assert not caught.value.retryable
+    assert 0 < len("".join(seen)) <= 4 << 20  # streamed until the bound, not beyond
+
+
+async def test_a_trickle_that_beats_every_read_timeout_meets_the_overall_deadline() -> None:
+    async with ModelServer() as peer:
+        peer.enqueue(TrickleStep("slowly " * 10, interval=0.05))  # 3.5 s, a read each 50 ms
+        gateway = wire(peer, timeout_s=0.5)
+        started = time.monotonic()
+        with pytest.raises(ModelError) as caught:
+            await gateway.complete(ModelRequest(MESSAGES), _ignore)
+        elapsed = time.monotonic() - started
+        await gateway.close()
+
+    assert caught.value.user_message == "The model server did not answer within 0.5 s."
+    assert elapsed < 2.5
+
+
+async def test_a_redirect_to_another_origin_is_not_followed() -> None:
+    async with ModelServer() as peer, ModelServer() as elsewhere:
+        elsewhere.reply_text("the conversation arrived")
+        peer.enqueue(RedirectStep(307, elsewhere.api_base + "/chat/completions"))
+        gateway = wire(peer)
+        with pytest.raises(ModelError) as caught:
+            await gateway.complete(ModelRequest(MESSAGES), _ignore)
+        await gateway.close()
+
+    assert caught.value.user_message == (
+        "The model server redirected the request to another address, which kelpie does "
+        "not follow: check models.profiles.default.api_base."
+    )
+    assert elsewhere.recorded == []  # neither the conversation nor the key left
+    assert len(peer.recorded) == 1
+
+
+async def test_a_redirect_on_the_same_origin_is_followed_with_the_conversation() -> None:
+    async with ModelServer() as peer:
+        peer.enqueue(RedirectStep(308, "/chat/completions"))  # /v1/… → /…: same server
+        peer.reply_text("moved")
+        gateway = wire(peer)
+        reply = await gateway.complete(ModelRequest(MESSAGES), _ignore)
+        await gateway.close()
+
+    assert reply.text == "moved"
+    assert [r.path for r in peer.recorded] == ["/v1/chat/completions", "/chat/completions"]
+    assert peer.requests[1]["messages"] == MESSAGES
+
+
+async def test_a_long_answer_of_tiny_deltas_is_assembled_in_linear_time() -> None:
+    """200,000 one-character deltas: appending to one string copies it each time (about
+    20 GB copied, many seconds holding the loop); parts joined once take well under one."""
+    count = 200_000
+
+    async def chunks() -> AsyncIterator[dict[str, Any]]:
+        delta = {"choices": [{"index": 0, "delta": {"content": "z"}}]}
+        for _ in range(count):
+            yield delta
+        yield {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+
+    assembly = StreamAssembly()
+    started = time.process_time()
+    text = await relay(chunks(), assembly, _ignore)
+    spent = time.process_time() - started
+
+    assert text == "z" * count and assembly.raw_text == text
+    assert spent < 2.0, f"assembling {count} deltas took {spent:.1f} s of CPU"

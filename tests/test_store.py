@@ -289,3 +289,43 @@ async def test_postgres_fixture_is_a_real_server(postgres: PostgresServer):
         assert version and version.split(".")[0].isdigit()
     finally:
         await db.close()
+
+
+RAW_BODY = '{"text": "password=hunter2"}'
+
+
+async def test_bodies_of_deliveries_handled_before_0014_are_dropped_by_the_upgrade(
+    database_url: str,
+):
+    """Before 0014 a handled delivery kept its raw body (a question's words, a command's
+    response_url) until the retention pass; the upgrade drops it, and keeps an unhandled
+    one's, which a replay still needs."""
+    migrating = create_async_engine(sqlalchemy_async_url(database_url))  # an older kelpie
+    db = Database(database_url)
+    try:
+        async with migrating.begin() as connection:
+            await connection.run_sync(lambda sync: upgrade(alembic_config(sync), "0011"))
+        at = datetime(2026, 1, 1, tzinfo=UTC)
+        for key, handled in (("Ev0HANDLED", at), ("Ev0WAITING", None)):
+            await db.write(
+                executing(
+                    text(
+                        "INSERT INTO inbound_events (key, kind, body_json, received_at,"
+                        " handled_at) VALUES (:key, 'app_mention', :body, :at, :handled)"
+                    ).bindparams(key=key, body=RAW_BODY, at=at, handled=handled)
+                )
+            )
+        await db.upgrade()
+        async with db.sessions() as read:
+            kept = (
+                await read.exec(  # type: ignore[call-overload]
+                    text("SELECT key, body_json FROM inbound_events ORDER BY key")
+                )
+            ).all()
+        assert [tuple(row) for row in kept] == [
+            ("Ev0HANDLED", ""),
+            ("Ev0WAITING", RAW_BODY),
+        ]
+    finally:
+        await db.close()
+        await migrating.dispose()

@@ -274,16 +274,37 @@ def scale_approval(session_id: int) -> Approval:
     )
 
 
+class Clock:
+    """An injected clock several replicas share: leases lapse when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def clocked(name: str, clock: Clock, ttl_s: float = 3) -> Replica:
+    return Replica(name, timedelta(seconds=ttl_s), clock)
+
+
 async def test_an_approved_change_is_reconciled_only_once_its_replicas_lease_expired(
     database_url: str,
 ):
     """The replica that approved a change owns its execution until the outcome: another
-    replica's reconciliation leaves it alone while the owner beats, and once the owner is
-    gone exactly one of two racing replicas takes it."""
+    replica's reconciliation leaves it alone while the owner beats, the owner never
+    reconciles its own live work, and once the owner's lease lapsed exactly one of two
+    racing replicas takes it; the old owner's write and outcome are then fenced off."""
     db, session_id = await opened(database_url)
     other = Database(database_url)  # another process's connections and writer
-    owner = ApprovalRepository(db, replica("a", ttl_s=0.2))
-    b, c = ApprovalRepository(db, replica("b")), ApprovalRepository(other, replica("c"))
+    clock = Clock()
+    a = clocked("a", clock)
+    owner = ApprovalRepository(db, a)
+    b = ApprovalRepository(db, clocked("b", clock))
+    c = ApprovalRepository(other, clocked("c", clock))
     try:
         approval = scale_approval(session_id)
         await owner.create(approval)
@@ -291,32 +312,97 @@ async def test_an_approved_change_is_reconciled_only_once_its_replicas_lease_exp
             approval.id,
             ApprovalState.APPROVED,
             by="U0CAROL",
-            now=datetime.now(UTC),
+            now=clock(),
             require_unexpired=True,
         )
         # Executing on a live replica: not another's to reconcile.
         assert await b.unfinished() == []
         assert not await b.claim_unfinished(approval.id)
-        # Its heartbeat (a longer lease than the one taken at the click) keeps it.
-        await asyncio.sleep(0.3)
-        await TurnRepository(db, replica("a", ttl_s=30)).renew()
+        # Its heartbeat keeps it past the lease taken at the click.
+        clock.advance(2)
+        await TurnRepository(db, a).renew()
+        clock.advance(2)
         assert await c.unfinished() == []
         assert not await c.claim_unfinished(approval.id)
-        # The owner stops beating: its lease runs out, and exactly one racer takes the row.
-        await TurnRepository(db, replica("a", ttl_s=0.2)).renew()
-        await asyncio.sleep(0.3)
-        assert [a.id for a in await b.unfinished()] == [approval.id]
+        # It stops beating (stalled): its lease lapses. It never reconciles its own live
+        # work; exactly one of two racers takes the row.
+        clock.advance(4)
+        assert await owner.unfinished() == []
+        assert not await owner.claim_unfinished(approval.id)
+        assert [found.id for found in await b.unfinished()] == [approval.id]
         claims = await asyncio.gather(
             b.claim_unfinished(approval.id), c.claim_unfinished(approval.id)
         )
         assert sorted(claims) == [False, True]
-        # The winner holds it now, and an outcome ends the lease business for good.
-        assert await ApprovalRepository(db, replica("d")).unfinished() == []
-        await owner.set_outcome(approval.id, "not executed: ask again")
-        await asyncio.sleep(0.3)
-        assert await ApprovalRepository(db, replica("d")).unfinished() == []
+        winner = b if claims[0] else c
+        # The old owner, back: its write is fenced off and its outcome refused.
+        assert not await owner.holds(approval.id)
+        assert not await owner.set_outcome(approval.id, "executed: scaled to 5")
+        assert await winner.set_outcome(approval.id, "not executed: ask again")
+        stored = await b.get(approval.id)
+        assert stored is not None and stored.outcome == "not executed: ask again"
+        clock.advance(10)
+        assert await ApprovalRepository(db, clocked("d", clock)).unfinished() == []
     finally:
         await other.close()
+        await db.close()
+
+
+async def test_a_live_turn_is_taken_only_once_its_lease_lapsed_and_its_old_owner_stops(
+    database_url: str,
+):
+    db, session_id = await opened(database_url)
+    other = Database(database_url)
+    clock = Clock()
+    a = TurnRepository(db, clocked("a", clock))
+    b = TurnRepository(other, clocked("b", clock))
+    thread = replace(THREAD, id=session_id)
+    try:
+        assert await a.begin(thread, "turn-a", "U0ALICE", question("slow?"), claim=True)
+        clock.advance(2)
+        assert await a.renew() == []
+        clock.advance(2)
+        assert await b.take_orphans() == []  # renewed: still a's
+        clock.advance(4)  # a stalled: its lease lapsed
+        # A process never takes over its own live turn, whatever the lease says.
+        assert await a.take_orphans() == []
+        taken = await b.take_orphans()
+        assert [(turn.turn_id, turn.released) for turn in taken] == [("turn-a", False)]
+        # The old owner learns at its next renewal that the turn is no longer its own.
+        assert await a.renew() == [TurnInterrupt(THREAD.session_key, "turn-a")]
+        await a.finish("turn-a", TurnState.DONE)  # fenced: changes nothing
+        assert await a.renew() == []  # it stopped: nothing held
+        await a.begin(thread, "turn-next", "U0ALICE", question("next?"))
+        assert await a.claim(session_id, "turn-next", "U0ALICE") is TurnClaim.WAIT
+        await b.finish("turn-a", TurnState.INTERRUPTED)
+        assert await a.claim(session_id, "turn-next", "U0ALICE") is TurnClaim.RUNNING
+    finally:
+        await other.close()
+        await db.close()
+
+
+async def test_a_turn_whose_end_could_not_be_stored_is_released_and_closed_with_a_note(
+    database_url: str,
+):
+    """Its replica renews only the turns it really runs: a released one lapses, and its
+    own takeover (or any replica's) closes it, so the thread's next turn runs."""
+    db, session_id = await opened(database_url)
+    clock = Clock()
+    a = TurnRepository(db, clocked("a", clock))
+    thread = replace(THREAD, id=session_id)
+    try:
+        assert await a.begin(thread, "turn-a", "U0ALICE", question("one?"), claim=True)
+        await a.begin(thread, "turn-b", "U0ALICE", question("two?"))
+        a.release("turn-a")  # its end failed to store, retries and all
+        for _ in range(3):  # beating on: the released turn is not renewed
+            clock.advance(2)
+            assert await a.renew() == []
+        assert await a.claim(session_id, "turn-b", "U0ALICE") is TurnClaim.WAIT
+        taken = await a.take_orphans()
+        assert [(turn.turn_id, turn.released) for turn in taken] == [("turn-a", True)]
+        await a.finish("turn-a", TurnState.INTERRUPTED)
+        assert await a.claim(session_id, "turn-b", "U0ALICE") is TurnClaim.RUNNING
+    finally:
         await db.close()
 
 

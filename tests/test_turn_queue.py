@@ -12,6 +12,20 @@ from tests.test_streaming import click_stop, has_stop_button, key, stop_button
 from tests.world import ALICE, BOB, CAROL, DEV_CHANNEL, SHOP_CHANNEL, World
 
 
+class Notice:
+    """A waiting turn's notice: records what it was told."""
+
+    def __init__(self, turns: Turns, name: str) -> None:
+        self._turns = turns
+        self._name = name
+
+    async def queued(self, running: int, ahead: int) -> None:
+        self._turns.notices.append((self._name, running, ahead))
+
+    async def left(self, started: bool) -> None:
+        self._turns.left.append(self._name if started else f"{self._name} (dropped)")
+
+
 class Turns:
     """Turn bodies the test releases by hand; records the order in which they start."""
 
@@ -19,6 +33,7 @@ class Turns:
         self.started: list[str] = []
         self.release: dict[str, asyncio.Event] = {}
         self.notices: list[tuple[str, int, int]] = []
+        self.left: list[str] = []
 
     def body(self, name: str):
         self.release[name] = asyncio.Event()
@@ -29,11 +44,8 @@ class Turns:
 
         return run
 
-    def notice(self, name: str):
-        async def queued(running: int, ahead: int) -> None:
-            self.notices.append((name, running, ahead))
-
-        return queued
+    def notice(self, name: str) -> Notice:
+        return Notice(self, name)
 
     async def until_started(self, count: int) -> None:
         while len(self.started) < count:
@@ -55,6 +67,8 @@ async def test_waiting_turns_take_turns_by_channel_and_are_told_they_wait():
     assert turns.started == ["x", "b1", "q1", "b2"]
     turns.release["b2"].set()
     await scheduler.drain()
+    # Each waiting turn's notice was told when it stopped waiting, as it got its slot.
+    assert turns.left == ["b1", "q1", "b2"]
 
 
 async def test_an_interrupted_waiting_turn_gives_up_its_place():
@@ -62,9 +76,12 @@ async def test_an_interrupted_waiting_turn_gives_up_its_place():
     turns = Turns()
     scheduler.submit("s1", turns.body("first"), lane="c")
     await turns.until_started(1)
-    scheduler.submit("s2", turns.body("old"), lane="c")
+    scheduler.submit("s2", turns.body("old"), lane="c", on_queued=turns.notice("old"))
     await asyncio.sleep(0)
-    scheduler.submit("s2", turns.body("new"), lane="c")  # supersedes the waiting one
+    # Supersedes the waiting one, whose notice is told it waits no more.
+    scheduler.submit("s2", turns.body("new"), lane="c", on_queued=turns.notice("new"))
+    await asyncio.sleep(0.05)
+    assert turns.left == ["old (dropped)"]
     turns.release["first"].set()
     await turns.until_started(2)
     turns.release["new"].set()
@@ -208,3 +225,66 @@ async def test_a_queued_turn_stopped_with_the_stop_button_on_its_notice_never_ru
     # Its slot came and went: the model never heard the stopped question.
     assert len(world.model.requests) == 1 and not asked_about(world, "second question")
     world.model.assert_script_consumed()
+
+
+async def test_one_persons_burst_does_not_keep_a_colleague_waiting_by_default(world: World):
+    # The configuration as shipped: no per-person cap set, so its default holds.
+    del world.config_data["agent"]["max_turns_per_person"]
+    alices = [world.model.reply_held(then=TextStep(f"alice's answer {i}")) for i in range(2)]
+    world.model.reply_text("bob's answer")
+    await world.start_bot()
+    burst = [await world.mention(SHOP_CHANNEL, ALICE, f"burst question {i}") for i in range(6)]
+    await world.model.wait_for_requests(2, timeout=60)
+    told = [
+        (await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 1))[0].text
+        for mention in burst[2:]
+    ]
+    assert told == [copy.person_busy(2)] * 4
+
+    bobs = await world.mention(SHOP_CHANNEL, BOB, "is checkout healthy?")
+    answered = await world.wait_bot_replies(SHOP_CHANNEL, bobs["ts"], 2)
+    assert "bob's answer" in answered[-1].text
+    # Answered while Alice's burst still held both of her places.
+    assert not any("alice's answer" in text for m in burst for text in bot_texts(world, m["ts"]))
+    for held in alices:
+        held.set()
+    await world.drain()
+    assert len(world.model.requests) == 3 and not asked_about(world, "burst question 2")
+    world.model.assert_script_consumed()
+
+
+async def test_a_queued_notice_loses_its_stop_button_once_its_turn_leaves_the_queue(
+    world: World,
+):
+    # The first question keeps the only slot busy until the test lets the model answer.
+    first_answer = world.model.reply_held(then=TextStep("first answer"))
+    world.model.reply_text("bob's answer")
+    await world.start_bot({"agent": {"max_concurrent_turns": 1}})
+    await world.mention(SHOP_CHANNEL, ALICE, "first question")
+    await world.model.wait_for_requests(1, timeout=60)
+    question = await world.mention(DEV_CHANNEL, BOB, "second question")
+    dropped = await stop_button(world, DEV_CHANNEL, question["ts"])
+
+    # BOB's follow-up replaces his waiting turn: that notice's Stop has nothing left to stop.
+    follow_up = world.slack.message(DEV_CHANNEL, BOB, "and the pods?", thread_ts=question["ts"])
+    await world.slack.deliver_event(follow_up)
+
+    def notices(server) -> list:
+        queued = [m for m in bot_messages(server, question["ts"]) if "Queued" in m.text]
+        return queued if len(queued) == 2 and not has_stop_button(queued[0]) else []
+
+    first_notice, waiting = await world.slack.wait_for(notices, timeout=20)
+    assert first_notice.ts == dropped.ts and first_notice.text == dropped.text
+    assert has_stop_button(waiting)  # the follow-up's turn still waits: it may be stopped
+
+    first_answer.set()
+    await world.drain()
+    assert any("bob's answer" in m.text for m in bot_messages(world.slack, question["ts"]))
+    # It ran: none of the thread's messages offers a Stop any more (its notice says it waited).
+    assert [m.text for m in bot_messages(world.slack, question["ts"]) if has_stop_button(m)] == []
+    assert "Queued" in world.slack.get_message(DEV_CHANNEL, waiting.ts).text
+    world.model.assert_script_consumed()
+
+
+def bot_messages(server, thread_ts: str) -> list:
+    return [m for m in server.thread(DEV_CHANNEL, thread_ts) if m.is_bot]

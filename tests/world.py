@@ -4,7 +4,8 @@ by the same composition root `kelpie run` uses. Tests drive it the way a person 
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +64,10 @@ def base_config(
                 }
             },
         },
-        "agent": {"llm_retry_delay_s": 0.2},
+        # The world's people are test drivers: one of them sends bursts many tests need
+        # answered at once. The per-person cap's default is tested on its own
+        # (tests/test_turn_queue.py), with this line removed.
+        "agent": {"llm_retry_delay_s": 0.2, "max_turns_per_person": None},
         "roles": {
             "viewer": {"tools": ["present/*", "read/*", "diagnose/*"], "namespaces": ["*"]},
             "operator": {
@@ -130,14 +134,17 @@ class World:
         *,
         write_audit: Any = None,
         pacing: PacingLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> Kelpie:
         """`pacing`: the bot's idea of Slack's limits (default: Slack's, scaled like the
-        fake's)."""
+        fake's); `clock`: what its click limit and kept member lists measure time by."""
         if override:
             self.config_data = merge(self.config_data, override)
         secrets = Secrets(self.config, environ(self.slack))
         pacing = pacing or PacingLimits().scaled(SLACK_TIME_SCALE)
-        bot = build_kelpie(self.config, secrets, write_audit=write_audit, pacing=pacing)
+        bot = build_kelpie(
+            self.config, secrets, write_audit=write_audit, pacing=pacing, clock=clock
+        )
         await bot.start()
         self.bots.append(bot)
         if self.config.slack.mode.value == "socket":

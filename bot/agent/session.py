@@ -13,7 +13,7 @@ import contextlib
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -23,15 +23,18 @@ from bot.agent.engine import Engine, TurnRequest
 from bot.agent.events import TurnEvent, TurnFinish, TurnFinished, TurnStats
 from bot.agent.prompt import PromptContext, system_prompt, user_message
 from bot.agent.turns import TurnBody
+from bot.approvals.recheck import Bindings
 from bot.config import Config, OnNewMessage
 from bot.model.router import ModelRouter, ResolvedAgentPolicy, resolve_policy
 from bot.policy.decision import CallScope
-from bot.policy.roles import ChannelBinding, offered_tools
+from bot.policy.roles import ChannelBinding, narrower, offered_tools
+from bot.store.retry import RETRY_DELAYS, retrying
 from bot.store.wakeups import Wakeups
 from bot.tools.harness import ToolRegistry
 from bot.tools.spec import Tool
 from bot.values import (
     AcceptedTurn,
+    Admission,
     Approval,
     Message,
     Role,
@@ -56,6 +59,9 @@ class IncomingMessage:
     text: str
     # The Slack delivery it came in (its inbox key): accepted once, however often delivered.
     event_key: str | None = None
+    # Its writer is from another organisation (Slack Connect): admitted under the
+    # external users' role, and whoever runs its turn later judges it so again.
+    external: bool = False
 
     @property
     def session_key(self) -> str:
@@ -160,6 +166,8 @@ class _TurnSpec:
     # it; None: the turn's messages are all in the stored conversation already.
     opening: Message | None
     claimed: bool = False  # its row says running here already: no claim to make
+    # Stored with the turn's row when its claim is the first to write one (a decision's).
+    admission: Admission | None = None
 
 
 class TurnLedger(Protocol):
@@ -174,9 +182,17 @@ class TurnLedger(Protocol):
         event_key: str | None = None,
         *,
         claim: bool = False,
+        admission: Admission | None = None,
     ) -> AcceptedTurn | None: ...
 
-    async def claim(self, session_id: int, turn_id: str, asker: str) -> TurnClaim: ...
+    async def claim(
+        self, session_id: int, turn_id: str, asker: str, admission: Admission | None = None
+    ) -> TurnClaim: ...
+
+    async def admission(self, turn_id: str) -> Admission | None:
+        """What the turn was admitted under (None: unknown, a turn stored before turns
+        kept it)."""
+        ...
 
     async def request_interrupt(self, session_id: int) -> bool: ...
 
@@ -197,6 +213,11 @@ class TurnLedger(Protocol):
 
     def closing_sent(self, turn_id: str, closed: Sequence[str] = ()) -> None:
         """The turn's closing calls went out (with the next commit, not one of its own)."""
+        ...
+
+    def release(self, turn_id: str) -> None:
+        """The turn's end could not be stored: this process lets it go (its lease lapses,
+        and a takeover closes it in its thread with a note)."""
         ...
 
 
@@ -232,6 +253,9 @@ class AgentSessions:
         ledger: TurnLedger | None = None,
         wakeups: Wakeups | None = None,
         claim_poll_s: float = CLAIM_POLL_S,
+        finish_delays: Sequence[float] = RETRY_DELAYS,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        bindings: Bindings | None = None,
     ) -> None:
         self._config = config
         self._sessions = sessions
@@ -246,6 +270,10 @@ class AgentSessions:
         self._ledger = ledger
         self._wakeups = wakeups or Wakeups()
         self._claim_poll_s = claim_poll_s
+        self._finish_delays = finish_delays
+        self._sleep = sleep
+        # None: the configuration's roles alone judge a turn run later (no channel lookup).
+        self._bindings = bindings
 
     async def warm_up(self) -> None:
         """The reads a turn makes, once, for a thread that does not exist (nothing found,
@@ -301,6 +329,9 @@ class AgentSessions:
             slack_user=message.user,
         )
         user = Message(Role.USER, text, slack_user=message.user, slack_ts=message.ts)
+        admission = Admission(
+            binding.role_name, binding.cluster, binding.namespace, external=message.external
+        )
         if self._ledger is None:
             session = await self._sessions.get_or_create(thread)
             await self._conversation.append(session.id, turn_id, [user])
@@ -309,14 +340,20 @@ class AgentSessions:
             # A thread seen before keeps its session; a new one gets it in the same commit.
             thread = await self._sessions.find(thread.session_key) or thread
             found = await self._ledger.begin(
-                thread, turn_id, message.user, [user], message.event_key, claim=claim
+                thread,
+                turn_id,
+                message.user,
+                [user],
+                message.event_key,
+                claim=claim,
+                admission=admission,
             )
             if found is None:
                 log.info("delivery %s was accepted before; not answered twice", message.event_key)
                 return None
             stored = found
         if stored.session.created:
-            await self._hooks.session_start(_hook_info(stored.session, message.user))
+            await self._hooks.session_start(_hook_info(stored.session, message.user, binding))
         return AcceptedMessage(stored.session, message, binding, turn_id, user, stored.claimed)
 
     async def run_turn(self, accepted: AcceptedMessage, abort: asyncio.Event) -> None:
@@ -333,36 +370,73 @@ class AgentSessions:
         await self._run_spec(spec, abort, interrupting=interrupting)
 
     async def after_decision(self, turn: DecisionTurn, abort: asyncio.Event) -> None:
-        """Tell the thread what a decision led to: a turn on the decision's note, under the
-        session's role as the configuration defines it now (a role that is gone: the thread
-        is only settled)."""
-        binding = self._binding(turn.session)
-        if binding is None:
+        """Tell the thread what a decision led to: a turn on the decision's note, under
+        what the turn that proposed the change was admitted under, judged again under the
+        configuration running now (nothing it still grants: the thread is only settled)."""
+        admitted = await self._admission(turn.approval.turn_id)
+        found = await self._binding(turn.session, admitted, turn.turn_id)
+        if found is None:
             await self.settle(turn.session.id)
             return
+        binding, admission = found
         origin = TurnOrigin(turn.approval.requested_by)
-        await self._run_spec(
-            _TurnSpec(turn.session, binding, turn.turn_id, origin, turn.note), abort
+        spec = _TurnSpec(
+            turn.session, binding, turn.turn_id, origin, turn.note, admission=admission
         )
+        await self._run_spec(spec, abort)
 
     async def take_over(
         self, session_id: int, turn_id: str, asker: str
     ) -> tuple[str, TurnBody] | None:
         """A turn accepted by a replica that died before running it: its session key and
-        its body, which runs it here from the stored conversation (its message included);
-        None if its session or role is gone."""
+        its body, which runs it here from the stored conversation (its message included),
+        under what its message was admitted under, judged again under the configuration
+        running now; None if its session is gone or nothing it was admitted for is."""
         session = await self._sessions.get(session_id)
-        binding = self._binding(session) if session is not None else None
-        if session is None or binding is None:
+        if session is None:
             return None
-        spec = _TurnSpec(session, binding, turn_id, TurnOrigin(asker), None)
+        found = await self._binding(session, await self._admission(turn_id), turn_id)
+        if found is None:
+            return None
+        spec = _TurnSpec(session, found[0], turn_id, TurnOrigin(asker), None)
         return session.session_key, lambda abort: self._run_spec(spec, abort)
 
-    def _binding(self, session: SessionInfo) -> ChannelBinding | None:
-        role = self._config.roles.get(session.role)
+    async def turn_binding(self, session: SessionInfo, turn_id: str) -> ChannelBinding | None:
+        """What the turn runs under now (`_binding`): an approval's re-check at a click."""
+        found = await self._binding(session, await self._admission(turn_id), turn_id)
+        return found[0] if found is not None else None
+
+    async def _admission(self, turn_id: str) -> Admission | None:
+        return await self._ledger.admission(turn_id) if self._ledger is not None else None
+
+    async def _binding(
+        self, session: SessionInfo, admitted: Admission | None, turn_id: str
+    ) -> tuple[ChannelBinding, Admission] | None:
+        """What a turn run now (not where its message was admitted) runs under: what it was
+        admitted under (a turn stored before turns kept that: its session's), never more
+        than the configuration running now gives the same person in the same channel (a
+        channel given less since gives its old threads less too). With it, the admission
+        a turn it starts keeps."""
+        admitted = admitted or Admission(session.role, session.cluster, session.namespace)
+        role = self._config.roles.get(admitted.role)
         if role is None:
+            log.warning("turn %s: its role %s is gone from the config", turn_id, admitted.role)
             return None
-        return ChannelBinding(session.role, role, session.cluster, session.namespace)
+        binding = ChannelBinding(admitted.role, role, admitted.cluster, admitted.namespace)
+        if self._bindings is not None:
+            now = await self._bindings.current(session, external=admitted.external)
+            judged = narrower(binding, now, self._registry.all()) if now is not None else None
+            if judged is None:
+                log.warning("turn %s: the config no longer grants %s", turn_id, admitted)
+                return None
+            if judged != binding:
+                log.info(
+                    "turn %s runs as %s (admitted as %s)", turn_id, judged.role_name, admitted.role
+                )
+            binding = judged
+        return binding, Admission(
+            binding.role_name, binding.cluster, binding.namespace, admitted.external
+        )
 
     async def _run_spec(
         self, spec: _TurnSpec, abort: asyncio.Event, *, interrupting: bool = False
@@ -427,16 +501,28 @@ class AgentSessions:
     async def _claim(ledger: TurnLedger, spec: _TurnSpec) -> TurnClaim:
         if spec.claimed:  # recorded running with its message (`TurnLedger.begin`)
             return TurnClaim.RUNNING
-        return await ledger.claim(spec.session.id, spec.turn_id, spec.origin.asker)
+        return await ledger.claim(spec.session.id, spec.turn_id, spec.origin.asker, spec.admission)
 
-    @staticmethod
-    async def _finish(ledger: TurnLedger, turn_id: str, ending: _Ending) -> None:
+    async def _finish(self, ledger: TurnLedger, turn_id: str, ending: _Ending) -> None:
+        """The turn's end, retried while the store fails (a turn left running would hold
+        its thread); if it still cannot be stored, the turn is released: its lease lapses
+        and the takeover closes it in its thread with a note."""
         # From here on, a closing call that goes out is recorded on its own (`sent`).
         ending.finished = True
         try:
-            await ledger.finish(turn_id, ending.state, ending.closed, ending.closing)
-        except Exception:  # its lease runs out; whoever takes it over closes it
+            await retrying(
+                f"recording that turn {turn_id} ended",
+                lambda: ledger.finish(turn_id, ending.state, ending.closed, ending.closing),
+                self._finish_delays,
+                self._sleep,
+            )
+        except Exception:
             log.exception("could not record that turn %s ended (%s)", turn_id, ending.state)
+            ledger.release(turn_id)
+        except asyncio.CancelledError:
+            # Stopped while retrying (its leases lapsed, or a shutdown): let it go as well.
+            ledger.release(turn_id)
+            raise
 
     @contextlib.asynccontextmanager
     async def _reporting(self, spec: _TurnSpec, ending: _Ending) -> AsyncIterator[Reporter]:
@@ -513,7 +599,7 @@ class AgentSessions:
         try:
             return await self._run(request, reporter, session.id, ending)
         finally:
-            await self._hooks.session_end(_hook_info(session, origin.asker, spec.turn_id))
+            await self._hooks.session_end(_hook_info(session, origin.asker, binding, spec.turn_id))
 
     async def _run(
         self, request: TurnRequest, reporter: Reporter, session_id: int, ending: _Ending
@@ -664,12 +750,15 @@ class _Ending:
     finished: bool = False  # its end is being (or was) recorded
 
 
-def _hook_info(session: SessionInfo, user: str, turn_id: str | None = None) -> dict[str, object]:
+def _hook_info(
+    session: SessionInfo, user: str, binding: ChannelBinding, turn_id: str | None = None
+) -> dict[str, object]:
+    # The role and cluster the turn runs under (its own, not its session's).
     return {
         "session": session.session_key,
         "channel": session.channel_id,
         "user": user,
-        "role": session.role,
-        "cluster": session.cluster,
+        "role": binding.role_name,
+        "cluster": binding.cluster,
         "turn_id": turn_id,
     }

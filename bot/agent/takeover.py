@@ -1,7 +1,8 @@
 """Turns and deliveries left behind by a process that died, taken over by a live one.
 
-Every replica (a single one included, after a restart) runs the same loop: renew its own
-leases (the heartbeat), then claim what a dead replica left, whose leases expired:
+Every replica (a single one included, after a restart) renews its own leases (the
+heartbeat, on a timer of its own: no takeover work ever delays it) and, in a loop of its
+own, claims what a dead replica left, whose leases expired:
 - a turn that was running: closed in its thread with a short note (it is not run again:
   it may have been half way through its tool calls);
 - a turn accepted but not started yet: run here, from the stored conversation;
@@ -11,8 +12,11 @@ leases (the heartbeat), then claim what a dead replica left, whose leases expire
   and never sent: sent here, within the budget, so its thread stops showing it at work;
   after a day they are given up (the thread has long moved on).
 The heartbeat also hands back the turns here that another replica interrupts: a newer
-message there (`slack.on_new_message: interrupt`) or a person's stop pressed there.
-Claims are compare-and-set in the store, so each is taken over by exactly one replica.
+message there (`slack.on_new_message: interrupt`) or a person's stop pressed there, and
+stops the turns here that another replica took over (this one's lease lapsed: the process
+stalled). A replica that could not renew for a whole lease stops every turn it runs.
+Claims are compare-and-set in the store, so each is taken over by exactly one replica, and
+never what this process itself still runs.
 
 Knows no Slack: the notices and the redelivery are ports `app.py` fills in.
 """
@@ -54,6 +58,10 @@ class Leases(Protocol):
     async def finish(self, turn_id: str, state: TurnState) -> None: ...
 
     async def take_closings(self) -> list[PendingClosing]: ...
+
+    def held_turns(self) -> list[TurnInterrupt]: ...
+
+    def release(self, turn_id: str) -> None: ...
 
     def closing_sent(self, turn_id: str, closed: Sequence[str] = ()) -> None: ...
 
@@ -109,13 +117,24 @@ class Takeover:
         # table until it has ended, and is interrupted once.
         self._handed_over: set[str] = set()
 
-    async def tick(self) -> None:
+    async def renew(self) -> None:
         self._hand_over(await self._leases.renew())
+
+    def lapsed(self) -> None:
+        """The leases could not be renewed for a whole lease: another replica may take
+        these turns over now, so they stop here."""
+        for turn in self._leases.held_turns():
+            if self._interrupt(turn):
+                log.warning("turn %s stopped: its lease could not be renewed", turn.turn_id)
+
+    async def take_over(self) -> None:
         for turn in await self._leases.take_orphans():
             try:
                 await self._take(turn)
             except Exception:
                 log.exception("could not take over turn %s", turn.turn_id)
+                # Not held here any longer: its lease lapses and it is taken over again.
+                self._leases.release(turn.turn_id)
         for delivery in await self._deliveries.take_orphans():
             try:
                 await self._redelivery.redeliver(delivery)
@@ -153,7 +172,10 @@ class Takeover:
         if turn.state is TurnState.QUEUED and await self._resume(turn):
             log.warning("running turn %s: the replica that accepted it stopped", turn.turn_id)
             return
-        log.warning("closing turn %s: the replica running it stopped", turn.turn_id)
+        if turn.released:
+            log.warning("closing turn %s: its end could not be stored here", turn.turn_id)
+        else:
+            log.warning("closing turn %s: the replica running it stopped", turn.turn_id)
         await self._notices.close(turn)
         await self._leases.finish(turn.turn_id, TurnState.INTERRUPTED)
 
@@ -170,7 +192,15 @@ class Heartbeat(Protocol):
     """What a `LeaseKeeper` beats: `Takeover` for `kelpie run`; for `kelpie chat`, only the
     leases of the approved changes it executes."""
 
-    async def tick(self) -> None: ...
+    async def renew(self) -> None: ...
+
+    def lapsed(self) -> None:
+        """Renewals failed for a whole lease: stop acting on what was held."""
+        ...
+
+    async def take_over(self) -> None:
+        """What dead replicas left (never run behind the renewals)."""
+        ...
 
     async def interrupts(self) -> None:
         """Between beats, what a wake-up from another replica asked for."""
@@ -178,42 +208,66 @@ class Heartbeat(Protocol):
 
 
 class LeaseKeeper:
-    """Runs the heartbeat's tick at start and then every third of the lease's lifetime, so
-    a lease is renewed twice before it could expire. In between, a wake-up from another
-    replica (PostgreSQL) hands its interrupts over at once rather than at the next beat."""
+    """Renews the leases at start and then every third of the lease's lifetime, so a lease
+    is renewed twice before it could expire, in a task of its own: taking over what dead
+    replicas left (Slack calls that wait for the rate budget, reads of the cluster) runs in
+    another task and never delays a renewal. In between, a wake-up from another replica
+    (PostgreSQL) hands its interrupts over at once rather than at the next beat. When no
+    renewal succeeded for a whole lease, the heartbeat is told its leases lapsed."""
 
     def __init__(
-        self, heartbeat: Heartbeat, interval_s: float, wakeups: Wakeups | None = None
+        self,
+        heartbeat: Heartbeat,
+        interval_s: float,
+        wakeups: Wakeups | None = None,
+        *,
+        lease_s: float | None = None,
     ) -> None:
         self._heartbeat = heartbeat
         self._interval_s = interval_s
+        self._lease_s = lease_s if lease_s is not None else 3 * interval_s
         self._wakeups = wakeups or Wakeups()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="kelpie-lease-keeper")
+        self._tasks = [
+            asyncio.create_task(self._renewing(), name="kelpie-lease-keeper"),
+            asyncio.create_task(self._taking_over(), name="kelpie-takeover"),
+        ]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
+        self._tasks = []
 
-    async def _run(self) -> None:
+    async def _renewing(self) -> None:
         loop = asyncio.get_running_loop()
+        renewed = loop.time()
         with self._wakeups.watch(Wake.INTERRUPT) as woken:
             while True:
-                await self._guarded(self._heartbeat.tick)
+                if await self._guarded(self._heartbeat.renew):
+                    renewed = loop.time()
+                elif loop.time() - renewed >= self._lease_s:
+                    self._heartbeat.lapsed()
                 due = loop.time() + self._interval_s
                 while (left := due - loop.time()) > 0:
                     if await woken.wait(left):
                         await self._guarded(self._heartbeat.interrupts)
 
+    async def _taking_over(self) -> None:
+        while True:
+            await self._guarded(self._heartbeat.take_over)
+            await asyncio.sleep(self._interval_s)
+
     @staticmethod
-    async def _guarded(step: Callable[[], Awaitable[None]]) -> None:
+    async def _guarded(step: Callable[[], Awaitable[None]]) -> bool:
         try:
             await step()
         except Exception as error:
             # The store is down: a missed beat is not yet a lost lease (three fit in one).
             log.warning("lease heartbeat failed (retrying): %s", error)
+            return False
+        return True

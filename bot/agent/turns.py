@@ -1,7 +1,9 @@
 """One turn per session at a time: a new message interrupts the running turn or queues.
 At most `max_running` turns run at once; the others wait their turn fairly by lane (a
 channel): lanes take turns, so one busy channel cannot starve the others. A turn that has
-to wait is told how many run and wait (`on_queued`), so its thread can show it.
+to wait is told how many run and wait (`on_queued`), so its thread can show it, and told
+again when it stops waiting (it got its slot, or it was dropped), so its thread stops
+offering to stop it there.
 
 Caps per person and per lane (`TurnCaps`) bound how many sessions one person, or one
 channel, keeps busy at once (running or waiting): `admit` reserves a place before the
@@ -20,12 +22,24 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
 TurnBody = Callable[[asyncio.Event], Awaitable[None]]
-# Told (running, waiting ahead) when a turn has to wait for a free slot.
-QueuedNotice = Callable[[int, int], Awaitable[None]]
+
+
+class QueuedNotice(Protocol):
+    """What a turn's thread shows while it waits for a free slot."""
+
+    async def queued(self, running: int, ahead: int) -> None:
+        """The turn has to wait: `running` run, `ahead` wait before it."""
+
+    async def left(self, started: bool) -> None:
+        """It waits no more: it got its slot (`started`), or it was dropped (interrupted,
+        shut down)."""
+
+
 MAX_RUNNING = 8
 
 
@@ -273,20 +287,38 @@ class TurnScheduler:
         if self._gate.try_enter():
             return True
         ticket = self._gate.queue(lane)
+        granted = False
         try:
             if on_queued is not None:
                 await self._notify(on_queued, self._gate.waiting - 1)
             await ticket
+            granted = True
         except asyncio.CancelledError:
             self._gate.withdraw(lane, ticket)
             raise
+        finally:
+            if on_queued is not None:
+                self._left(on_queued, granted)
         return True
 
     async def _notify(self, on_queued: QueuedNotice, ahead: int) -> None:
         try:
-            await on_queued(self._gate.running, ahead)
+            await on_queued.queued(self._gate.running, ahead)
         except Exception:  # a notice that fails must not cost the turn its place
             log.exception("could not show that a turn is queued")
+
+    def _left(self, on_queued: QueuedNotice, started: bool) -> None:
+        """Told beside the turn, which does not wait for it (nor does a drop)."""
+
+        async def tell() -> None:
+            try:
+                await on_queued.left(started)
+            except Exception:
+                log.exception("could not show that a turn no longer waits")
+
+        task = asyncio.create_task(tell(), name="turn:left-queue")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def drain(self, timeout: float = 10.0) -> None:
         """Wait for running turns (used on shutdown and by tests)."""

@@ -34,7 +34,14 @@ class ApprovalStore(Protocol):
         """Compare-and-set pending → `to`; True only for the one caller that won."""
         ...
 
-    async def set_outcome(self, approval_id: str, outcome: str) -> None: ...
+    async def set_outcome(self, approval_id: str, outcome: str) -> bool:
+        """Compare-and-set: the first outcome, by the replica that owns the approval; False
+        when another replica took it over (it reconciles and tells the thread)."""
+        ...
+
+    def release(self, approval_id: str) -> None:
+        """Its outcome could not be stored: this process stops holding it."""
+        ...
 
     async def pending(self) -> list[Approval]: ...
 
@@ -111,3 +118,11 @@ class WriteReservations(Protocol):
         ...
 
     async def release(self, target: str, approval_id: str) -> None: ...
+
+
+class WriteFence(Protocol):
+    """Whether this replica still owns an approved change, asked right before its write."""
+
+    async def holds(self, approval_id: str) -> bool:
+        """True when it does (and keeps it from here on); False when another took it."""
+        ...

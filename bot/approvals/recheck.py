@@ -30,9 +30,21 @@ def _who(identity: KubeIdentity | None) -> str:
 
 
 class Bindings(Protocol):
-    """The channel's binding under the configuration running now; None: not enabled."""
+    """The channel's binding under the configuration running now (`external`: for
+    someone from another organisation, as their message is admitted); None: not enabled
+    (for them)."""
 
-    async def current(self, session: SessionInfo) -> ChannelBinding | None: ...
+    async def current(
+        self, session: SessionInfo, *, external: bool = False
+    ) -> ChannelBinding | None: ...
+
+
+class TurnBindings(Protocol):
+    """What a turn runs under now: what it was admitted under (its asker a guest or not),
+    never more than the configuration running now gives; None: nothing of it is granted
+    as such any more (another cluster, another Kubernetes identity, not enabled)."""
+
+    async def turn_binding(self, session: SessionInfo, turn_id: str) -> ChannelBinding | None: ...
 
 
 class Approvers(Protocol):
@@ -58,6 +70,7 @@ class CurrentPolicy:
         approvers: Approvers,
         *,
         self_approval: bool = False,
+        turns: TurnBindings | None = None,
     ) -> None:
         # `kelpie chat --self-approve`: the operator lifts four eyes for their own changes,
         # explicitly; the terminal records each such decision under a name that says so.
@@ -66,6 +79,7 @@ class CurrentPolicy:
         self._sessions = sessions
         self._bindings = bindings
         self._approvers = approvers
+        self._turns = turns
 
     async def _binding(self, approval: Approval) -> tuple[SessionInfo, ChannelBinding] | None:
         session = await self._sessions.get(approval.session_id)
@@ -90,6 +104,10 @@ class CurrentPolicy:
         acting_as, bound = binding.tool_context().identity, bound_identity(plan)
         if acting_as != bound:
             return identity_changed(bound, acting_as)
+        asked_under = await self._asked_under(session, approval, binding)
+        if asked_under is None:
+            return "the role this change was asked under is no longer granted in this channel"
+        binding = asked_under
         offered = offered_tools(binding.role, self._registry.all())
         scope = CallScope(
             session_id=session.id,
@@ -105,6 +123,15 @@ class CurrentPolicy:
         )
         args = {**plan.args, REASON_ARG: approval.reason} if approval.reason else dict(plan.args)
         return ToolInvocation(approval.tool_call_id, tool, args, scope)
+
+    async def _asked_under(
+        self, session: SessionInfo, approval: Approval, channel: ChannelBinding
+    ) -> ChannelBinding | None:
+        """The channel's binding, no wider than what the turn that proposed the change was
+        admitted under (a Slack Connect guest's card runs under the guests' role)."""
+        if self._turns is None:
+            return channel
+        return await self._turns.turn_binding(session, approval.turn_id)
 
     async def may_decide(self, approval: Approval, user: str) -> str | None:
         found = await self._binding(approval)

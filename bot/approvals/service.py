@@ -35,9 +35,9 @@ from bot.approvals import copy
 from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, ApprovalStore, CallCheck, Continuation
 from bot.approvals.readback import Readback
-from bot.approvals.retry import RETRY_DELAYS, retrying
 from bot.policy.decision import ToolInvocation
 from bot.policy.pipeline import CallFlow
+from bot.store.retry import RETRY_DELAYS, retrying
 from bot.values import (
     DECISION_STATE,
     Approval,
@@ -49,6 +49,7 @@ from bot.values import (
     Verdict,
     WriteOutcome,
     WritePlan,
+    ts_after,
 )
 
 log = logging.getLogger(__name__)
@@ -157,17 +158,21 @@ class ApprovalRequests:
 
 async def record_outcome(
     store: ApprovalStore, approval: Approval, outcome: str, delays: Sequence[float]
-) -> None:
-    """The approval's outcome, retried while the store is locked; a failure is logged (the
-    outcome still reaches the thread; start-up reconciliation finds the row without one)."""
+) -> bool:
+    """The approval's outcome, retried while the store is locked; False when another
+    replica owns the approval now (it took it over: it reconciles it and tells the thread,
+    so nothing is said here). A failure is logged and the approval released (the outcome
+    still reaches the thread; reconciliation finds the row without one)."""
     try:
-        await retrying(
+        return await retrying(
             f"recording the outcome of approval {approval.id}",
             lambda: store.set_outcome(approval.id, outcome),
             delays,
         )
     except Exception:
         log.exception("the outcome of approval %s could not be recorded", approval.id)
+        store.release(approval.id)
+        return True
 
 
 class RecordedWrites:
@@ -186,12 +191,13 @@ class RecordedWrites:
 
     async def execute(self, approval: Approval) -> WriteOutcome:
         write: WriteOutcome | None = None
+        recorded = False
         try:
             write = await self._coordinator.execute(approval, approval.decided_by or "?")
         finally:
             if write is not None:
-                await record_outcome(self._store, approval, write.summary, self._delays)
-        return write
+                recorded = await record_outcome(self._store, approval, write.summary, self._delays)
+        return write if recorded else replace(write, superseded=True)
 
 
 class ApprovedCalls(Protocol):
@@ -306,12 +312,18 @@ class ApprovalService:
             ending = await self._approved(approval)
         else:
             ending = _not_run(approval, decision)
-            await self._record_outcome(approval, ending.outcome)
+            if not await self._record_outcome(approval, ending.outcome):
+                ending = None
+        if ending is None:
+            # Another replica owns it now (this one's lease lapsed): it tells the thread.
+            log.warning("approval %s is another replica's now; its outcome is theirs", approval.id)
+            return Resumed(ResumeResult.ALREADY_DECIDED, approval)
         approval = replace(approval, outcome=ending.outcome)
         await self._finish(approval, ending)
         return Resumed(ResumeResult.DECIDED, approval)
 
-    async def _approved(self, approval: Approval) -> _Ending:
+    async def _approved(self, approval: Approval) -> _Ending | None:
+        """How the approved change ended; None when another replica took it over."""
         by = approval.decided_by or "?"
         call = await self._check.invocation(approval)
         flow: CallFlow | None = None
@@ -326,7 +338,8 @@ class ApprovalService:
         if flow is None or flow.write is None:
             refusal = refusal or _refusal(flow)
             outcome = f"not executed: {refusal}"
-            await self._record_outcome(approval, outcome)
+            if not await self._record_outcome(approval, outcome):
+                return None
             return _Ending(
                 outcome,
                 f"Approval {approval.id[:8]} ({approval.plan.description}) was approved by "
@@ -336,6 +349,8 @@ class ApprovalService:
                 announce=f"{approval.plan.description}: not executed, {refusal}.",
             )
         write = flow.write
+        if write.superseded:
+            return None
         note = ""
         if write.outcome_audit_failed:
             note = ":warning: The change ran, but its outcome audit could not be written."
@@ -351,8 +366,8 @@ class ApprovalService:
             card_note=note,
         )
 
-    async def _record_outcome(self, approval: Approval, outcome: str) -> None:
-        await record_outcome(self._store, approval, outcome, self._delays)
+    async def _record_outcome(self, approval: Approval, outcome: str) -> bool:
+        return await record_outcome(self._store, approval, outcome, self._delays)
 
     async def _finish(self, approval: Approval, ending: _Ending) -> None:
         """The conversation learns the outcome; then the card, best effort; if Slack will
@@ -388,7 +403,8 @@ class ApprovalService:
             outcome, note = copy.RECONCILED_EXECUTED, copy.reconciled_executed(approval)
         else:
             outcome, note = copy.RECONCILED_NOT_EXECUTED, copy.reconciled_not_executed(approval)
-        await self._record_outcome(approval, outcome)
+        if not await self._record_outcome(approval, outcome):
+            return Resumed(ResumeResult.ALREADY_DECIDED, approval)
         approval = replace(approval, outcome=outcome)
         ending = _Ending(
             outcome, note, answer=False, announce=f"{approval.plan.description}: {outcome}."
@@ -439,11 +455,16 @@ class ApprovalService:
             except Exception:
                 log.exception("the approval expiry sweep failed")
 
-    async def withdraw_for(self, session_id: int, user: str, *, stop: bool = False) -> int:
+    async def withdraw_for(
+        self, session_id: int, user: str, *, stop: bool = False, before: str | None = None
+    ) -> int:
         """A requester's new message (or a permitted stop) withdraws the session's pending
-        cards; anyone else's message leaves them alone. Returns how many were withdrawn."""
+        cards; anyone else's message leaves them alone. With `before` (a Slack ts: a stop
+        handled late), only the cards posted before it. Returns how many were withdrawn."""
         withdrawn = 0
         for approval in await self._store.pending_in(session_id):
+            if before is not None and not ts_after(before, approval.card_ts):
+                continue  # posted after the click (or not yet): not what it meant
             allowed = user in approval.requesters or (
                 stop and await self._check.may_withdraw(approval, user)
             )

@@ -29,8 +29,16 @@ class Failure(StrEnum):
     UNREACHABLE = "unreachable"
     SERVER_ERROR = "server error"
     REFUSED = "refused"
+    LINE_TOO_LONG = "line too long"
+    REPLY_TOO_LARGE = "reply too large"
+    REDIRECTED = "redirected"
     UNKNOWN = "unknown"
 
+
+# What one streamed reply may hold (the wire client stops reading past them): a server, or
+# anything between, that streams without end must not fill the memory or stall the loop.
+MAX_LINE_BYTES = 1 << 20
+MAX_REPLY_BYTES = 4 << 20
 
 _RETRYABLE = frozenset(
     {
@@ -130,10 +138,29 @@ class ModelCall:
                 return f"The model server did not answer (HTTP {status})."
             case Failure.REFUSED:
                 return f"The model server refused the request (HTTP {status})."
+            case Failure.LINE_TOO_LONG:
+                return (
+                    f"The model server sent a line longer than {_mb(MAX_LINE_BYTES)}, "
+                    "so kelpie stopped reading the answer."
+                )
+            case Failure.REPLY_TOO_LARGE:
+                return (
+                    f"The model's answer grew past {_mb(MAX_REPLY_BYTES)}, "
+                    "so kelpie stopped reading it: ask for something shorter."
+                )
+            case Failure.REDIRECTED:
+                return (
+                    "The model server redirected the request to another address, which "
+                    f"kelpie does not follow: check {where}.api_base."
+                )
         return "The model server could not be reached."
 
 
 BROKE_OFF = "The model's answer broke off before it finished."
+
+
+def _mb(size: int) -> str:
+    return f"{size / (1 << 20):g} MB"
 
 
 def broke_off(detail: str) -> ModelError:

@@ -7,6 +7,12 @@ their own objects; this client encodes the request once (the messages are plain 
 already), parses the server-sent events as they arrive and reuses one keep-alive session.
 It makes exactly one HTTP request per call (the engine owns retries) and says the same
 sentences as `LiteLLMGateway` for the same failures (`failures.py`).
+
+What a reply may cost is bounded: a line over `MAX_LINE_BYTES` or a body over
+`MAX_REPLY_BYTES` ends the call, the profile's `timeout_s` bounds the whole request (not
+each read: a server trickling a byte at a time does not hold a turn forever), and the
+conversation is re-sent only to the origin it was meant for (a redirect elsewhere is
+refused, never followed).
 """
 
 from __future__ import annotations
@@ -16,14 +22,20 @@ import json
 import os
 import urllib.request
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import aclosing
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 
 from bot.config import AuthMethod
-from bot.model.failures import Failure, ModelCall, failure_of_status
+from bot.model.failures import (
+    MAX_LINE_BYTES,
+    MAX_REPLY_BYTES,
+    Failure,
+    ModelCall,
+    failure_of_status,
+)
 from bot.model.streaming import StreamAssembly, assembled_reply, relay
 from bot.model.types import ModelError, ModelReply, ModelRequest, ProviderSettings, TextSink
 
@@ -34,6 +46,15 @@ PROVIDER_KEY_ENV = "OPENAI_API_KEY"
 DONE = b"[DONE]"
 # An error body is read for its message and code; a server may send a whole page instead.
 _ERROR_BODY_BYTES = 64 * 1024
+# A POST is followed only where it keeps its method and body (307, 308) and only to the
+# same scheme, host and port: anywhere else would receive the conversation (and the key).
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_FOLLOWED = frozenset({307, 308})
+_MAX_HOPS = 3
+
+
+class LineTooLong(ValueError):
+    """A server-sent-event line longer than the parser accepts."""
 
 
 class SseParser:
@@ -41,24 +62,36 @@ class SseParser:
 
     Lines end in LF or CRLF; an event ends at a blank line; several `data:` lines of one
     event are joined by LF; comments (`:`) and other fields are skipped. Only the bytes
-    after the last line break are held, so a long line arriving in pieces stays linear.
+    after the last line break are held, so a long line arriving in pieces stays linear; a
+    line longer than `max_line` raises `LineTooLong` as soon as it is that long.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
+        self._max_line = max_line
         self._partial: list[bytes] = []
+        self._partial_size = 0
         self._data: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[bytes]:
         self._partial.append(chunk)
+        self._partial_size += len(chunk)
         if b"\n" not in chunk:
+            self._check(self._partial_size)
             return []
         lines = b"".join(self._partial).split(b"\n")
         tail = lines.pop()
         self._partial = [tail] if tail else []
+        self._partial_size = len(tail)
         events: list[bytes] = []
         for line in lines:
+            self._check(len(line))
             self._line(line.removesuffix(b"\r"), events)
+        self._check(len(tail))
         return events
+
+    def _check(self, size: int) -> None:
+        if size > self._max_line:
+            raise LineTooLong(f"a stream line over {self._max_line} bytes")
 
     def finish(self) -> list[bytes]:
         """At the end of the body: an event whose blank line never came still counts (some
@@ -66,6 +99,7 @@ class SseParser:
         events: list[bytes] = []
         tail = b"".join(self._partial)
         self._partial = []
+        self._partial_size = 0
         if tail:
             self._line(tail.removesuffix(b"\r"), events)
         self._line(b"", events)
@@ -109,12 +143,13 @@ class OpenAIWireGateway:
         return self._model
 
     async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelReply:
-        response = await self._send(self._body(request))
         assembly = StreamAssembly()
-        try:
-            text = await relay(self._chunks(response), assembly, on_text)
-        finally:
-            response.release()
+        async with self._deadline():
+            response = await self._send(self._body(request))
+            try:
+                text = await relay(self._chunks(response), assembly, on_text)
+            finally:
+                response.release()
         return assembled_reply(request, assembly, text, self._model)
 
     async def ping(self) -> None:
@@ -122,19 +157,32 @@ class OpenAIWireGateway:
         body: dict[str, Any] = {**self._settings.options, "model": self._wire_model}
         body["messages"] = [{"role": "user", "content": "Reply with OK."}]
         body["max_tokens"] = 1
-        response = await self._send(fit_reasoning_model(body))
-        try:
-            await response.read()
-        except Exception as exc:
-            raise self._transport_error(exc, midway=True) from exc
-        finally:
-            response.release()
+        async with self._deadline():
+            response = await self._send(fit_reasoning_model(body))
+            try:
+                await _read_capped(response.content, MAX_REPLY_BYTES)
+            except Exception as exc:
+                raise self._transport_error(exc, midway=True) from exc
+            finally:
+                response.release()
 
     async def close(self) -> None:
         """Close the session and its kept-alive connections."""
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+
+    @asynccontextmanager
+    async def _deadline(self) -> AsyncIterator[None]:
+        """The whole request, answer included, within the profile's `timeout_s`."""
+        deadline = asyncio.timeout(self._settings.timeout_s)
+        try:
+            async with deadline:
+                yield
+        except TimeoutError as exc:
+            if not deadline.expired():  # not ours (a sink's own timeout): not the model's
+                raise
+            raise self._transport_error(exc, midway=True) from exc
 
     # the request
 
@@ -174,23 +222,38 @@ class OpenAIWireGateway:
         headers = self._headers()
         # One pass over the history; compact, as the server parses it once too.
         data = json.dumps(body, separators=(",", ":")).encode()
-        try:
-            response = await self._client().post(self._url, data=data, headers=headers)
-        except Exception as exc:
-            raise self._transport_error(exc, midway=False) from exc
+        url = self._url
+        for hop in range(_MAX_HOPS + 1):
+            try:
+                response = await self._client().post(
+                    url, data=data, headers=headers, allow_redirects=False
+                )
+            except Exception as exc:
+                raise self._transport_error(exc, midway=False) from exc
+            if response.status not in _REDIRECTS:
+                break
+            url = self._redirect(response, url, last=hop == _MAX_HOPS)
         if response.status >= 400:
             raise await self._status_error(response)
         return response
 
+    def _redirect(self, response: aiohttp.ClientResponse, url: str, *, last: bool) -> str:
+        """Where a redirect leads, when it may be followed: 307/308 (the POST and its body
+        kept) to the same origin, within `_MAX_HOPS`; anything else is one sentence."""
+        location = response.headers.get("Location", "")
+        status = response.status
+        response.release()
+        target = urljoin(url, location) if location else ""
+        origin = _origin(target) if target else None
+        if status not in _FOLLOWED or last or origin is None or origin != _origin(url):
+            detail = self._redact(f"HTTP {status} to {location[:200]!r}, not followed")
+            raise self._call.error(Failure.REDIRECTED, detail=detail, sent=True, status=status)
+        return target
+
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
-            # Per read, like the openai SDK's timeout: a long answer that keeps streaming
-            # is not cut, a server that goes quiet is.
-            timeout = aiohttp.ClientTimeout(
-                total=None,
-                sock_connect=self._settings.timeout_s,
-                sock_read=self._settings.timeout_s,
-            )
+            # The connect alone here; `_deadline` bounds the whole request, answer included.
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._settings.timeout_s)
             # Not trust_env: it would also add ~/.netrc credentials (a header `auth: none`
             # must not send) and hop to a thread twice per request. The proxy is read once.
             self._session = aiohttp.ClientSession(timeout=timeout, proxy=_env_proxy(self._url))
@@ -208,6 +271,7 @@ class OpenAIWireGateway:
     async def _events(self, response: aiohttp.ClientResponse) -> AsyncGenerator[bytes]:
         parser = SseParser()
         reader = response.content.iter_any().__aiter__()
+        size = 0
         while True:
             try:
                 data = await reader.__anext__()
@@ -215,7 +279,15 @@ class OpenAIWireGateway:
                 break
             except Exception as exc:
                 raise self._transport_error(exc, midway=True) from exc
-            for event in parser.feed(data):
+            size += len(data)
+            if size > MAX_REPLY_BYTES:
+                detail = f"the streamed body passed {MAX_REPLY_BYTES} bytes"
+                raise self._call.error(Failure.REPLY_TOO_LARGE, detail=detail, sent=True)
+            try:
+                events = parser.feed(data)
+            except LineTooLong as exc:
+                raise self._call.error(Failure.LINE_TOO_LONG, detail=str(exc), sent=True) from exc
+            for event in events:
                 yield event
         for event in parser.finish():
             yield event
@@ -318,6 +390,18 @@ def _env_proxy(url: str) -> str | None:
     if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
         return None
     return urllib.request.getproxies().get(parts.scheme)
+
+
+def _origin(url: str) -> tuple[str, str, int | None] | None:
+    """Scheme, host and port (the scheme's default when none is written); None for a URL
+    whose port is not a number."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    except ValueError:
+        return None
+    return scheme, (parts.hostname or ""), port
 
 
 def _error_fields(body: Any) -> tuple[str, str | None]:

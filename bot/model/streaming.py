@@ -48,9 +48,11 @@ def _field(item: Any, name: str) -> Any:
 @dataclass
 class StreamAssembly:
     """Accumulates streamed deltas: content, tool-call fragments by index, thinking blocks
-    by index, finish_reason and the provider's usage report."""
+    by index, finish_reason and the provider's usage report. Text is kept as its parts and
+    joined once when read: appending to one string copies it on every delta, quadratic in
+    a long answer of small deltas."""
 
-    raw_text: str = ""
+    text_parts: list[str] = field(default_factory=list)
     calls: dict[int, _ToolCallParts] = field(default_factory=dict)
     thinking: dict[int, _ThinkingParts] = field(default_factory=dict)
     finish_reason: str | None = None
@@ -75,9 +77,14 @@ class StreamAssembly:
             self._take_tool_fragment(fragment)
         for block in _field(delta, "thinking_blocks") or []:
             self._take_thinking(block)
-        content = _field(delta, "content") or ""
-        self.raw_text += content
-        return str(content)
+        content = str(_field(delta, "content") or "")
+        if content:
+            self.text_parts.append(content)
+        return content
+
+    @property
+    def raw_text(self) -> str:
+        return "".join(self.text_parts)
 
     def _take_tool_fragment(self, fragment: Any) -> None:
         index = _field(fragment, "index")
@@ -142,14 +149,19 @@ class ThinkFilter:
     """Removes `<think>...</think>` blocks from streamed text, whatever the delta boundaries.
 
     Text that could be the start of a tag is held back until the next delta decides; a
-    block still open when the stream ends is dropped.
+    block still open when the stream ends is dropped. The visible text is kept as parts
+    and joined once (`text`), so a long answer of small deltas stays linear.
     """
 
     def __init__(self) -> None:
         self._pending = ""
         self._inside = False
         self._after_block = False
-        self.text = ""
+        self._visible: list[str] = []
+
+    @property
+    def text(self) -> str:
+        return "".join(self._visible)
 
     def feed(self, delta: str) -> str:
         self._pending += delta
@@ -181,14 +193,16 @@ class ThinkFilter:
             self._pending = self._pending[len(self._pending) - keep :]
             break
         visible = "".join(out)
-        self.text += visible
+        if visible:
+            self._visible.append(visible)
         return visible
 
     def finish(self) -> str:
         """Flush held-back text at the end of the stream; an unclosed block is dropped."""
         visible = "" if self._inside else self._pending
         self._pending = ""
-        self.text += visible
+        if visible:
+            self._visible.append(visible)
         return visible
 
 

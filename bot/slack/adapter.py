@@ -25,12 +25,12 @@ from bot.config import SlackConfig
 from bot.policy.roles import ChannelBinding, ChannelRoles
 from bot.slack import copy
 from bot.slack.channels import ChannelDirectory
-from bot.slack.inbox import Handled
-from bot.slack.markdown import section_blocks
+from bot.slack.inbox import REPLAYED, Handled
 from bot.slack.payloads import PersonMessage, is_from_a_person, person_message
-from bot.slack.progress.common import QUEUED_STOP_BLOCK, Json
-from bot.slack.progress.render import stop_button_block
+from bot.slack.progress.common import Json
+from bot.slack.queued import QueuedNotices
 from bot.store.repositories import SessionRepository
+from bot.values import ts_after
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,9 @@ class SlackAdapter:
         scheduler: TurnScheduler,
         withdraw: Withdraw,
         handled: Handled,
+        notices: QueuedNotices,
     ) -> None:
+        self._notices = notices
         self._app = app
         self._config = config
         self._channels = channels
@@ -73,11 +75,14 @@ class SlackAdapter:
     def client(self) -> AsyncWebClient:
         return self._app.client
 
-    async def _on_mention(self, body: dict[str, Any], event: dict[str, Any]) -> None:
+    async def _on_mention(
+        self, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]
+    ) -> None:
         try:
             if is_from_a_person(event):
                 message = self._parse(body, event)
-                if message is not None and await self._handle(message, is_dm=False):
+                replayed = bool(context.get(REPLAYED))
+                if message is not None and await self._handle(message, False, replayed):
                     return  # its turn's acceptance marked the delivery handled
         except Exception:
             log.exception("app_mention listener failed for event %s", _event_id(body))
@@ -113,15 +118,16 @@ class SlackAdapter:
         message = self._parse(body, event)
         if message is None:
             return False
+        replayed = bool(context.get(REPLAYED))
         if message.channel_type == "im":
-            return await self._handle(message, is_dm=True)
+            return await self._handle(message, True, replayed)
         mentioned = bot_user_id is not None and f"<@{bot_user_id}>" in message.text
         if not message.thread_ts or mentioned or not self._config.thread_followups:
             return False  # top-level chatter, or an app_mention event handles it
         session_key = f"{message.team_id}:{message.channel}:{message.thread_ts}"
         if await self._sessions.find(session_key) is None:
             return False  # not a kelpie thread
-        return await self._handle(message, is_dm=False)
+        return await self._handle(message, False, replayed)
 
     async def _on_rename(self, event: dict[str, Any]) -> None:
         channel = event.get("channel") if isinstance(event, dict) else None
@@ -148,13 +154,13 @@ class SlackAdapter:
             )
         return message
 
-    async def _handle(self, message: PersonMessage, *, is_dm: bool) -> bool:
+    async def _handle(self, message: PersonMessage, is_dm: bool, replayed: bool) -> bool:
         """True when the message started a turn (stored with its delivery marked handled)."""
         # The turn's task starts inside this block, so its log lines keep the event id too.
         with logs.bound(event_id=message.event_id):
-            return await self._accept(message, is_dm=is_dm)
+            return await self._accept(message, is_dm=is_dm, replayed=replayed)
 
-    async def _accept(self, message: PersonMessage, *, is_dm: bool) -> bool:
+    async def _accept(self, message: PersonMessage, *, is_dm: bool, replayed: bool) -> bool:
         channel_id, thread_ts = message.channel, message.reply_ts
         channel_name = None if is_dm else await self._channels.name(channel_id)
         binding = self._roles.bind(channel_id, channel_name, is_dm)
@@ -182,7 +188,12 @@ class SlackAdapter:
             user=message.user,
             text=_MENTION.sub("", message.text).strip(),
             event_key=message.event_id or None,
+            external=message.is_external,
         )
+        if replayed and await self._came_late(incoming):
+            log.info("replayed message %s is older than its thread; not answered", message.ts)
+            await self._reply(channel_id, thread_ts, copy.message_came_late(incoming.user))
+            return False
         # A place is reserved before anything is stored: a burst cannot slip past the caps.
         busy = self._scheduler.admit(incoming.session_key, incoming.user, channel_id)
         if busy is not None:
@@ -207,22 +218,25 @@ class SlackAdapter:
             self._release(incoming, reserved)
             return False
 
-        async def queued(running: int, ahead: int) -> None:
-            # With kelpie's Stop button: a turn can be stopped before it ever runs.
-            text = copy.queued(running, ahead)
-            stop = stop_button_block(incoming.session_key, QUEUED_STOP_BLOCK)
-            blocks = [*section_blocks(text), stop]
-            await self._reply(channel_id, thread_ts, text, blocks)
-
         self._scheduler.submit(
             incoming.session_key,
             lambda abort: self._agent.run_turn(accepted, abort),
             lane=channel_id,
-            on_queued=queued,
+            on_queued=self._notices.notice(channel_id, thread_ts, incoming.session_key),
             person=incoming.user,
             reserved=reserved,
         )
         return True
+
+    async def _came_late(self, incoming: IncomingMessage) -> bool:
+        """A message replayed after a crash is late when its thread has seen something newer
+        (another message handled, a card posted): answered now, it would be answered out of
+        order and would withdraw the newer cards."""
+        session = await self._sessions.find(incoming.session_key)
+        if session is None:
+            return False
+        seen = await self._sessions.activity_ts(session.id)
+        return any(ts_after(ts, incoming.ts) for ts in seen)
 
     def _release(self, incoming: IncomingMessage, reserved: bool) -> None:
         if reserved:

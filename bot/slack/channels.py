@@ -53,12 +53,27 @@ class ChannelDirectory:
 
 
 class ChannelBindings:
-    """A channel's binding under the running config, for the re-check at a click."""
+    """A channel's binding under the running config, for the re-check at a click and for
+    a turn run after its message was admitted (`external`: for someone from another
+    organisation, as the adapter admits them)."""
 
     def __init__(self, channels: ChannelDirectory, roles: ChannelRoles) -> None:
         self._channels = channels
         self._roles = roles
 
-    async def current(self, session: SessionInfo) -> ChannelBinding | None:
+    async def current(
+        self, session: SessionInfo, *, external: bool = False
+    ) -> ChannelBinding | None:
         name = None if session.is_dm else await self._channels.name(session.channel_id)
-        return self._roles.bind(session.channel_id, name, session.is_dm)
+        binding = self._roles.bind(session.channel_id, name, session.is_dm)
+        if binding is not None and external:
+            return self._roles.for_external_user(binding)
+        return binding
+
+    async def enabled(self, channel_id: str, is_dm: bool) -> bool:
+        """Whether kelpie answers in the channel; Slack is asked for its name only when the
+        config could match it by name (before a request is acknowledged: no round trip
+        for a channel bound by id)."""
+        needs_name = not is_dm and self._roles.needs_name(channel_id, is_dm)
+        name = await self._channels.name(channel_id) if needs_name else None
+        return self._roles.bind(channel_id, name, is_dm) is not None

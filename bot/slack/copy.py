@@ -19,6 +19,13 @@ MAX_ITERATIONS_NOTE = "_I used all my tool rounds for this question; this is wha
 ANSWER_CUT_NOTE = "_The answer was cut at the output limit; ask me to go on for the rest._"
 # A turn whose process died mid-answer (crash, kill, node loss), closed by the replica or
 # restart that took it over.
+# A turn whose end kelpie could not store (its database failed): let go so that the thread
+# can go on, with this note.
+TURN_RELEASED_HEADER = "_Stopped: kelpie could not record the end of this answer._"
+TURN_RELEASED = (
+    "kelpie could not record the end of this answer in its database, so it let this "
+    "thread go. If anything above is missing, ask again."
+)
 TURN_LOST_HEADER = "_Stopped: kelpie restarted before this answer was finished._"
 TURN_LOST = (
     "kelpie restarted while answering this, so the answer above is unfinished. "
@@ -70,12 +77,35 @@ ASSISTANT_STATUS = "is looking into it…"
 CONTINUED_BELOW = "_(continued below)_"
 TOOL_NOT_FINISHED = "not finished: the turn ended first"
 TURN_ALREADY_FINISHED = "That turn has already finished; there is nothing to stop."
+# Told once to someone past the click limit; their further clicks get no answer.
+CLICKING_TOO_FAST = (
+    "You are clicking faster than kelpie answers clicks, so your clicks are ignored for a "
+    "minute. Wait a moment, then press the button once."
+)
 # A Stop pressed just before kelpie restarted, handled after: it interrupts no answer (the
 # cards it withdrew say so themselves).
 STOP_AFTER_RESTART = (
     "kelpie restarted before your Stop was handled, so it stopped no answer. If one is still "
     "running in this thread, press Stop again."
 )
+
+
+def message_came_late(user: str) -> str:
+    """A message kelpie acknowledged before it restarted, handled only after newer ones in
+    its thread: answering it now would answer out of order, or undo what came after."""
+    return (
+        f"<@{user}>, your message from before kelpie restarted reached it only after newer "
+        "ones in this thread, so it was not answered: send it again if it still applies."
+    )
+
+
+def stop_came_late(user: str) -> str:
+    """A Stop pressed before kelpie restarted, handled only after newer activity in its
+    thread: it stops and withdraws nothing newer than itself."""
+    return (
+        f"<@{user}>'s Stop from before kelpie restarted was handled late, so it stopped nothing "
+        "and withdrew only what was waiting when it was pressed: press Stop again if needed."
+    )
 
 
 def stopped_by(user: str) -> str:

@@ -2,7 +2,9 @@
 installed workspace, and seen once.
 
 `SlackHttpRoute` is the Events API endpoint (HTTP mode). Every request gets a 2xx or 4xx,
-never a bare 500: an oversized, non-UTF-8 or unparseable body is refused with one sentence;
+never a bare 500: an oversized, non-UTF-8 or unparseable body, or one whose fields have the
+wrong JSON types (`bot.slack.shapes`, checked before Bolt reads it), is refused with one
+sentence and one log line, as is a missing, stale or wrong signature or timestamp header;
 a body is parsed only after its signature checks out; a signed request replayed with the
 same signature is acknowledged and not processed again. When the store cannot record the
 signature (an outage), the answer is a 503 and one log line: Slack retries a 5xx, and the
@@ -28,6 +30,7 @@ from slack_bolt.middleware.authorization.async_single_team_authorization import 
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
+from bot.slack.shapes import shape_problem
 from bot.store.db import error_reason
 
 log = logging.getLogger(__name__)
@@ -62,7 +65,9 @@ class SlackHttpRoute:
             return _refuse(413, "The request body is too large.")
         timestamp = request.headers.get("X-Slack-Request-Timestamp", "")
         signature = request.headers.get("X-Slack-Signature", "")
-        if not self._signed(raw, timestamp, signature):
+        unsigned = self._unsigned(raw, timestamp, signature)
+        if unsigned is not None:
+            log.warning("refused a Slack request: %s", unsigned)
             return _refuse(401, "The request signature is missing, stale or wrong.")
         try:
             body = raw.decode("utf-8")
@@ -83,16 +88,22 @@ class SlackHttpRoute:
             return web.Response(status=200, text="")
         return await self._dispatch(request, body)
 
-    def _signed(self, raw: bytes, timestamp: str, signature: str) -> bool:
-        if not timestamp.isascii() or not timestamp.isdigit():
-            return False
-        age = abs(time.time() - int(timestamp))
-        if age > MAX_AGE_S or not signature:
-            return False
+    def _unsigned(self, raw: bytes, timestamp: str, signature: str) -> str | None:
+        """Why the request is not signed by Slack now (None: it is)."""
+        # Seconds since 1970, ten digits until 2286: a longer "number" is not a timestamp
+        # (and 5,000 digits would not even convert to an int).
+        if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):
+            return "its timestamp header is missing or not a plausible time"
+        if abs(time.time() - int(timestamp)) > MAX_AGE_S:
+            return "its timestamp is more than 5 minutes away (stale or replayed)"
+        if not signature:
+            return "it has no signature header"
         # Over the raw bytes (the SDK's helper decodes them first, which a hostile body breaks).
         digest = hmac.new(self._secret, b"v0:" + timestamp.encode() + b":" + raw, hashlib.sha256)
         given = signature.encode("utf-8", "replace")
-        return hmac.compare_digest(f"v0={digest.hexdigest()}".encode(), given)
+        if not hmac.compare_digest(f"v0={digest.hexdigest()}".encode(), given):
+            return "its signature is wrong"
+        return None
 
     async def _dispatch(self, request: web.Request, body: str) -> web.Response:
         try:
@@ -104,6 +115,13 @@ class SlackHttpRoute:
         except Exception as error:  # bad JSON, deep nesting, a form without payload…
             log.warning("refused an unparseable Slack request: %s", type(error).__name__)
             return _refuse(400, "The request body could not be parsed.")
+        problem = shape_problem(bolt_request.body)
+        if problem is not None:
+            # Signed, so Slack sent it: told not to retry what would be refused again.
+            log.warning("refused a Slack request whose fields have the wrong types: %s", problem)
+            response = _refuse(400, "A field of the request has the wrong type.")
+            response.headers["X-Slack-No-Retry"] = "1"
+            return response
         try:
             bolt_response = await self._app.async_dispatch(bolt_request)
         except Exception:

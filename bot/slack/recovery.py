@@ -46,7 +46,10 @@ class SlackOrphanNotices:
         thread says who stopped it, as that replica would have, not that kelpie died."""
         channel, thread_ts = turn.channel_id, turn.thread_ts
         stopper = turn.stopped_by
-        header = copy.stopped_by(stopper) if stopper else copy.TURN_LOST_HEADER
+        lost_header, lost = copy.TURN_LOST_HEADER, copy.TURN_LOST
+        if turn.released:
+            lost_header, lost = copy.TURN_RELEASED_HEADER, copy.TURN_RELEASED
+        header = copy.stopped_by(stopper) if stopper else lost_header
         edit = not turn.answered
         edited = [
             await self._close_message(channel, ts, header, edit=edit) for ts in turn.open_messages
@@ -54,7 +57,7 @@ class SlackOrphanNotices:
         await self._sessions.set(turn.team_id, channel, thread_ts, SessionStatus.ACTIVE)
         if stopper and edited and all(edited):
             return  # its messages say who stopped it, as a stopped turn's own would
-        sentence = copy.stopped_by(stopper) if stopper else copy.TURN_LOST
+        sentence = copy.stopped_by(stopper) if stopper else lost
         await self._client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=sentence)
 
     async def _close_message(self, channel: str, ts: str, header: str, *, edit: bool) -> bool:

@@ -9,7 +9,9 @@ running turn still withdraws the card; anyone else gets an ephemeral reply namin
 The click is acked at once, before any lookup. A click whose replica died before handling
 it is dispatched again by another (`REPLAYED`): the turn it meant may be gone, and any turn
 running now may have started after it, so the replay interrupts nothing: it withdraws the
-cards, as the stop would have, and tells the person to press Stop again if need be.
+cards that were waiting when it was pressed, as the stop would have (never one posted
+since), and tells the person to press Stop again if need be, or the thread that it came
+late when the thread has moved on since.
 
 With several replicas, the stop may reach one that does not run the turn: the turn's row
 (`store.turns`) then says who asked and where it runs, the same permission check applies,
@@ -35,12 +37,12 @@ from slack_bolt.context.async_context import AsyncBoltContext
 from bot.config import ApprovalConfig, RoleConfig
 from bot.slack import copy
 from bot.slack.inbox import REPLAYED, Handled, marking_handled
-from bot.slack.markdown import section_blocks
 from bot.slack.people import ApproverDirectory, approver_mentions
 from bot.slack.progress import STOP_ACTION_ID, ActiveTurn, ActiveTurns
-from bot.slack.progress.common import QUEUED_STOP_BLOCK, SLACK_FAILURES
+from bot.slack.progress.common import QUEUED_STOP_BLOCK
+from bot.slack.queued import QueuedNotices
 from bot.slack.replies import say, whisper
-from bot.values import RemoteTurn, SessionInfo, TurnInterrupt
+from bot.values import RemoteTurn, SessionInfo, TurnInterrupt, ts_after
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +50,15 @@ Interrupt = Callable[[str], bool]
 
 
 class Withdraw(Protocol):
-    async def __call__(self, session_id: int, user: str, *, stop: bool = ...) -> int: ...
+    async def __call__(
+        self, session_id: int, user: str, *, stop: bool = ..., before: str | None = ...
+    ) -> int: ...
 
 
 class Sessions(Protocol):
     async def find(self, session_key: str) -> SessionInfo | None: ...
+
+    async def activity_ts(self, session_id: int) -> list[str]: ...
 
 
 class RemoteTurns(Protocol):
@@ -79,7 +85,9 @@ class StopHandler:
         sessions: Sessions,
         handled: Handled,
         elsewhere: RemoteTurns,
+        notices: QueuedNotices,
     ) -> None:
+        self._notices = notices
         self._app = app
         self._handled = handled
         self._turns = turns
@@ -104,9 +112,8 @@ class StopHandler:
         thread_ts = (body.get("container") or {}).get("thread_ts")
         client = self._app.client
         if context.get(REPLAYED):
-            withdrawn = await self._withdraw_cards(session_key, user)
-            log.info("replayed stop by %s in %s: %d cards withdrawn", user, session_key, withdrawn)
-            await whisper(client, channel, user, copy.STOP_AFTER_RESTART, thread_ts)
+            pressed = actions[0].get("action_ts") or (body.get("container") or {}).get("message_ts")
+            await self._replayed_stop(user, session_key, channel, thread_ts, str(pressed or ""))
             return
         # Pressed on a queued turn's notice: a stop before it runs says so there.
         queued = actions[0].get("block_id") == QUEUED_STOP_BLOCK
@@ -118,6 +125,25 @@ class StopHandler:
             return
         elif await self.stop_queued(user, session_key, notice) is None:
             await whisper(client, channel, user, copy.TURN_ALREADY_FINISHED, thread_ts)
+
+    async def _replayed_stop(
+        self, user: str, session_key: str, channel: str, thread_ts: str | None, pressed: str
+    ) -> None:
+        """A stop whose replica died before handling it: the turn it meant may be gone and
+        any turn running now may have started after it, so it interrupts nothing; it
+        withdraws the cards that were waiting when it was pressed, as the stop would have,
+        and nothing posted since. Late (the thread moved on since), the thread says so."""
+        session = await self._sessions.find(session_key)
+        if session is None:
+            await whisper(self._app.client, channel, user, copy.STOP_AFTER_RESTART, thread_ts)
+            return
+        withdrawn = await self._withdraw(session.id, user, stop=True, before=pressed)
+        log.info("replayed stop by %s in %s: %d cards withdrawn", user, session_key, withdrawn)
+        seen = await self._sessions.activity_ts(session.id)
+        if any(ts_after(ts, pressed) for ts in seen) and thread_ts:
+            await say(self._app.client, channel, thread_ts, copy.stop_came_late(user))
+        else:
+            await whisper(self._app.client, channel, user, copy.STOP_AFTER_RESTART, thread_ts)
 
     async def stop(self, user: str, turn: ActiveTurn) -> bool:
         """Stop `turn`, running here, for `user` (the Stop button, or the agent session's
@@ -171,16 +197,10 @@ class StopHandler:
 
     async def _say_stopped(self, turn: RemoteTurn, user: str, notice_ts: str | None) -> None:
         text = copy.stopped_by(user)
-        client = self._app.client
         if notice_ts is None:
-            await say(client, turn.channel_id, turn.thread_ts, text)
+            await say(self._app.client, turn.channel_id, turn.thread_ts, text)
             return
-        try:
-            await client.chat_update(
-                channel=turn.channel_id, ts=notice_ts, text=text, blocks=section_blocks(text)
-            )
-        except SLACK_FAILURES as error:  # the stop holds; only its notice is left as it was
-            log.warning("could not update the queued notice %s: %s", notice_ts, error)
+        await self._notices.stopped(turn.channel_id, notice_ts, text)
 
     def interrupt_elsewhere(self, request: TurnInterrupt) -> bool:
         """Another replica asked to interrupt a turn running here (a stop pressed there

@@ -9,7 +9,13 @@ from typing import Any
 from sqlalchemy import delete, func, or_, update
 from sqlmodel import Session, col, select
 
-from bot.store.db import Database, executing, insert_ignoring_duplicates, inserting
+from bot.store.db import (
+    Database,
+    counting,
+    executing,
+    insert_ignoring_duplicates,
+    inserting,
+)
 from bot.store.tables import (
     ApprovalRow,
     MessageRow,
@@ -109,17 +115,54 @@ class ApprovalRepository:
         def op(session: Session) -> bool:
             return bool(session.exec(statement).rowcount)
 
-        return await self._db.write(op)
+        won = await self._db.write(op)
+        if won and to is ApprovalState.APPROVED:
+            self._replica.held.approvals.add(approval_id)
+        return won
 
     async def renew_leases(self) -> None:
         """The heartbeat of a process that holds no turn leases (`kelpie chat`): the
         approved changes executing here stay its own while it lives (`kelpie run` renews
         them with its turns, `TurnRepository.renew`)."""
         until = self._replica.lease()[1]
-        await self._db.write(executing(renewing_approvals(self._replica.id, until)))
+        held = self._replica.held.approvals
+        await self._db.write(executing(renewing_approvals(self._replica.id, until, held)))
 
-    async def set_outcome(self, approval_id: str, outcome: str) -> None:
-        await self._update(approval_id, outcome=outcome)
+    async def holds(self, approval_id: str) -> bool:
+        """The fencing check right before an approved write: True when this replica still
+        owns the approval (no outcome yet), its lease pushed back in the same compare-and-set,
+        so no other replica can take it from here on; False when another one took it."""
+        statement = (
+            update(ApprovalRow)
+            .where(
+                col(ApprovalRow.id) == approval_id,
+                col(ApprovalRow.owner) == self._replica.id,
+                col(ApprovalRow.status) == str(ApprovalState.APPROVED),
+                col(ApprovalRow.outcome).is_(None),
+            )
+            .values(lease_expires_at=self._replica.lease()[1])
+        )
+        return await self._db.write(counting(statement))
+
+    async def set_outcome(self, approval_id: str, outcome: str) -> bool:
+        """The first outcome, by the replica that owns the approval (a decision that runs
+        nothing has no owner); False when another one owns it or recorded one first."""
+        statement = (
+            update(ApprovalRow)
+            .where(
+                col(ApprovalRow.id) == approval_id,
+                col(ApprovalRow.outcome).is_(None),
+                or_(col(ApprovalRow.owner).is_(None), col(ApprovalRow.owner) == self._replica.id),
+            )
+            .values(outcome=outcome)
+        )
+        recorded = await self._db.write(counting(statement))
+        self._replica.held.approvals.discard(approval_id)
+        return recorded
+
+    def release(self, approval_id: str) -> None:
+        """Its outcome could not be stored: no longer renewed here, so it is reconciled."""
+        self._replica.held.approvals.discard(approval_id)
 
     async def _update(self, approval_id: str, **values: object) -> None:
         statement = update(ApprovalRow).where(col(ApprovalRow.id) == approval_id)
@@ -143,10 +186,14 @@ class ApprovalRepository:
     async def unfinished(self) -> list[Approval]:
         """Approved, no outcome, and no live replica executing it (its lease expired, or it
         has none: a row from before the leases)."""
-        return await self._select(*_orphaned(utcnow()))
+        found = await self._select(*_orphaned(self._replica.clock()))
+        return [approval for approval in found if approval.id not in self._replica.held.approvals]
 
     async def claim_unfinished(self, approval_id: str) -> bool:
-        """Take an orphaned approved row to reconcile it here; True for exactly one caller."""
+        """Take an orphaned approved row to reconcile it here; True for exactly one caller.
+        Never one this process still executes, whatever its lease says."""
+        if approval_id in self._replica.held.approvals:
+            return False
         now, until = self._replica.lease()
         statement = (
             update(ApprovalRow)
@@ -157,7 +204,10 @@ class ApprovalRepository:
         def op(session: Session) -> bool:
             return bool(session.exec(statement).rowcount)
 
-        return await self._db.write(op)
+        claimed = await self._db.write(op)
+        if claimed:
+            self._replica.held.approvals.add(approval_id)
+        return claimed
 
     async def next_expiry(self) -> datetime | None:
         async with self._db.sessions() as session:

@@ -19,7 +19,7 @@ from sqlalchemy import update
 from sqlmodel import Session, col, select
 
 from bot.store.db import Database, counting, executing, insert_ignoring_duplicates
-from bot.store.tables import InboundEventRow, utcnow
+from bot.store.tables import DROPPED_WHEN_HANDLED, InboundEventRow, utcnow
 from bot.store.turns import Replica
 from bot.values import OrphanDelivery
 
@@ -106,11 +106,12 @@ class Inbox:
         return bool(first) and key in await asyncio.shield(stored)
 
     async def handled(self, key: str) -> None:
-        """Its listener is done with it: nobody takes it over any more."""
+        """Its listener is done with it: nobody takes it over any more, and nothing of its
+        content is kept (only its key, against a repeat, until the retention pass)."""
         statement = (
             update(InboundEventRow)
             .where(col(InboundEventRow.key) == key, col(InboundEventRow.handled_at).is_(None))
-            .values(handled_at=utcnow())
+            .values(DROPPED_WHEN_HANDLED | {"handled_at": utcnow()})
         )
         await self._db.write(executing(statement))
 

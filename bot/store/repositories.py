@@ -12,6 +12,7 @@ from bot.model.outbound import MaskMemo, mask_text, storable_thinking
 from bot.model.types import Usage
 from bot.store.db import Database, insert_ignoring_duplicates, inserting_values
 from bot.store.tables import (
+    ApprovalRow,
     MessageRow,
     SessionRow,
     ToolAuditRow,
@@ -75,6 +76,20 @@ class SessionRepository:
         async with self._db.sessions() as session:
             row = await session.get(SessionRow, session_id)
             return _session_info(row) if row else None
+
+    async def activity_ts(self, session_id: int) -> list[str]:
+        """The Slack `ts` of what the thread has seen: its people's messages (each stored
+        as its turn was accepted) and its approval cards, against which a replayed request
+        finds out whether it came late."""
+        said = select(MessageRow.slack_ts).where(
+            MessageRow.session_id == session_id, col(MessageRow.slack_ts).is_not(None)
+        )
+        cards = select(ApprovalRow.card_ts).where(
+            ApprovalRow.session_id == session_id, col(ApprovalRow.card_ts).is_not(None)
+        )
+        async with self._db.sessions() as session:
+            found = [*(await session.exec(said)).all(), *(await session.exec(cards)).all()]
+        return [str(ts) for ts in found]
 
     async def get_or_create(self, template: SessionInfo) -> SessionInfo:
         """The existing session for the key, or a new row from `template` (its id ignored)."""

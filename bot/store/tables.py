@@ -59,7 +59,8 @@ class MessageRow(SQLModel, table=True):
 class InboundEventRow(SQLModel, table=True):
     """A request from Slack, recorded before it is acknowledged. The key (Slack's event id,
     or the trigger id of a click or command) makes a repeated delivery a no-op, on any
-    replica. The content is kept without the verification token."""
+    replica. The content is what a replay needs, masked (`bot.slack.at_rest`), and is
+    dropped once the delivery was handled (`DROPPED_WHEN_HANDLED`)."""
 
     __tablename__ = "inbound_events"
 
@@ -74,6 +75,11 @@ class InboundEventRow(SQLModel, table=True):
     owner: str | None = None
     lease_expires_at: datetime | None = None
     handled_at: datetime | None = None
+
+
+# What marking a delivery handled writes besides the time: its content is dropped, so a
+# command's response_url or a question's words live no longer than their handling.
+DROPPED_WHEN_HANDLED: dict[str, object] = {"body_json": ""}
 
 
 _RUNNING = text("state = 'running'")
@@ -126,6 +132,12 @@ class TurnRow(SQLModel, table=True):
     # budget had no room, stored with its end and cleared once Slack accepted them: until
     # then the owner's lease is renewed, and whoever outlives it sends them.
     closing_calls: str | None = None
+    # What the turn was admitted under (`bot.values.Admission`): whoever runs it runs it
+    # under no more than this. NULL: a turn stored before turns kept it (its session's).
+    role: str | None = None
+    cluster: str | None = None
+    namespace: str | None = None
+    external: bool | None = None
     created_at: datetime = Field(default_factory=utcnow)
     ended_at: datetime | None = None
 

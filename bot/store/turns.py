@@ -15,9 +15,10 @@ import json
 import os
 import socket
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import ColumnElement, Update, exists, update
 from sqlalchemy.exc import IntegrityError
@@ -26,6 +27,7 @@ from sqlmodel import Session, col, select
 from bot.store.db import Database, counting, insert_ignoring_duplicates
 from bot.store.repositories import adding_messages, creating_session
 from bot.store.tables import (
+    DROPPED_WHEN_HANDLED,
     ApprovalRow,
     InboundEventRow,
     MessageRow,
@@ -38,6 +40,7 @@ from bot.store.wakeups import notify
 from bot.store.writer import Op
 from bot.values import (
     AcceptedTurn,
+    Admission,
     ApprovalState,
     Message,
     OrphanTurn,
@@ -54,13 +57,31 @@ from bot.values import (
 LIVE = (TurnState.QUEUED.value, TurnState.RUNNING.value)
 
 
+@dataclass
+class Held:
+    """What this process really runs now, in memory: the turns it accepted or claimed and
+    has not ended, the approved changes it executes or reconciles. Only these leases are
+    renewed (a row this process owns but no longer runs, such as a turn whose end could
+    not be stored, lapses and is taken over), and its own takeover never touches them."""
+
+    turns: dict[str, str] = field(default_factory=dict)  # turn id -> its session key
+    approvals: set[str] = field(default_factory=set)
+
+
 @dataclass(frozen=True)
 class Replica:
     """This process as a lease owner: host and pid for people, a random part so that a
-    restarted process never mistakes its predecessor's leases for its own."""
+    restarted process never mistakes its predecessor's leases for its own.
+
+    The id is the fencing token: every act on a leased row (a turn's end, an approval's
+    outcome, the approved write itself) is a compare-and-set on `owner` = this id. A row is
+    only ever taken from another owner, or from this one once it no longer holds it, so an
+    owner that lost a row never gets it back while its old work still runs."""
 
     id: str
     ttl: timedelta
+    clock: Callable[[], datetime] = field(default=utcnow, compare=False)
+    held: Held = field(default_factory=Held, compare=False)
 
     @classmethod
     def this_process(cls, ttl_s: float) -> Replica:
@@ -69,7 +90,7 @@ class Replica:
 
     def lease(self) -> tuple[datetime, datetime]:
         """(now, when a lease taken now expires)."""
-        now = utcnow()
+        now = self.clock()
         return now, now + self.ttl
 
 
@@ -89,6 +110,7 @@ class TurnRepository:
         event_key: str | None = None,
         *,
         claim: bool = False,
+        admission: Admission | None = None,
     ) -> AcceptedTurn | None:
         """`accept` and, when asked, `claim` in one transaction, with the thread's session
         created from `thread` when it has no id yet: a person's message costs one commit
@@ -104,6 +126,7 @@ class TurnRepository:
             "heartbeat_at": now,
             "lease_expires_at": until,
             "created_at": now,
+            **_admitted(admission),
         }
 
         def op(session: Session) -> AcceptedTurn | None:
@@ -128,16 +151,21 @@ class TurnRepository:
                 session.exec(
                     update(InboundEventRow)
                     .where(col(InboundEventRow.key) == event_key)
-                    .values(handled_at=now)
+                    .values(DROPPED_WHEN_HANDLED | {"handled_at": now})
                 )
             return AcceptedTurn(found, state is TurnState.RUNNING)
 
-        return await self._db.write(op)
+        accepted = await self._db.write(op)
+        if accepted is not None:
+            self.replica.held.turns[turn_id] = accepted.session.session_key
+        return accepted
 
-    async def claim(self, session_id: int, turn_id: str, asker: str) -> TurnClaim:
+    async def claim(
+        self, session_id: int, turn_id: str, asker: str, admission: Admission | None = None
+    ) -> TurnClaim:
         """Mark the turn running here, unless another turn of its thread runs (on any
         replica: WAIT) or it is no longer queued here (stopped while it waited, or taken
-        over: GONE, it never runs). A turn with no row yet gets one."""
+        over: GONE, it never runs). A turn with no row yet gets one (with `admission`)."""
         now, until = self.replica.lease()
         other_running = exists().where(
             col(TurnRow.session_id) == session_id,
@@ -150,12 +178,17 @@ class TurnRepository:
             col(TurnRow.owner) == self.replica.id,
         )
 
+        keys: list[str] = []  # the thread's session key, for the turns held here
+
         def op(session: Session) -> TurnClaim:
             row = session.get(TurnRow, turn_id)
             if row is not None and not _queued_for(row, self.replica.id):
                 return TurnClaim.GONE
             if session.exec(select(other_running)).one():
                 return TurnClaim.WAIT
+            thread = session.get(SessionRow, session_id)
+            if thread is not None:
+                keys.append(thread.session_key)
             if row is None:
                 session.add(
                     TurnRow(
@@ -166,6 +199,7 @@ class TurnRepository:
                         owner=self.replica.id,
                         heartbeat_at=now,
                         lease_expires_at=until,
+                        **_admitted(admission),
                     )
                 )
                 session.flush()
@@ -179,9 +213,14 @@ class TurnRepository:
             return TurnClaim.RUNNING if claimed.rowcount else TurnClaim.GONE
 
         try:
-            return await self._db.write(op)
+            claim = await self._db.write(op)
         except IntegrityError:
             return TurnClaim.WAIT  # another replica's claim on the thread won the race
+        if claim is TurnClaim.RUNNING and keys:
+            self.replica.held.turns[turn_id] = keys[-1]
+        elif claim is TurnClaim.GONE:
+            self.replica.held.turns.pop(turn_id, None)
+        return claim
 
     async def message_opened(self, turn_id: str, ts: str) -> None:
         """The turn shows in the message at `ts` (a stream, or a progress message) until
@@ -231,6 +270,18 @@ class TurnRepository:
             finishing(session)
 
         await self._db.write(op)
+        self.replica.held.turns.pop(turn_id, None)
+
+    def release(self, turn_id: str) -> None:
+        """This process no longer runs the turn although its end is not stored: its lease
+        is no longer renewed, and once it lapses the turn is taken over (by any replica,
+        this one included) and closed in its thread with a note."""
+        self.replica.held.turns.pop(turn_id, None)
+
+    def held_turns(self) -> list[TurnInterrupt]:
+        """Every turn this process runs or has queued (to stop them all: its leases may
+        have lapsed)."""
+        return [TurnInterrupt(key, turn_id) for turn_id, key in self.replica.held.turns.items()]
 
     def closing_sent(self, turn_id: str, closed: Sequence[str] = ()) -> None:
         """Slack accepted the turn's closing calls (or they were given up), which closed the
@@ -344,13 +395,20 @@ class TurnRepository:
         return await self._db.write(counting(statement))
 
     async def renew(self) -> list[TurnInterrupt]:
-        """The heartbeat: push back the lease of every live turn and unhandled delivery
-        this replica holds. Returns the interrupts other replicas asked for."""
+        """The heartbeat: push back the lease of every turn this process really runs (or
+        has queued), of its unhandled deliveries and of the approved changes it executes.
+        Returns the interrupts other replicas asked for, and the turns this process runs
+        that another replica took over meanwhile (its lease lapsed): those must stop."""
         now, until = self.replica.lease()
         me = self.replica.id
+        held = sorted(self.replica.held.turns)
         turns = (
             update(TurnRow)
-            .where(col(TurnRow.owner) == me, col(TurnRow.state).in_(LIVE))
+            .where(
+                col(TurnRow.owner) == me,
+                col(TurnRow.state).in_(LIVE),
+                col(TurnRow.turn_id).in_(held),
+            )
             .values(heartbeat_at=now, lease_expires_at=until)
         )
         # Finished turns whose closing calls are still to go out: a statement of its own,
@@ -365,16 +423,31 @@ class TurnRepository:
             .where(col(InboundEventRow.owner) == me, col(InboundEventRow.handled_at).is_(None))
             .values(lease_expires_at=until)
         )
-        approvals = renewing_approvals(me, until)
+        approvals = renewing_approvals(me, until, self.replica.held.approvals)
 
         def op(session: Session) -> None:
-            session.exec(turns)
+            if held:
+                session.exec(turns)
             session.exec(closings)
             session.exec(deliveries)
             session.exec(approvals)
 
         await self._db.write(op)
-        return await self.interrupts()
+        return await self.lost(held) + await self.interrupts()
+
+    async def lost(self, turn_ids: Collection[str]) -> list[TurnInterrupt]:
+        """The turns among `turn_ids` (run here) that another replica owns now."""
+        if not turn_ids:
+            return []
+        async with self._db.sessions() as session:
+            rows = await session.exec(
+                select(SessionRow.session_key, TurnRow.turn_id)
+                .join(TurnRow, col(TurnRow.session_id) == col(SessionRow.id))
+                .where(col(TurnRow.turn_id).in_(turn_ids), col(TurnRow.owner) != self.replica.id)
+            )
+            found = [TurnInterrupt(*row) for row in rows.all()]
+        # Only those still held: a turn that ended meanwhile is not interrupted.
+        return [turn for turn in found if turn.turn_id in self.replica.held.turns]
 
     async def interrupts(self) -> list[TurnInterrupt]:
         """The running turns here that another replica asked to interrupt."""
@@ -399,14 +472,22 @@ class TurnRepository:
                 await session.exec(
                     select(TurnRow, SessionRow)
                     .join(SessionRow, col(SessionRow.id) == col(TurnRow.session_id))
-                    .where(col(TurnRow.state).in_(LIVE), col(TurnRow.lease_expires_at) < now)
+                    .where(
+                        col(TurnRow.state).in_(LIVE),
+                        col(TurnRow.lease_expires_at) < now,
+                        # Never this process's own live work, whatever its lease says.
+                        col(TurnRow.turn_id).not_in(sorted(self.replica.held.turns)),
+                    )
                     .order_by(col(TurnRow.created_at))
                     .limit(limit)
                 )
             ).all()
         taken = []
         for row, thread in found:
+            if row.turn_id in self.replica.held.turns:
+                continue  # claimed here since the read
             if await self._take(row.turn_id, row.owner, now, until):
+                self.replica.held.turns[row.turn_id] = thread.session_key
                 answered = await self._answered(row.turn_id)
                 taken.append(
                     OrphanTurn(
@@ -420,6 +501,7 @@ class TurnRepository:
                         tuple(json.loads(row.open_messages)),
                         row.stopped_by,
                         answered,
+                        released=row.owner == self.replica.id,
                     )
                 )
         return taken
@@ -455,13 +537,36 @@ class TurnRepository:
         )
         return await self._db.write(counting(statement))
 
+    async def admission(self, turn_id: str) -> Admission | None:
+        """What the turn was admitted under; None: no such turn, or one stored before turns
+        kept it."""
+        async with self._db.sessions() as session:
+            row = await session.get(TurnRow, turn_id)
+        if row is None or row.role is None or row.cluster is None:
+            return None
+        return Admission(row.role, row.cluster, row.namespace, bool(row.external))
 
-def renewing_approvals(replica_id: str, until: datetime) -> Update:
+
+def _admitted(admission: Admission | None) -> dict[str, Any]:
+    """A turn row's admission columns."""
+    if admission is None:
+        return {}
+    return {
+        "role": admission.role,
+        "cluster": admission.cluster,
+        "namespace": admission.namespace,
+        "external": admission.external,
+    }
+
+
+def renewing_approvals(replica_id: str, until: datetime, held: Collection[str]) -> Update:
     """An approved change executing on this replica (no outcome yet) is not another's to
-    reconcile: its lease is pushed back with the replica's others."""
+    reconcile: its lease is pushed back with the replica's others (only while this process
+    really executes it: `held`)."""
     return (
         update(ApprovalRow)
         .where(
+            col(ApprovalRow.id).in_(sorted(held)),
             col(ApprovalRow.owner) == replica_id,
             col(ApprovalRow.status) == ApprovalState.APPROVED.value,
             col(ApprovalRow.outcome).is_(None),

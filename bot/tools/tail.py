@@ -15,6 +15,7 @@ from typing import Protocol
 from bot.model.outbound import mask_value, mask_value_async
 from bot.policy.decision import ToolInvocation
 from bot.policy.pipeline import CallFlow
+from bot.store.retry import retrying
 from bot.tools.spec import REASON_ARG, ToolArgumentError, ToolFailure, ToolKind
 from bot.values import (
     Approval,
@@ -82,8 +83,9 @@ class ApprovalStage:
         if approval is not None:
             approved = Decision.allow(f"approved by {approval.decided_by}")
             flow = replace(flow, trail=(*flow.trail, StageDecision(self.name, approved)))
-            # The re-check and the approval are on record before the write runs.
-            flow = await self._on_record(flow)
+            # The re-check and the approval are on record before the write runs (retried
+            # while the store is locked: a locked store delays the write, never drops it).
+            flow = await retrying("recording an approved call", lambda: self._on_record(flow))
             await self._approvals.executing(approval)
             return flow
         # The decision to ask is on record before the approval card is posted.

@@ -97,13 +97,48 @@ class HangStep:
 
 
 @dataclass(frozen=True)
+class LongLineStep:
+    """Start an event and never end its line: `size` bytes of content, written in 64 KB
+    pieces (what the client read is in `line_bytes_sent`), then the rest of the stream."""
+
+    size: int
+
+
+@dataclass(frozen=True)
+class TrickleStep:
+    """Answer with `text`, one character every `interval` seconds: each read gets data
+    in time, the whole answer takes `len(text) * interval`."""
+
+    text: str
+    interval: float
+
+
+@dataclass(frozen=True)
+class RedirectStep:
+    """Answer with `status` and `Location: location` (and no body)."""
+
+    status: int
+    location: str
+
+
+@dataclass(frozen=True)
 class DynamicStep:
     """Let a function pick the step from the request body."""
 
     decide: Callable[[dict[str, Any]], Step]
 
 
-Step = TextStep | ToolCallsStep | ErrorStep | CutStep | HangStep | DynamicStep
+Step = (
+    TextStep
+    | ToolCallsStep
+    | ErrorStep
+    | CutStep
+    | HangStep
+    | DynamicStep
+    | LongLineStep
+    | TrickleStep
+    | RedirectStep
+)
 
 
 def tool_calls_step(
@@ -173,6 +208,8 @@ class ScriptedPeer:
         self.rejected: list[tuple[int, str]] = []
         # (input, output) tokens of each usage report sent, in the provider's own fields.
         self.usage_reported: list[tuple[int, int]] = []
+        # Bytes of a `LongLineStep`'s line written before the client stopped reading.
+        self.line_bytes_sent = 0
         self._script = _Script()
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
@@ -426,6 +463,10 @@ class ModelServer(ScriptedPeer):
         played = await self._play_common(request, step)
         if isinstance(played, web.StreamResponse):
             return played
+        if isinstance(played, RedirectStep):
+            return web.Response(status=played.status, headers={"Location": played.location})
+        if isinstance(played, LongLineStep | TrickleStep):
+            return await self._stream_slowly(request, played)
         if body.get("stream"):
             return await self._stream(request, body, played)
         return web.json_response(self._completion(body, played))
@@ -551,6 +592,35 @@ class ModelServer(ScriptedPeer):
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+    async def _stream_slowly(
+        self, request: web.Request, step: LongLineStep | TrickleStep
+    ) -> web.StreamResponse:
+        """An endless line or a trickle: what a hostile or broken server streams."""
+        response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            if isinstance(step, LongLineStep):
+                await self._long_line(response, step.size)
+            else:
+                for char in step.text:
+                    delta = {"choices": [{"index": 0, "delta": {"content": char}}]}
+                    await response.write(f"data: {json.dumps(delta)}\n\n".encode())
+                    await asyncio.sleep(step.interval)
+            done = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+            await response.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
+            await response.write_eof()
+        except (ConnectionError, RuntimeError):  # the client left: what it read is recorded
+            pass
+        return response
+
+    async def _long_line(self, response: web.StreamResponse, size: int) -> None:
+        await response.write(b'data: {"choices": [{"index": 0, "delta": {"content": "')
+        piece = b"x" * 65536
+        while self.line_bytes_sent < size:
+            await response.write(piece)
+            self.line_bytes_sent += len(piece)
+        await response.write(b'"}}]}\n\n')
 
 
 # --- helpers ----------------------------------------------------------------------

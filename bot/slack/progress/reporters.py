@@ -4,6 +4,7 @@ each workspace refused."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -47,9 +48,12 @@ class SlackReporters:
         interrupt: Interrupt | None = None,
         model_name: str = "",
         pacer: SlackPacer | None = None,
+        started: Callable[[str], None] | None = None,
     ) -> None:
         """`pacer`: the workspace pacer of `client`'s session, asked whether a call would
-        wait (None: every call has room)."""
+        wait (None: every call has room); `started`: told the session key of each turn
+        that starts answering (its queued notice, if any, loses its Stop button)."""
+        self._started = started
         self._client = client
         self._config = config
         self._interrupt = interrupt
@@ -86,6 +90,8 @@ class SlackReporters:
             thread_ts=session.thread_ts,
         )
         self.turns.add(turn)
+        if self._started is not None:
+            self._started(session.session_key)
         status = StatusIndicator(
             self._client, self._memory, session, origin, reactions=self._config.status_reactions
         )

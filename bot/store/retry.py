@@ -1,4 +1,4 @@
-"""Retrying what must land: an outcome on a briefly locked store, a card Slack refused."""
+"""Retrying what must land: a write on a briefly locked store, a card Slack refused."""
 
 from __future__ import annotations
 
