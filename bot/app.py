@@ -48,18 +48,30 @@ from bot.model.openai_wire import OpenAIWireGateway
 from bot.model.outbound import MaskingGateway, MaskMemo
 from bot.model.router import CapabilityProbe, ModelRouter
 from bot.model.types import ModelCapabilities, ProviderGateway, ProviderSettings
-from bot.policy.decision import Stage
-from bot.policy.firewall import FirewallStage
-from bot.policy.guardian import GuardianStage
-from bot.policy.hooks import PostToolUseHooks, PreToolUseStage, SessionHooks
-from bot.policy.pipeline import (
+from bot.pipeline.decision import Stage
+from bot.pipeline.firewall import FirewallStage
+from bot.pipeline.flow import (
     AbortStage,
     PermissionStage,
     Pipeline,
     ProviderNativeStage,
     RoleGateStage,
 )
-from bot.policy.roles import ChannelRoles, pattern_problems
+from bot.pipeline.guardian import GuardianStage
+from bot.pipeline.harness import ToolHarness, ToolRegistry
+from bot.pipeline.hooks import PostToolUseHooks, PreToolUseStage, SessionHooks
+from bot.pipeline.roles import ChannelRoles, pattern_problems
+from bot.pipeline.tail import (
+    ApprovalPort,
+    ApprovalStage,
+    ApprovedWrites,
+    AuditLog,
+    AuditStage,
+    ExecuteStage,
+    MaskStage,
+    PostHook,
+    PostHookStage,
+)
 from bot.slack import copy
 from bot.slack.adapter import SlackAdapter
 from bot.slack.at_rest import AtRest
@@ -108,24 +120,12 @@ from bot.terminal import (
     terminal_binding,
     terminal_decider,
 )
-from bot.tools.harness import ToolHarness, ToolRegistry
-from bot.tools.investigate import investigation_tool
-from bot.tools.kube.client import KubeClients
-from bot.tools.kube.read import read_tools
-from bot.tools.kube.readback import KubeReadback
-from bot.tools.kube.write import write_tools
-from bot.tools.present import present_tools
-from bot.tools.tail import (
-    ApprovalPort,
-    ApprovalStage,
-    ApprovedWrites,
-    AuditLog,
-    AuditStage,
-    ExecuteStage,
-    MaskStage,
-    PostHook,
-    PostHookStage,
-)
+from bot.toolsets.investigate import investigation_tool
+from bot.toolsets.kube.client import KubeClients
+from bot.toolsets.kube.read import read_tools
+from bot.toolsets.kube.readback import KubeReadback
+from bot.toolsets.kube.write import write_tools
+from bot.toolsets.present import present_tools
 
 log = logging.getLogger(__name__)
 

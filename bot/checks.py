@@ -16,7 +16,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.config import Config, ConfigError, Secrets, SlackMode
 from bot.model.types import ModelError
 from bot.slack.manifest import BOT_EVENTS, BOT_SCOPES
-from bot.tools.spec import ToolFailure
+from bot.toolsets.spec import ToolFailure
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from bot.agent.takeover import LeaseKeeper
 from bot.agent.turns import TurnBody
 from bot.config import ApprovalConfig
 from bot.errors import KelpieError
-from bot.policy.roles import ChannelBinding, ChannelRoles
+from bot.pipeline.roles import ChannelBinding, ChannelRoles
 from bot.values import (
     Approval,
     ApprovalDecision,

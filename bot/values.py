@@ -2,7 +2,7 @@
 
 The call the model asked for, the policy's decision on it, the write's preview, its result
 and audit entries, the approval that decides it, and the conversation messages and session
-it is recorded in. `store/`, `model/`, `tools/`, `policy/`, `approvals/`, `agent/` and
+it is recorded in. `store/`, `model/`, `toolsets/`, `pipeline/`, `approvals/`, `agent/` and
 `slack/` all import these; this module imports nothing from `bot/` (a test enforces it), so
 types flow downward and no lower layer has to import a higher one to name a value.
 Behaviour (ports, stages, handlers) lives with its layer, not here.
@@ -18,6 +18,11 @@ from enum import StrEnum
 from typing import Any
 
 # --- The call ---
+
+
+def plural(count: int, noun: str) -> str:
+    """ "1 pod", "1,204 pods": the one counting phrase every surface and tool shares."""
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,16 @@ class StageDecision:
     decision: Decision
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A call the pipeline did not run: the stage that refused it (role, hook, firewall,
+    guardian…) and why. A value, not a sentence: the words the model and the thread read
+    are rendered from it in one place (`bot.pipeline.flow.refused`)."""
+
+    stage: str
+    reason: str
+
+
 # --- The preview of a write ---
 
 
@@ -148,7 +163,7 @@ class ToolOutcome:
     content: str  # what the model receives as the tool result
     summary: str  # one line for the thread
     attachment: str | None = None
-    stage: str | None = None  # the pipeline stage that denied, when denied
+    refusal: Refusal | None = None  # why the pipeline did not run the call, when denied
     end_turn: bool = False  # the tool asked to end the turn (see ToolResult.end_turn)
     acting_as: str | None = None  # who the cluster saw make the calls (audited)
 

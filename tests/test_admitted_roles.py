@@ -12,8 +12,8 @@ from typing import Any
 
 from bot.app import tool_registry
 from bot.config import RoleConfig
-from bot.policy.roles import ChannelBinding, narrower, offered_tools, role_within
-from bot.tools.kube.client import KubeClients
+from bot.pipeline.roles import ChannelBinding, narrower, offered_tools, role_within
+from bot.toolsets.kube.client import KubeClients
 from tests.bot_processes import Start
 from tests.peers.model_server import HangStep
 from tests.test_approval_crashes import card_settled

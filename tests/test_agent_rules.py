@@ -38,16 +38,16 @@ from bot.config import RoleConfig, Thinking, Tier, parse_config
 from bot.model.outbound import MaskingGateway, SentPayload, mask_messages
 from bot.model.router import ModelRouter, ResolvedAgentPolicy, resolve_policy
 from bot.model.types import ModelCapabilities, ModelError, ModelRequest
-from bot.policy.decision import CallScope, ToolInvocation
-from bot.policy.pipeline import AbortStage, PermissionStage, RoleGateStage
+from bot.pipeline.decision import CallScope, ToolInvocation
+from bot.pipeline.flow import AbortStage, PermissionStage, RoleGateStage
+from bot.pipeline.harness import ToolHarness, ToolRegistry
 from bot.store.db import Database
 from bot.store.payloads import PayloadLog
 from bot.store.repositories import MessageRepository, SessionRepository, ToolAuditRepository
 from bot.store.tables import UsageRow
-from bot.tools.harness import ToolHarness, ToolRegistry
-from bot.tools.investigate import investigation_tool
-from bot.tools.present import present_tools
-from bot.tools.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
+from bot.toolsets.investigate import investigation_tool
+from bot.toolsets.present import present_tools
+from bot.toolsets.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
 from bot.values import (
     Approval,
     Message,

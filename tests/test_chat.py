@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from bot.config import load_config
-from bot.policy.roles import ChannelRoles
+from bot.pipeline.roles import ChannelRoles
 from bot.terminal import TERMINAL_USER, ChannelNotEnabled, terminal_binding
 from tests.peers.kube_server import KubeServer
 from tests.peers.model_server import HangStep, ModelServer, TextStep

@@ -11,12 +11,12 @@ from bot.agent.engine import INTERRUPTED_RESULT, Engine, RetryPolicy, TurnReques
 from bot.agent.events import TextDelta, ToolFinished, ToolStarted, TurnEvent, TurnFinish
 from bot.app import call_pipeline
 from bot.config import RoleConfig
-from bot.policy.decision import CallScope
-from bot.policy.pipeline import AbortStage, PermissionStage, RoleGateStage
+from bot.pipeline.decision import CallScope
+from bot.pipeline.flow import AbortStage, PermissionStage, RoleGateStage
+from bot.pipeline.harness import ToolHarness, ToolRegistry
 from bot.store.db import Database
 from bot.store.repositories import MessageRepository, SessionRepository, ToolAuditRepository
-from bot.tools.harness import ToolHarness, ToolRegistry
-from bot.tools.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
+from bot.toolsets.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
 from bot.values import Message, Role, SessionInfo, ToolOutcome, ToolStatus, WriteOutcome
 from tests import scripted_gateway as script
 

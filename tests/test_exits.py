@@ -16,7 +16,7 @@ import pytest
 from sqlmodel import SQLModel, select
 
 from bot.model.outbound import MaskingLogFilter, install_log_masking
-from bot.policy.hooks import HOOK_ENVIRONMENT
+from bot.pipeline.hooks import HOOK_ENVIRONMENT
 from bot.store.tables import MessageRow, PayloadRow, ToolAuditRow
 from tests.secrets_corpus import ALL_SECRETS, ALL_TEXT, SECRETS, leaked
 from tests.world import ALICE, CAROL, SHOP_CHANNEL, World

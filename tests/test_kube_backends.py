@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from bot.tools.kube.client import KubeClients, KubeFailure
-from bot.tools.kube.read import read_tools
-from bot.tools.kube.write import write_tools
-from bot.tools.spec import Tool, ToolContext, ToolFailure, WriteConflict, WriteOperation
+from bot.toolsets.kube.client import KubeClients, KubeFailure
+from bot.toolsets.kube.read import read_tools
+from bot.toolsets.kube.write import write_tools
+from bot.toolsets.spec import Tool, ToolContext, ToolFailure, WriteConflict, WriteOperation
 from tests.realkube.backends import CLUSTER, Backend
 from tests.realkube.cluster import Admin, RealKube
 

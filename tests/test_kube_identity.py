@@ -16,10 +16,10 @@ from pydantic import ValidationError
 from bot.config import RoleConfig
 from bot.store.approvals import WriteAuditRepository
 from bot.store.repositories import ToolAuditRepository
-from bot.tools.kube.client import KubeClients, KubeFailure
-from bot.tools.kube.read import read_tools
-from bot.tools.kube.write import write_tools
-from bot.tools.spec import KubeIdentity, ToolContext, ToolFailure
+from bot.toolsets.kube.client import KubeClients, KubeFailure
+from bot.toolsets.kube.read import read_tools
+from bot.toolsets.kube.write import write_tools
+from bot.toolsets.spec import KubeIdentity, ToolContext, ToolFailure
 from bot.values import WritePlan
 from tests.peers.kube_server import Demo, KubeServer
 from tests.realkube.backends import CLUSTER, Backend

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bot.tools.kube.client import KubeClients
-from bot.tools.kube.read import read_tools
-from bot.tools.kube.write import write_tools
-from bot.tools.spec import ToolContext
+from bot.toolsets.kube.client import KubeClients
+from bot.toolsets.kube.read import read_tools
+from bot.toolsets.kube.write import write_tools
+from bot.toolsets.spec import ToolContext
 from tests.peers.kube_server import Demo, KubeServer, request_attributes
 
 RBAC = Path(__file__).resolve().parents[1] / "deploy" / "base" / "rbac-cluster.yaml"

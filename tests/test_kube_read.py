@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from bot.errors import ConfigError
-from bot.tools.kube.client import KubeClient, KubeClients, KubeFailure
-from bot.tools.kube.read import read_tools
-from bot.tools.spec import Tool, ToolArgumentError, ToolContext, ToolFailure, ToolKind, ToolScope
+from bot.toolsets.kube.client import KubeClient, KubeClients, KubeFailure
+from bot.toolsets.kube.read import read_tools
+from bot.toolsets.spec import Tool, ToolArgumentError, ToolContext, ToolFailure, ToolKind, ToolScope
 from tests.peers.kube_server import Demo, KubeServer, RecordedRequest
 
 CTX = ToolContext(cluster="prod", default_namespace="shop")

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from bot.tools.kube.client import KubeClients, KubeFailure
-from bot.tools.kube.write import diff, write_tools
-from bot.tools.spec import (
+from bot.toolsets.kube.client import KubeClients, KubeFailure
+from bot.toolsets.kube.write import diff, write_tools
+from bot.toolsets.spec import (
     Tool,
     ToolArgumentError,
     ToolContext,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.tools.spec import ToolArgumentError, ToolContext, name_arg, namespace_arg
+from bot.toolsets.declare import name_arg, namespace_arg
+from bot.toolsets.spec import ToolArgumentError, ToolContext
 
 
 @pytest.mark.parametrize("value", ["checkout-api\n", "checkout-api\nx", "Checkout", "a..b/c", ""])

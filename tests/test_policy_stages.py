@@ -14,11 +14,9 @@ from typing import Any
 import pytest
 
 from bot.config import FirewallConfig, HookConfig, RoleConfig, parse_config
-from bot.policy.decision import CallScope, ToolInvocation
-from bot.policy.firewall import FirewallStage
-from bot.policy.guardian import GuardianStage
-from bot.policy.hooks import PostToolUseHooks, PreToolUseStage, SessionHooks
-from bot.policy.pipeline import (
+from bot.pipeline.decision import CallScope, ToolInvocation
+from bot.pipeline.firewall import FirewallStage
+from bot.pipeline.flow import (
     AbortStage,
     CallFlow,
     PermissionStage,
@@ -26,9 +24,11 @@ from bot.policy.pipeline import (
     ProviderNativeStage,
     RoleGateStage,
 )
-from bot.policy.roles import ChannelRoles, namespace_allowed, tool_allowed
-from bot.tools.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
-from bot.tools.tail import PostHookStage
+from bot.pipeline.guardian import GuardianStage
+from bot.pipeline.hooks import PostToolUseHooks, PreToolUseStage, SessionHooks
+from bot.pipeline.roles import ChannelRoles, namespace_allowed, tool_allowed
+from bot.pipeline.tail import PostHookStage
+from bot.toolsets.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
 from bot.values import Decision, Message, Role, ToolOutcome, ToolStatus, Verdict
 from tests import scripted_gateway as script
 

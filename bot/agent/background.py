@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from bot.agent.events import TurnFinish, TurnFinished
 from bot.agent.evidence import strip_citations
-from bot.tools.spec import ToolFailure
+from bot.toolsets.spec import ToolFailure
 
 log = logging.getLogger(__name__)
 

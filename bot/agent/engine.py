@@ -56,10 +56,10 @@ from bot.model.types import (
     Usage,
     estimate_usage,
 )
-from bot.policy.decision import CallScope
-from bot.tools.harness import ToolHarness
-from bot.tools.investigate import SPAWN_TOOL
-from bot.tools.spec import Tool, ToolContext, ToolKind
+from bot.pipeline.decision import CallScope
+from bot.pipeline.harness import ToolHarness
+from bot.toolsets.investigate import SPAWN_TOOL
+from bot.toolsets.spec import Tool, ToolContext, ToolKind
 from bot.values import Message, Role, SessionInfo
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from bot.values import ToolStatus
+from bot.values import ToolStatus, plural
 
 
 class TurnFinish(StrEnum):
@@ -87,10 +87,6 @@ EventSink = Callable[[TurnEvent], Awaitable[None]]
 
 
 ANSWER_CUT_FOOTER = "answer cut at the output limit"
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
 
 def seen_stats(

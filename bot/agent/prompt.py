@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from bot.agent.evidence import CITING
 from bot.model.router import ResolvedAgentPolicy
-from bot.tools.spec import Tool, ToolKind
+from bot.toolsets.spec import Tool, ToolKind
 
 log = logging.getLogger(__name__)
 

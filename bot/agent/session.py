@@ -26,12 +26,12 @@ from bot.agent.turns import TurnBody
 from bot.approvals.recheck import Bindings
 from bot.config import Config, OnNewMessage
 from bot.model.router import ModelRouter, ResolvedAgentPolicy, resolve_policy
-from bot.policy.decision import CallScope
-from bot.policy.roles import ChannelBinding, narrower, offered_tools
+from bot.pipeline.decision import CallScope
+from bot.pipeline.harness import ToolRegistry
+from bot.pipeline.roles import ChannelBinding, narrower, offered_tools
 from bot.store.retry import RETRY_DELAYS, retrying
 from bot.store.wakeups import Wakeups
-from bot.tools.harness import ToolRegistry
-from bot.tools.spec import Tool
+from bot.toolsets.spec import Tool
 from bot.values import (
     AcceptedTurn,
     Admission,

@@ -22,9 +22,9 @@ from typing import Any
 from bot.agent.events import EventSink, ToolFinished, ToolStarted
 from bot.agent.evidence import EvidenceLedger
 from bot.model.router import ResolvedAgentPolicy
-from bot.policy.decision import CallScope
-from bot.tools.harness import ToolHarness, parse_arguments, summarize_args
-from bot.tools.spec import Tool, ToolArgumentError, ToolKind
+from bot.pipeline.decision import CallScope
+from bot.pipeline.harness import ToolHarness, parse_arguments, summarize_args
+from bot.toolsets.spec import Tool, ToolArgumentError, ToolKind
 from bot.values import Message, Role, ToolCallRequest, ToolOutcome, ToolStatus
 
 READ_CONCURRENCY = 4

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from bot.approvals.model import WriteAuditLog, WriteFence, WriteReservations
+from bot.pipeline.harness import ToolRegistry
 from bot.store.retry import RETRY_DELAYS, retrying
-from bot.tools.harness import ToolRegistry
-from bot.tools.spec import ToolContext, ToolFailure, WriteConflict, WriteOperation
+from bot.toolsets.spec import ToolContext, ToolFailure, WriteConflict, WriteOperation
 from bot.values import Approval, WriteAudit, WriteOutcome, WritePlan
 
 log = logging.getLogger(__name__)

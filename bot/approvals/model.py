@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
-from bot.policy.decision import ToolInvocation
+from bot.pipeline.decision import ToolInvocation
 from bot.values import Approval, ApprovalState, WriteAudit
 
 

@@ -10,10 +10,10 @@ import asyncio
 from typing import Protocol
 
 from bot.config import ApprovalConfig
-from bot.policy.decision import CallScope, ToolInvocation
-from bot.policy.roles import ChannelBinding, offered_tools
-from bot.tools.harness import ToolRegistry
-from bot.tools.spec import REASON_ARG, KubeIdentity, bound_identity
+from bot.pipeline.decision import CallScope, ToolInvocation
+from bot.pipeline.harness import ToolRegistry
+from bot.pipeline.roles import ChannelBinding, offered_tools
+from bot.toolsets.spec import REASON_ARG, KubeIdentity, bound_identity
 from bot.values import Approval, SessionInfo
 
 

@@ -35,8 +35,8 @@ from bot.approvals import copy
 from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, ApprovalStore, CallCheck, Continuation
 from bot.approvals.readback import Readback
-from bot.policy.decision import ToolInvocation
-from bot.policy.pipeline import CallFlow
+from bot.pipeline.decision import ToolInvocation
+from bot.pipeline.flow import CallFlow
 from bot.store.retry import RETRY_DELAYS, retrying
 from bot.values import (
     DECISION_STATE,
@@ -134,14 +134,12 @@ class ApprovalRequests:
                 ToolStatus.FAILED,
                 "Not executed: the approval card could not be posted in Slack.",
                 "not executed: approval card could not be posted",
-                stage="approval",
             )
         self._bell.ring()
         return ToolOutcome(
             ToolStatus.PENDING,
             PENDING_RESULT.format(id=approval.id[:8]),
             "waiting for approval",
-            stage="approval",
         )
 
     async def _post_card(self, approval: Approval) -> None:

@@ -22,7 +22,7 @@ from bot import logs
 from bot.agent.session import AcceptedMessage, AgentSessions, IncomingMessage
 from bot.agent.turns import Busy, CapReached, TurnScheduler
 from bot.config import SlackConfig
-from bot.policy.roles import ChannelBinding, ChannelRoles
+from bot.pipeline.roles import ChannelBinding, ChannelRoles
 from bot.slack import copy
 from bot.slack.channels import ChannelDirectory
 from bot.slack.inbox import REPLAYED, Handled

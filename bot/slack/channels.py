@@ -10,7 +10,7 @@ import time
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.policy.roles import ChannelBinding, ChannelRoles
+from bot.pipeline.roles import ChannelBinding, ChannelRoles
 from bot.values import SessionInfo
 
 log = logging.getLogger(__name__)

@@ -16,15 +16,15 @@ from slack_bolt.context.async_context import AsyncBoltContext
 
 from bot.model.outbound import mask_text
 from bot.model.router import ResolvedAgentPolicy
-from bot.policy.roles import ChannelBinding, ChannelRoles, offered_tools
+from bot.pipeline.harness import ToolRegistry
+from bot.pipeline.roles import ChannelBinding, ChannelRoles, offered_tools
 from bot.slack import copy
 from bot.slack.channels import ChannelDirectory
 from bot.slack.inbox import Handled, marking_handled
 from bot.slack.people import ApproverDirectory, describe_approvers
 from bot.slack.replies import CommandReply
 from bot.slack.safe_text import escape_mrkdwn
-from bot.tools.harness import ToolRegistry
-from bot.tools.spec import Tool, ToolKind
+from bot.toolsets.spec import Tool, ToolKind
 from bot.values import SessionInfo
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from bot.tools.kube.client import KubeClients
+from bot.toolsets.kube.client import KubeClients
 from tests.peers.kube_server import Identity, KubeServer
 from tests.realkube.cluster import (
     KELPIE_USER,

@@ -15,7 +15,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from bot.config import FirewallConfig
-from bot.policy.decision import ToolInvocation
+from bot.pipeline.decision import ToolInvocation
 from bot.values import Decision
 
 # Arguments whose value names a Kubernetes kind or resource (e.g. a generic get tool, or

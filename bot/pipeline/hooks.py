@@ -23,7 +23,7 @@ from typing import Any
 
 from bot.config import HookConfig
 from bot.model.outbound import mask_value, mask_value_async
-from bot.policy.decision import ToolInvocation
+from bot.pipeline.decision import ToolInvocation
 from bot.values import Decision, ToolOutcome, Verdict
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ configuration) and runs every blocking call through `KubeClient.call`, which:
 - turns every failure that reached (or failed to reach) the cluster into a `ToolFailure`
   whose message is one sentence naming what was attempted and what happened.
 
-`KubeClients` maps cluster names to clients. Tool logic lives in `read.py` (and later
-`diagnose.py`, `write.py`); this module knows no tool and formats no objects.
+`KubeClients` maps cluster names to clients. Tool logic lives in the toolset modules beside
+it (pods.py, workloads.py, …, write.py); this module knows no tool and formats no objects.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from bot.errors import ConfigError
-from bot.tools.spec import KubeIdentity, ToolFailure
+from bot.toolsets.spec import KubeIdentity, ToolFailure
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

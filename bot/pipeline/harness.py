@@ -1,7 +1,7 @@
 """The tool harness: turns a model's tool call into a result the model can read.
 
 It parses and looks up the call and passes it through the pipeline (the ordered stages,
-checks and tail, live in `bot/policy/pipeline.py` and `bot/tools/tail.py`). A call too
+checks and tail, live in `bot/pipeline/flow.py` and `bot/pipeline/tail.py`). A call too
 malformed to enter the pipeline is refused here, with one sentence for the model and an
 audit entry. It never raises for problems the model can fix.
 """
@@ -12,10 +12,10 @@ import json
 from typing import Any, Protocol
 
 from bot.model.outbound import mask_value
-from bot.policy.decision import CallScope, ToolInvocation
-from bot.policy.pipeline import CallFlow
-from bot.tools.spec import Tool, ToolArgumentError
-from bot.tools.tail import AuditLog, failed
+from bot.pipeline.decision import CallScope, ToolInvocation
+from bot.pipeline.flow import CallFlow
+from bot.pipeline.tail import AuditLog, failed
+from bot.toolsets.spec import Tool, ToolArgumentError
 from bot.values import AuditEntry, ToolCallRequest, ToolOutcome, ToolStatus
 
 

@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bot.model.types import ModelError, ModelGateway, ModelRequest
-from bot.policy.decision import ToolInvocation
-from bot.tools.spec import ToolKind
+from bot.pipeline.decision import ToolInvocation
+from bot.toolsets.spec import ToolKind
 from bot.values import Decision, Message, Role
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bot.config import RoleConfig
-from bot.tools.spec import Tool, ToolContext
+from bot.toolsets.spec import Tool, ToolContext
 from bot.values import Decision
 
 

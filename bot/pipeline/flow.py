@@ -18,12 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from bot.policy.decision import Stage, ToolInvocation
-from bot.policy.roles import namespace_allowed, tool_allowed
-from bot.tools.spec import ToolKind
+from bot.pipeline.decision import Stage, ToolInvocation
+from bot.pipeline.roles import namespace_allowed, tool_allowed
+from bot.toolsets.spec import ToolKind
 from bot.values import (
     Approval,
     Decision,
+    Refusal,
     StageDecision,
     ToolOutcome,
     ToolStatus,
@@ -153,7 +154,9 @@ class Pipeline:
         if not trail:
             flow = replace(flow, trail=(StageDecision("pipeline", Decision.deny("no stages")),))
         if flow.verdict is Verdict.DENY:
-            flow = replace(flow, outcome=_denied(flow.trail[-1]))
+            last = flow.trail[-1]
+            refusal = Refusal(last.stage, last.decision.reason or "not allowed")
+            flow = replace(flow, outcome=refused(refusal))
         for stage in self.tail:
             flow = await self._step(stage, flow)
         return flow
@@ -170,13 +173,13 @@ class Pipeline:
             return flow
 
 
-def _denied(step: StageDecision) -> ToolOutcome:
-    reason = step.decision.reason or "not allowed"
+def refused(refusal: Refusal) -> ToolOutcome:
+    """The one place a refusal becomes words: what the model reads and the thread's line."""
     return ToolOutcome(
         ToolStatus.DENIED,
-        f"Denied by {step.stage}: {reason}. The call was not run.",
-        f"denied by {step.stage}: {reason}",
-        stage=step.stage,
+        f"Denied by {refusal.stage}: {refusal.reason}. The call was not run.",
+        f"denied by {refusal.stage}: {refusal.reason}",
+        refusal=refusal,
     )
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 
 from bot.config import NO_ROLE, ApprovalConfig, Approvers, Config, RoleConfig
-from bot.tools.spec import KubeIdentity, Tool, ToolContext
+from bot.toolsets.spec import KubeIdentity, Tool, ToolContext
 
 
 @dataclass(frozen=True)

@@ -30,31 +30,36 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Annotated, Any
 
-from bot.tools.kube.client import KubeClient, KubeClients, KubeFailure
-from bot.tools.kube.read import dig, pod_phase
-from bot.tools.spec import (
+from pydantic import Field
+
+from bot.toolsets.declare import (
+    NAME,
+    ObjectNamespace,
+    ToolArgs,
+    checked,
+    declare_write,
+    parse_args,
+    resolve_namespace,
+)
+from bot.toolsets.kube.client import KubeClient, KubeClients, KubeFailure
+from bot.toolsets.kube.render import dig, pod_phase
+from bot.toolsets.spec import (
     Tool,
     ToolArgumentError,
     ToolContext,
     ToolFailure,
     ToolHandler,
-    ToolKind,
     ToolResult,
     ToolScope,
     WriteConflict,
-    WriteOperation,
     bind_identity,
     bound_identity,
-    int_arg,
-    name_arg,
-    namespace_arg,
-    only_args,
 )
 from bot.values import FieldChange, WritePlan, WriteTarget
 
@@ -103,15 +108,9 @@ _SUFFIX = {
 # --- small helpers ----------------------------------------------------------------------
 
 
-def _required_name(args: dict[str, Any], key: str = "name") -> str:
-    value = name_arg(args, key)
-    assert value is not None  # name_arg(required=True) raises instead
-    return value
-
-
-def _namespace(args: dict[str, Any], context: ToolContext) -> str:
-    value = namespace_arg(args, context, allow_all=False)
-    assert value is not None  # allow_all=False raises instead
+def _namespace(args: DeploymentTarget | PodTarget, context: ToolContext) -> str:
+    value = resolve_namespace(args.namespace, context, allow_all=False)
+    assert value is not None  # resolve_namespace(allow_all=False) raises instead
     return value
 
 
@@ -208,6 +207,114 @@ def _approval_only_handler() -> ToolHandler:
         raise ToolFailure("write tools run only through an approval")
 
     return refuse
+
+
+def _resource_values(key: str, value: Any) -> dict[str, str] | None:
+    """`requests` / `limits`: an object of cpu and/or memory quantities."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ToolArgumentError(f'{key} must be an object such as {{"cpu": "500m"}}.')
+    unknown = sorted(set(value) - set(RESOURCE_NAMES))
+    if unknown:
+        raise ToolArgumentError(
+            f"{key} may only set cpu and memory, not {', '.join(map(str, unknown))}."
+        )
+    values: dict[str, str] = {}
+    for resource in RESOURCE_NAMES:
+        raw = value.get(resource)
+        if raw is None:
+            continue
+        if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+            raise ToolArgumentError(f"{key}.{resource} must be a quantity such as 500m or 1Gi.")
+        text = str(raw).strip() if isinstance(raw, str) else str(raw)
+        amount = _quantity(text)
+        if amount is None:
+            example = "500m or 2" if resource == "cpu" else "512Mi or 1Gi"
+            raise ToolArgumentError(
+                f"{key}.{resource} {raw!r} is not a Kubernetes quantity (e.g. {example})."
+            )
+        if resource == "memory" and text.endswith("m"):
+            raise ToolArgumentError(
+                f"{key}.memory {text!r} means {text[:-1]} thousandths of a byte; "
+                "use Mi or Gi (e.g. 512Mi)."
+            )
+        values[resource] = text
+    return values
+
+
+# --- the arguments ---------------------------------------------------------------------
+
+
+class DeploymentTarget(ToolArgs):
+    namespace: ObjectNamespace = None
+    name: Annotated[str, NAME, Field(description="Name of the deployment.")]
+
+
+class ScaleArgs(DeploymentTarget):
+    replicas: int
+
+
+def scale_args(max_replicas: int) -> type[ScaleArgs]:
+    """scale_deployment's arguments: the replica bound is the configuration's."""
+
+    class Bounded(ScaleArgs):
+        replicas: Annotated[
+            int, Field(ge=0, le=max_replicas, description="The desired number of replicas.")
+        ]
+
+    return Bounded
+
+
+class RollbackArgs(DeploymentTarget):
+    revision: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            le=2**31 - 1,
+            description="Revision to roll back to (describe_deployment lists them); "
+            "default: the previous one.",
+        ),
+    ] = None
+
+
+class Quantities(ToolArgs):
+    """CPU and/or memory quantities, checked (and written) as Kubernetes quantities."""
+
+    cpu: Annotated[str | None, Field(description='CPU quantity, e.g. "250m" or "2".')] = None
+    memory: Annotated[str | None, Field(description='Memory quantity, e.g. "512Mi" or "2Gi".')] = (
+        None
+    )
+
+    def values(self) -> dict[str, str]:
+        return self.model_dump(exclude_none=True)
+
+
+QUANTITIES = checked(_resource_values)
+
+
+class ResourcesArgs(DeploymentTarget):
+    container: Annotated[str, NAME, Field(description="Name of the container.")]
+    requests: Annotated[Quantities | None, QUANTITIES] = None
+    limits: Annotated[Quantities | None, QUANTITIES] = None
+
+
+class PodTarget(ToolArgs):
+    namespace: ObjectNamespace = None
+    name: Annotated[str, NAME, Field(description="Name of the pod.")]
+    grace_period_seconds: Annotated[
+        int | None,
+        Field(
+            ge=0,
+            le=MAX_GRACE_PERIOD_S,
+            description="Seconds the pod gets to shut down; default: the pod's own "
+            "terminationGracePeriodSeconds. 0 removes it at once.",
+        ),
+    ] = None
+
+
+class NodeTarget(ToolArgs):
+    name: Annotated[str, NAME, Field(description="Name of the node.")]
 
 
 # --- what every write tool shares ------------------------------------------------------
@@ -325,13 +432,15 @@ class _WriteOperation:
     """prepare/execute plumbing shared by the tools; subclasses fill in the specifics."""
 
     tool_name = ""
+    # The declared arguments: the schema the model sees and the validation in `prepare`.
+    args_model: type[ToolArgs] = ToolArgs
 
     def __init__(self, clients: KubeClients) -> None:
         self._clients = clients
 
     async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
         """The tool's plan; one made as a role's Kubernetes identity stays bound to it."""
-        plan = await self._prepare(args, context)
+        plan = await self._prepare(parse_args(self.args_model, args), context)
         who = context.identity
         return plan if who is None else bind_identity(plan, who)
 
@@ -351,7 +460,7 @@ class _WriteOperation:
         """The client for the approved write: as the identity the plan was made with."""
         return self._clients.client_for(plan.cluster).acting_as(bound_identity(plan))
 
-    async def _prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
+    async def _prepare(self, args: Any, context: ToolContext) -> WritePlan:
         raise NotImplementedError
 
     async def _execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
@@ -488,14 +597,10 @@ class ScaleDeployment(_DeploymentWrite):
     def __init__(self, clients: KubeClients, *, max_replicas: int) -> None:
         super().__init__(clients)
         self.max_replicas = max_replicas
+        self.args_model = scale_args(max_replicas)
 
-    async def _prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
-        args = only_args(args, ["namespace", "name", "replicas"])
-        namespace, name = _namespace(args, context), _required_name(args)
-        if "replicas" not in args:
-            raise ToolArgumentError("replicas is required.")
-        replicas = int_arg(args, "replicas", default=None, minimum=0, maximum=self.max_replicas)
-        assert replicas is not None
+    async def _prepare(self, args: ScaleArgs, context: ToolContext) -> WritePlan:
+        namespace, name, replicas = _namespace(args, context), args.name, args.replicas
         kube = self._kube(context)
         await self._require_access(
             kube, _Access("patch", "deployments", "apps", "scale", namespace, name)
@@ -574,9 +679,10 @@ def _at(target: WriteTarget) -> tuple[str, ...]:
 class RestartDeployment(_DeploymentWrite):
     tool_name = "restart_deployment"
 
-    async def _prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
-        args = only_args(args, ["namespace", "name"])
-        namespace, name = _namespace(args, context), _required_name(args)
+    args_model = DeploymentTarget
+
+    async def _prepare(self, args: DeploymentTarget, context: ToolContext) -> WritePlan:
+        namespace, name = _namespace(args, context), args.name
         kube = self._kube(context)
         await self._require_access(
             kube, _Access("patch", "deployments", "apps", None, namespace, name)
@@ -642,10 +748,10 @@ class RestartDeployment(_DeploymentWrite):
 class RollbackDeployment(_DeploymentWrite):
     tool_name = "rollback_deployment"
 
-    async def _prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
-        args = only_args(args, ["namespace", "name", "revision"])
-        namespace, name = _namespace(args, context), _required_name(args)
-        wanted = int_arg(args, "revision", default=None, minimum=1, maximum=2**31 - 1)
+    args_model = RollbackArgs
+
+    async def _prepare(self, args: RollbackArgs, context: ToolContext) -> WritePlan:
+        namespace, name, wanted = _namespace(args, context), args.name, args.revision
         kube = self._kube(context)
         await self._require_access(
             kube, _Access("patch", "deployments", "apps", None, namespace, name)
@@ -772,12 +878,12 @@ def _without_hash(template: Obj) -> Obj:
 class SetContainerResources(_DeploymentWrite):
     tool_name = "set_container_resources"
 
-    async def _prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
-        args = only_args(args, ["namespace", "name", "container", "requests", "limits"])
-        namespace, name = _namespace(args, context), _required_name(args)
-        container = _required_name(args, "container")
-        requests = _resource_values(args, "requests")
-        limits = _resource_values(args, "limits")
+    args_model = ResourcesArgs
+
+    async def _prepare(self, args: ResourcesArgs, context: ToolContext) -> WritePlan:
+        namespace, name, container = _namespace(args, context), args.name, args.container
+        requests = args.requests.values() if args.requests else {}
+        limits = args.limits.values() if args.limits else {}
         if not requests and not limits:
             raise ToolArgumentError(
                 "give at least one value in requests or limits (cpu and/or memory)."
@@ -874,41 +980,6 @@ class SetContainerResources(_DeploymentWrite):
         )
 
 
-def _resource_values(args: dict[str, Any], key: str) -> dict[str, str]:
-    """`requests` / `limits`: an object of cpu and/or memory quantities."""
-    value = args.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ToolArgumentError(f'{key} must be an object such as {{"cpu": "500m"}}.')
-    unknown = sorted(set(value) - set(RESOURCE_NAMES))
-    if unknown:
-        raise ToolArgumentError(
-            f"{key} may only set cpu and memory, not {', '.join(map(str, unknown))}."
-        )
-    values: dict[str, str] = {}
-    for resource in RESOURCE_NAMES:
-        raw = value.get(resource)
-        if raw is None:
-            continue
-        if isinstance(raw, bool) or not isinstance(raw, str | int | float):
-            raise ToolArgumentError(f"{key}.{resource} must be a quantity such as 500m or 1Gi.")
-        text = str(raw).strip() if isinstance(raw, str) else str(raw)
-        amount = _quantity(text)
-        if amount is None:
-            example = "500m or 2" if resource == "cpu" else "512Mi or 1Gi"
-            raise ToolArgumentError(
-                f"{key}.{resource} {raw!r} is not a Kubernetes quantity (e.g. {example})."
-            )
-        if resource == "memory" and text.endswith("m"):
-            raise ToolArgumentError(
-                f"{key}.memory {text!r} means {text[:-1]} thousandths of a byte; "
-                "use Mi or Gi (e.g. 512Mi)."
-            )
-        values[resource] = text
-    return values
-
-
 def _check_order(requests: dict[str, Any], limits: dict[str, Any], context: str) -> None:
     """Kubernetes rejects a request above its limit; say so before asking anyone."""
     for resource in RESOURCE_NAMES:
@@ -929,12 +1000,10 @@ def _check_order(requests: dict[str, Any], limits: dict[str, Any], context: str)
 class DeletePod(_WriteOperation):
     tool_name = "delete_pod"
 
-    async def _prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
-        args = only_args(args, ["namespace", "name", "grace_period_seconds"])
-        namespace, name = _namespace(args, context), _required_name(args)
-        grace = int_arg(
-            args, "grace_period_seconds", default=None, minimum=0, maximum=MAX_GRACE_PERIOD_S
-        )
+    args_model = PodTarget
+
+    async def _prepare(self, args: PodTarget, context: ToolContext) -> WritePlan:
+        namespace, name, grace = _namespace(args, context), args.name, args.grace_period_seconds
         kube = self._kube(context)
         await self._require_access(kube, _Access("delete", "pods", "", None, namespace, name))
         pod = await kube.call_json(
@@ -1037,9 +1106,10 @@ class _NodeSchedulability(_WriteOperation):
         self.tool_name = "cordon_node" if unschedulable else "uncordon_node"
         self._verb = "cordon" if unschedulable else "uncordon"
 
-    async def _prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
-        args = only_args(args, ["name"])
-        name = _required_name(args)
+    args_model = NodeTarget
+
+    async def _prepare(self, args: NodeTarget, context: ToolContext) -> WritePlan:
+        name = args.name
         kube = self._kube(context)
         await self._require_access(kube, _Access("patch", "nodes", "", None, None, name))
         node = await kube.call_json(f"read node {name}", kube.core.read_node, name)
@@ -1103,158 +1173,65 @@ class _NodeSchedulability(_WriteOperation):
 
 # --- the tools ---------------------------------------------------------------------------
 
-_NAMESPACE = {
-    "type": "string",
-    "description": "Namespace of the object. Defaults to the channel's namespace.",
-}
-_QUANTITIES = {
-    "type": "object",
-    "properties": {
-        "cpu": {"type": "string", "description": 'CPU quantity, e.g. "250m" or "2".'},
-        "memory": {"type": "string", "description": 'Memory quantity, e.g. "512Mi" or "2Gi".'},
-    },
-    "additionalProperties": False,
-}
-
-
-def _schema(properties: dict[str, Any], required: Sequence[str]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(required),
-        "additionalProperties": False,
-    }
-
 
 def write_tools(clients: KubeClients, *, max_replicas: int = DEFAULT_MAX_REPLICAS) -> list[Tool]:
     """The write tools, bound to `clients` (each plan names the cluster it was prepared on).
 
-    Their `handler` refuses: only the approval flow runs them, through `tool.write`.
+    Only the approval flow runs them, through `tool.write`.
     """
     if max_replicas < 0:
         raise ValueError("max_replicas must be 0 or more")
-    guard = _approval_only_handler()
-
-    def tool(
-        name: str,
-        description: str,
-        operation: WriteOperation,
-        properties: dict[str, Any],
-        kinds: tuple[str, ...],
-        required: Sequence[str],
-        scope: ToolScope = ToolScope.NAMESPACED,
-    ) -> Tool:
-        return Tool(
-            name=name,
-            kind=ToolKind.WRITE,
-            description=description,
-            parameters=_schema(properties, required),
-            handler=guard,
-            scope=scope,
-            resource_kinds=kinds,
-            write=operation,
-        )
-
-    deployment = {"type": "string", "description": "Name of the deployment."}
     approval = " A person must approve the change on a card before it is made."
     return [
-        tool(
+        declare_write(
             "scale_deployment",
             f"Set a deployment's number of replicas (0 to {max_replicas}).{approval}",
             ScaleDeployment(clients, max_replicas=max_replicas),
-            {
-                "namespace": _NAMESPACE,
-                "name": deployment,
-                "replicas": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "maximum": max_replicas,
-                    "description": "The desired number of replicas.",
-                },
-            },
-            ("Deployment",),
-            ["name", "replicas"],
+            kinds=("Deployment",),
         ),
-        tool(
+        declare_write(
             "restart_deployment",
             "Restart a deployment's pods with a rolling update, as `kubectl rollout restart` "
             f"does (sets the kubectl.kubernetes.io/restartedAt pod template annotation).{approval}",
             RestartDeployment(clients),
-            {"namespace": _NAMESPACE, "name": deployment},
-            ("Deployment",),
-            ["name"],
+            kinds=("Deployment",),
         ),
-        tool(
+        declare_write(
             "rollback_deployment",
             "Roll a deployment back to the pod template of an earlier revision (its "
             "ReplicaSets), as `kubectl rollout undo` does: the previous revision, or the one "
             f"named.{approval}",
             RollbackDeployment(clients),
-            {
-                "namespace": _NAMESPACE,
-                "name": deployment,
-                "revision": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "description": "Revision to roll back to (describe_deployment lists them); "
-                    "default: the previous one.",
-                },
-            },
-            ("Deployment", "ReplicaSet"),
-            ["name"],
+            kinds=("Deployment", "ReplicaSet"),
         ),
-        tool(
+        declare_write(
             "delete_pod",
             "Delete one pod (its controller, if any, creates a replacement), e.g. to clear a "
             f"stuck or crash-looping instance.{approval}",
             DeletePod(clients),
-            {
-                "namespace": _NAMESPACE,
-                "name": {"type": "string", "description": "Name of the pod."},
-                "grace_period_seconds": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "maximum": MAX_GRACE_PERIOD_S,
-                    "description": "Seconds the pod gets to shut down; default: the pod's own "
-                    "terminationGracePeriodSeconds. 0 removes it at once.",
-                },
-            },
-            ("Pod",),
-            ["name"],
+            kinds=("Pod",),
         ),
-        tool(
+        declare_write(
             "cordon_node",
             "Cordon a node: mark it unschedulable so no new pods are placed on it (running "
             f"pods stay; nothing is drained).{approval}",
             _NodeSchedulability(clients, unschedulable=True),
-            {"name": {"type": "string", "description": "Name of the node."}},
-            ("Node",),
-            ["name"],
             scope=ToolScope.CLUSTER,
+            kinds=("Node",),
         ),
-        tool(
+        declare_write(
             "uncordon_node",
             f"Uncordon a node: let new pods be scheduled on it again.{approval}",
             _NodeSchedulability(clients, unschedulable=False),
-            {"name": {"type": "string", "description": "Name of the node."}},
-            ("Node",),
-            ["name"],
             scope=ToolScope.CLUSTER,
+            kinds=("Node",),
         ),
-        tool(
+        declare_write(
             "set_container_resources",
             "Set the CPU/memory requests and/or limits of one container of a deployment "
             "(changes the pod template, so new pods roll out). Values are Kubernetes "
             f'quantities such as "250m", "2", "512Mi", "1Gi".{approval}',
             SetContainerResources(clients),
-            {
-                "namespace": _NAMESPACE,
-                "name": deployment,
-                "container": {"type": "string", "description": "Name of the container."},
-                "requests": _QUANTITIES,
-                "limits": _QUANTITIES,
-            },
-            ("Deployment",),
-            ["name", "container"],
+            kinds=("Deployment",),
         ),
     ]

@@ -15,8 +15,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from bot.tools.kube.client import KubeClients, KubeFailure
-from bot.tools.kube.read import dig
+from bot.toolsets.kube.client import KubeClients, KubeFailure
+from bot.toolsets.kube.render import dig
 from bot.values import WritePlan
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The pipeline's tail: approval → execute with timeout → mask → PostToolUse hooks → audit.
 
-Each is a stage of the one ordered list (`bot/policy/pipeline.py`), so a call the model just
+Each is a stage of the one ordered list (`bot/pipeline/flow.py`), so a call the model just
 made and an approved write resumed after a click pass the same code after the checks. The
 stages never raise for problems the model can fix: they map them to one sentence for it.
 """
@@ -13,10 +13,10 @@ from dataclasses import replace
 from typing import Protocol
 
 from bot.model.outbound import mask_value, mask_value_async
-from bot.policy.decision import ToolInvocation
-from bot.policy.pipeline import CallFlow
+from bot.pipeline.decision import ToolInvocation
+from bot.pipeline.flow import CallFlow
 from bot.store.retry import retrying
-from bot.tools.spec import REASON_ARG, ToolArgumentError, ToolFailure, ToolKind
+from bot.toolsets.spec import REASON_ARG, ToolArgumentError, ToolFailure, ToolKind
 from bot.values import (
     Approval,
     AuditEntry,

@@ -1,13 +1,12 @@
 """What a tool is: its kind, its JSON schema for the model, its handler and its result.
 
 This module owns the typed vocabulary every tool shares. It knows no Kubernetes and no
-Slack; the handlers live in `bot/tools/kube/` and are registered by the composition root.
+Slack; the handlers live in `bot/toolsets/kube/` and are registered by the composition root.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
@@ -139,7 +138,7 @@ class Tool:
     name: str
     kind: ToolKind
     description: str
-    parameters: dict[str, Any]  # JSON schema of the arguments object
+    parameters: dict[str, Any]  # JSON schema of the arguments object (`declare.schema_of`)
     handler: ToolHandler
     scope: ToolScope = ToolScope.NAMESPACED
     # Kubernetes kinds the tool touches, for the firewall (e.g. ["Pod"]).
@@ -153,26 +152,12 @@ class Tool:
         return f"{self.kind}/{self.name}"
 
     def openai_schema(self) -> dict[str, Any]:
-        parameters = self.parameters
-        if self.kind is ToolKind.WRITE:
-            # The approval card shows the model's stated reason next to the preview.
-            parameters = {
-                **parameters,
-                "properties": {
-                    **parameters.get("properties", {}),
-                    REASON_ARG: {
-                        "type": "string",
-                        "description": "One sentence for the approver: why this change.",
-                    },
-                },
-                "required": [*parameters.get("required", []), REASON_ARG],
-            }
         return {
             "type": "function",
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": parameters,
+                "parameters": self.parameters,
             },
         }
 
@@ -186,75 +171,3 @@ class Tool:
         if isinstance(namespace, str) and namespace:
             return namespace
         return context.default_namespace
-
-
-# Kubernetes object names: RFC 1123 labels/subdomains.
-# Matched whole (fullmatch): `$` would also accept a trailing newline.
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
-
-
-def namespace_arg(args: dict[str, Any], context: ToolContext, *, allow_all: bool) -> str | None:
-    """Validate the `namespace` argument; None means all namespaces (only when allowed)."""
-    value = args.get("namespace")
-    if value is None or value == "":
-        value = context.default_namespace
-    if value is None or value == "*":
-        if allow_all:
-            return None
-        raise ToolArgumentError("namespace is required (no default namespace is set here).")
-    if not isinstance(value, str) or not _DNS_LABEL.fullmatch(value):
-        raise ToolArgumentError(f"namespace {value!r} is not a valid Kubernetes namespace name.")
-    return value
-
-
-def name_arg(args: dict[str, Any], key: str = "name", *, required: bool = True) -> str | None:
-    value = args.get(key)
-    if value is None or value == "":
-        if required:
-            raise ToolArgumentError(f"{key} is required.")
-        return None
-    if not isinstance(value, str) or not _DNS_SUBDOMAIN.fullmatch(value):
-        raise ToolArgumentError(f"{key} {value!r} is not a valid Kubernetes object name.")
-    return value
-
-
-def int_arg(
-    args: dict[str, Any], key: str, *, default: int | None, minimum: int, maximum: int
-) -> int | None:
-    value = args.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ToolArgumentError(f"{key} must be an integer between {minimum} and {maximum}.")
-    if not minimum <= value <= maximum:
-        raise ToolArgumentError(f"{key} must be between {minimum} and {maximum}, got {value}.")
-    return value
-
-
-def bool_arg(args: dict[str, Any], key: str, *, default: bool) -> bool:
-    value = args.get(key, default)
-    if not isinstance(value, bool):
-        raise ToolArgumentError(f"{key} must be true or false.")
-    return value
-
-
-def str_arg(args: dict[str, Any], key: str, *, max_len: int = 512) -> str | None:
-    value = args.get(key)
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str) or len(value) > max_len:
-        raise ToolArgumentError(f"{key} must be a string of at most {max_len} characters.")
-    return value
-
-
-def only_args(args: Any, allowed: Iterable[str]) -> dict[str, Any]:
-    """Reject non-objects and unknown argument names (the schema says additionalProperties)."""
-    if not isinstance(args, dict):
-        raise ToolArgumentError("arguments must be a JSON object.")
-    allowed_set = set(allowed)
-    unknown = sorted(set(args) - allowed_set)
-    if unknown:
-        known = ", ".join(sorted(allowed_set)) or "none"
-        raise ToolArgumentError(f"unknown argument(s) {', '.join(unknown)}; known: {known}.")
-    return args

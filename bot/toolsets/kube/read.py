@@ -1,0 +1,25 @@
+"""Every Kubernetes read toolset, in the order the model is offered them."""
+
+from __future__ import annotations
+
+from bot.toolsets.kube.client import KubeClients
+from bot.toolsets.kube.events import event_tools
+from bot.toolsets.kube.namespaces import namespace_tools
+from bot.toolsets.kube.network import network_tools
+from bot.toolsets.kube.nodes import node_tools
+from bot.toolsets.kube.pods import pod_log_tools, pod_tools
+from bot.toolsets.kube.workloads import workload_tools
+from bot.toolsets.spec import Tool
+
+
+def read_tools(clients: KubeClients) -> list[Tool]:
+    """The read tools, bound to `clients` (each handler picks the context's cluster)."""
+    return [
+        *namespace_tools(clients),
+        *pod_tools(clients),
+        *pod_log_tools(clients),
+        *workload_tools(clients),
+        *event_tools(clients),
+        *node_tools(clients),
+        *network_tools(clients),
+    ]
