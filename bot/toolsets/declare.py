@@ -170,6 +170,19 @@ class NamespacedObject(ToolArgs):
     name: Annotated[str, NAME, Field(description="Name of the object.")]
 
 
+class Selected(ToolArgs):
+    """Cluster-scoped objects, optionally by label."""
+
+    label_selector: LabelSelector = None
+
+
+class NamespacedList(ToolArgs):
+    """Objects of one namespace (or all), optionally by label."""
+
+    namespace: ListNamespace = None
+    label_selector: LabelSelector = None
+
+
 def name_arg(args: dict[str, Any], key: str = "name") -> str:
     """A required object name read from a plain arguments dict (checked like `NAME`)."""
     return _name(key, args.get(key))

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.toolsets.declare import (
+    NamespacedList,
     declare,
     resolve_namespace,
 )
@@ -21,7 +22,6 @@ from bot.toolsets.kube.render import (
     table,
     where,
 )
-from bot.toolsets.kube.workloads import NamespacedList
 from bot.toolsets.spec import Tool, ToolContext, ToolFailure, ToolKind, ToolResult
 from bot.values import plural
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bot.toolsets.declare import (
+    Selected,
     declare,
 )
 from bot.toolsets.kube.client import KubeClients
@@ -16,7 +17,6 @@ from bot.toolsets.kube.render import (
     result,
     table,
 )
-from bot.toolsets.kube.workloads import Selected
 from bot.toolsets.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
 from bot.values import plural
 

@@ -10,8 +10,7 @@ from bot.toolsets.declare import (
     NAME,
     OPTIONAL_NAME,
     FieldSelector,
-    LabelSelector,
-    ListNamespace,
+    NamespacedList,
     NamespacedObject,
     ObjectNamespace,
     ToolArgs,
@@ -45,9 +44,7 @@ DEFAULT_TAIL_LINES = 200
 DEFAULT_LIMIT_BYTES = 65536
 
 
-class PodList(ToolArgs):
-    namespace: ListNamespace = None
-    label_selector: LabelSelector = None
+class PodList(NamespacedList):
     field_selector: FieldSelector = None
 
 

@@ -1,15 +1,10 @@
-"""The workloads toolset: deployments, their rollout and their ReplicaSets (read).
-
-`Selected` and `NamespacedList` are the argument shapes every listing shares.
-"""
+"""The workloads toolset: deployments, their rollout and their ReplicaSets (read)."""
 
 from __future__ import annotations
 
 from bot.toolsets.declare import (
-    LabelSelector,
-    ListNamespace,
+    NamespacedList,
     NamespacedObject,
-    ToolArgs,
     declare,
     resolve_namespace,
 )
@@ -30,19 +25,6 @@ from bot.toolsets.kube.render import (
 )
 from bot.toolsets.spec import Tool, ToolContext, ToolFailure, ToolKind, ToolResult
 from bot.values import plural
-
-
-class Selected(ToolArgs):
-    """Cluster-scoped objects, optionally by label."""
-
-    label_selector: LabelSelector = None
-
-
-class NamespacedList(ToolArgs):
-    """Objects of one namespace (or all), optionally by label."""
-
-    namespace: ListNamespace = None
-    label_selector: LabelSelector = None
 
 
 class _Workloads(KubeReads):
