@@ -128,6 +128,13 @@ SECRETS: list[tuple[str, str, str]] = [
     ("password in url", "DATABASE_URL=postgres://shop:Sup3rS3cret@db:5432/shop", "Sup3rS3cret"),
     ("mongodb url", "mongodb+srv://app:m0ng0Pass@cluster0.example.net/db", "m0ng0Pass"),
     ("redis url", "REDIS=redis://:r3disPassw0rd@cache:6379/0", "r3disPassw0rd"),
+    ("url password with a slash", "postgres://app:pa/ss9W0rd@db:5432/shop", "pa/ss9W0rd"),
+    ("url password with an at", "amqp://app:p@ssW0rd!@rabbit:5672/", "p@ssW0rd!"),
+    ("mysql -p", "mysql -h db -u root -pMyS3cretPw shop < dump.sql", "MyS3cretPw"),
+    ("mysqldump -p", "mysqldump -uroot -pDumpP4ss --all-databases", "DumpP4ss"),
+    ("prose password", "fyi the password is Hunter2Blue for the staging db", "Hunter2Blue"),
+    ("prose secret", "The secret was now: `xq9-Zt7-LmP` (rotated)", "xq9-Zt7-LmP"),
+    ("prose token", "our deploy token is ghx8812kd0a", "ghx8812kd0a"),
     (
         "connection string",
         "Server=tcp:db,1433;Database=shop;User ID=sa;Password=Correct Horse 9;Encrypt=true",
@@ -201,6 +208,9 @@ HARMLESS = [
     "The deployment mounts the Secret db-creds at /etc/creds.",
     "Back-off restarting failed container app in pod checkout-api",
     "https://grafana.example.com/d/abc?orgId=1&from=now-1h",
+    "https://registry.npmjs.org:443/@types/node",
+    "mysql -h db -u root -p shop",
+    "The password field is empty in the form.",
 ]
 
 

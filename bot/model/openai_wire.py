@@ -29,6 +29,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 
 from bot.config import AuthMethod
+from bot.errors import KelpieError
 from bot.model.failures import (
     MAX_LINE_BYTES,
     MAX_REPLY_BYTES,
@@ -53,8 +54,9 @@ _FOLLOWED = frozenset({307, 308})
 _MAX_HOPS = 3
 
 
-class LineTooLong(ValueError):
-    """A server-sent-event line longer than the parser accepts."""
+class LineTooLong(KelpieError):
+    """A server-sent-event line longer than the parser accepts (the client turns it into a
+    ModelError naming the line limit; it never leaves this module)."""
 
 
 class SseParser:

@@ -121,10 +121,25 @@ RULES: list[tuple[str, re2._Regexp]] = [
     # NAME=value / NAME: value / "NAME": "value" where the name says it is a secret.
     ("secret_pair", _compile(r"\b" + _SECRET_NAME + _SEPARATOR + _VALUE)),
     ("credential_pair", _compile(r"(?i)" + _CREDENTIAL_KEY + _SEPARATOR + _VALUE)),
-    # scheme://user:password@host (database URLs, git remotes, proxies).
+    # scheme://user:password@host (database URLs, git remotes, proxies). A password may hold
+    # `/` and `@` (people paste them unencoded): it runs to the token's last `@`. One made of
+    # digits and slashes only is a port (`host:443/@types/node`), not a password.
     (
         "url_password",
-        _compile(r"""\b[a-zA-Z][a-zA-Z0-9+.-]{0,30}://[^/\s:@"']*:([^/\s@"']+)@"""),
+        _compile(
+            r"""\b[a-zA-Z][a-zA-Z0-9+.-]{0,30}://[^/\s:@"']*:"""
+            r"""([^\s"']*[^\s"'0-9/@][^\s"']*)@[^\s@"'/]"""
+        ),
+    ),
+    # mysql -pPASSWORD (and mysqldump, mysqladmin): the password glued to -p.
+    ("mysql_password", _compile(r"\bmysql(?:dump|admin|import|sh)?\b[^\n]*?[ \t]-p([^\s\"']+)")),
+    # Prose: "the password is hunter2", "secret was: x", "token is now abc".
+    (
+        "prose_secret",
+        _compile(
+            r"(?i)\b(?:password|passwd|passphrase|secret|token|api[ _-]?key)[ \t]+"
+            r"(?:is|was)\b(?:[ \t]+now\b)?[ \t]*:?[ \t]*[\"'`]?([^\s\"'`,;]{3,})"
+        ),
     ),
 ]
 
