@@ -21,6 +21,8 @@ from bot.toolsets.kube.client import KubeClients
 from bot.toolsets.kube.read import read_tools
 from bot.toolsets.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
 from tests.peers.kube_server import KubeServer
+from tests.realkube.backends import RealBackend
+from tests.realkube.cluster import Admin, RealKube, eventually
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -584,3 +586,131 @@ async def test_a_supporting_read_refused_is_a_not_checked_line(
     (line,) = [line for line in result.text.splitlines() if line.startswith("Not checked:")]
     assert line.startswith(f"Not checked: horizontalpodautoscalers in namespace {ns} (")
     assert "403" in line and result.summary.endswith("no problems found")
+
+
+# --- the real API server (no kubelet: statuses written through the status subresource) -----
+
+
+def _real_pod(admin: Admin, ns: str, name: str, *, node: str | None, labels: Obj) -> None:
+    spec: Obj = {"containers": [{"name": "app", "image": "registry.example.com/app:1.0"}]}
+    spec |= {"nodeName": node} if node else {}
+    admin.core.create_namespaced_pod(
+        ns, {"metadata": {"name": name, "labels": labels}} | {"spec": spec}
+    )
+
+
+def _crash_looping(ns: str, name: str) -> Obj:
+    """What a kubelet reports for a container that exited 1 seven times."""
+    status = {
+        "name": "app",
+        "image": "registry.example.com/app:1.0",
+        "imageID": "",
+        "ready": False,
+        "restartCount": 7,
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s"}},
+        "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+    }
+    not_ready = {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+    return {
+        "status": {"phase": "Running", "conditions": [not_ready], "containerStatuses": [status]}
+    }
+
+
+def _real_node(admin: Admin, name: str) -> None:
+    admin.core.create_node({"metadata": {"name": name}})
+    conditions = [
+        {"type": "Ready", "status": "True", "reason": "KubeletReady"},
+        {
+            "type": "MemoryPressure",
+            "status": "True",
+            "reason": "KubeletHasInsufficientMemory",
+            "message": "kubelet has insufficient memory available",
+        },
+    ]
+    capacity = {"cpu": "4", "memory": "16Gi", "pods": "110"}
+    admin.core.patch_node_status(
+        name, {"status": {"conditions": conditions, "capacity": capacity, "allocatable": capacity}}
+    )
+
+
+@pytest.mark.realkube
+async def test_diagnoses_on_the_real_api_server(realkube: tuple[RealKube, Admin]) -> None:
+    cluster, admin = realkube
+    real = RealBackend(cluster, admin)  # kelpie's identity: exactly the shipped ClusterRole
+    ns = real.namespace
+    tools = {t.name: t for t in read_tools(real.clients) if t.kind is ToolKind.DIAGNOSE}
+    node = node_name("pressed")
+    _real_node(admin, node)
+    for name in ("api-1", "api-2"):
+        _real_pod(admin, ns, name, node=node, labels={"app": "api"})
+        admin.core.patch_namespaced_pod_status(name, ns, _crash_looping(ns, name))
+    _real_pod(admin, ns, "big-1", node=None, labels={"app": "big"})
+    message = "0/1 nodes are available: 1 Insufficient memory."
+    unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    admin.core.patch_namespaced_pod_status(
+        "big-1", ns, {"status": {"conditions": [unschedulable | {"message": message}]}}
+    )
+    _real_pod(admin, ns, "web-1", node=node, labels={"app": "web"})
+    admin.core.patch_namespaced_pod_status(
+        "web-1", ns, {"status": {"phase": "Running", "podIP": "10.244.1.5"}}
+    )
+    service = {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}
+    admin.core.create_namespaced_service(ns, {"metadata": {"name": "web"}, "spec": service})
+    # The endpoints controller lists the not-ready pod under notReadyAddresses.
+    eventually(
+        "the endpoints of web",
+        lambda: any(
+            s.get("notReadyAddresses")
+            for s in (admin.json(admin.core.read_namespaced_endpoints, "web", ns) or {}).get(
+                "subsets"
+            )
+            or []
+        ),
+    )
+    try:
+        pod = await diagnose(tools, "diagnose_pod", ns, name="api-1")
+        assert finding(pod, "CrashLoopBackOff")[:2] == [
+            f"1. [critical] CrashLoopBackOff Pod {ns}/api-1: container app keeps crashing: "
+            "last exit code 1 (Error), 7 restarts",
+            f"   evidence: Pod {ns}/api-1 "
+            "status.containerStatuses[app].state.waiting.reason=CrashLoopBackOff",
+        ]
+        # No kubelet serves logs here: the finding stands, the logs are a "Not checked" line.
+        assert pod.text.splitlines()[-1].startswith("Not checked: previous logs of app in pod")
+
+        pending = await diagnose(tools, "diagnose_pod", ns, name="big-1")
+        assert finding(pending, "Unschedulable")[:2] == [
+            f"1. [critical] Unschedulable Pod {ns}/big-1: Pending, unschedulable: insufficient "
+            f"memory on the nodes ({message})",
+            f"   evidence: Pod {ns}/big-1 status.conditions[PodScheduled].message={message}",
+        ]
+
+        web = await diagnose(tools, "diagnose_service", ns, name="web")
+        assert finding(web, "NoReadyEndpoints")[:2] == [
+            f"1. [critical] NoReadyEndpoints Service {ns}/web: no ready endpoints: 1 pod "
+            "selected, 1 not ready",
+            f"   evidence: Endpoints {ns}/web subsets[].addresses=0 ready, 1 not ready",
+        ]
+
+        pressed = await diagnose(tools, "diagnose_node", "", name=node)
+        assert finding(pressed, "MemoryPressure")[:2] == [
+            f"1. [warning] MemoryPressure Node {node}: MemoryPressure: kubelet has insufficient "
+            "memory available",
+            f"   evidence: Node {node} status.conditions[MemoryPressure].status=True",
+        ]
+
+        scan = await diagnose(tools, "diagnose_namespace", ns)
+        assert codes(scan) == [
+            "CrashLoopBackOff",
+            "CrashLoopBackOff",
+            "NoReadyEndpoints",
+            "Unschedulable",
+        ]
+        assert scan.summary == f"Diagnosis of namespace {ns}: 4 findings (4 critical)"
+        # v1.20 serves no autoscaling/v2: the scan says what it could not check.
+        assert scan.text.splitlines()[-1].startswith(
+            f"Not checked: horizontalpodautoscalers in namespace {ns} ("
+        )
+        assert "404" in scan.text.splitlines()[-1]
+    finally:
+        admin.core.delete_node(node)

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from bot.toolsets.kube.diagnose_findings import Evidence, Finding, ObjectRef, Severity, clip
 from bot.toolsets.kube.render import Obj, dig, event_time, sorted_events
+from bot.values import plural
 
 # Previous log lines of one container, keyed by (pod name, container name).
 Logs = Mapping[tuple[str, str], Sequence[str]]
@@ -163,9 +164,9 @@ def _last_exit(status: Obj) -> str:
 
 def _crash_loop(ref: ObjectRef, status: Obj, key: str, code: str, logs: Logs) -> Finding:
     name = str(status.get("name"))
-    restarts = int(status.get("restartCount") or 0)
+    restarts = plural(int(status.get("restartCount") or 0), "restart")
     init = "init " if key == "initContainerStatuses" else ""
-    text = f"{init}container {name} keeps crashing: {_last_exit(status)}, {restarts} restarts"
+    text = f"{init}container {name} keeps crashing: {_last_exit(status)}, {restarts}"
     if init:
         text += "; the pod's containers cannot start until it succeeds"
     lines = logs.get((ref.name, name))
@@ -233,7 +234,7 @@ def _init_containers(pod: Obj, ref: ObjectRef, logs: Logs) -> list[Finding]:
             done = dig(status, state, "terminated") or {}
             if done and int(done.get("exitCode") or 0) != 0:
                 text = f"init container {name} failed: {_last_exit(status)}, " + (
-                    f"{int(status.get('restartCount') or 0)} restarts"
+                    plural(int(status.get("restartCount") or 0), "restart")
                 )
                 field = _path(key, name, state, "terminated.exitCode")
                 evidence = Evidence(ref, field, str(done.get("exitCode")))
@@ -493,7 +494,7 @@ def analyze_service(service: Obj, endpoints: Obj | None, pods: Sequence[Obj]) ->
     ready = sum(len(s.get("addresses") or []) for s in subsets)
     pending = sum(len(s.get("notReadyAddresses") or []) for s in subsets)
     if ready == 0:
-        text = f"no ready endpoints: {len(chosen)} pods selected, {pending} not ready"
+        text = f"no ready endpoints: {plural(len(chosen), 'pod')} selected, {pending} not ready"
         if endpoints:
             seen = f"0 ready, {pending} not ready"
             evidence = Evidence(ref_of(endpoints, "Endpoints"), "subsets[].addresses", seen)
@@ -579,7 +580,7 @@ def analyze_node(node: Obj, pods_on_it: int) -> list[Finding]:
         evidence = Evidence(ref, f"status.conditions[{kind}].status", "True")
         found.append(Finding(severity, kind, ref, evidence, f"{kind}: {why}", NEXT[kind]))
     if dig(node, "spec", "unschedulable") and pods_on_it:
-        text = f"cordoned with {pods_on_it} pods still running on it"
+        text = f"cordoned with {plural(pods_on_it, 'pod')} still running on it"
         evidence = Evidence(ref, "spec.unschedulable", "true")
         found.append(
             Finding(
