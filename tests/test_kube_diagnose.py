@@ -10,6 +10,7 @@ and node statuses through the status subresource (that server runs no kubelet).
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -23,6 +24,7 @@ from bot.toolsets.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
 from tests.peers.kube_server import KubeServer
 from tests.realkube.backends import RealBackend
 from tests.realkube.cluster import Admin, RealKube, eventually
+from tests.world import ALICE, SHOP_CHANNEL, World
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -714,3 +716,34 @@ async def test_diagnoses_on_the_real_api_server(realkube: tuple[RealKube, Admin]
         assert "404" in scan.text.splitlines()[-1]
     finally:
         admin.core.delete_node(node)
+
+
+# --- through the agent: the result is evidence the ledger labels and checks ------------------
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_the_model_reads_a_diagnosis_as_cited_evidence(world: World) -> None:
+    (crashing,) = [
+        p["metadata"]["name"]
+        for p in world.kube.objects("Pod")
+        if p["metadata"]["namespace"] == "shop"
+        and p["status"]["containerStatuses"][0]["restartCount"] == 7
+    ]
+    world.model.reply_tool_calls([("diagnose_pod", {"namespace": "shop", "name": crashing})])
+    world.model.reply_text("It is OOMKilled at 256Mi [E1], not [E7].")
+    await world.start_bot({"slack": {"streaming": "update"}})
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "why does checkout-api crash?")
+    await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 2)
+    await world.drain()
+
+    _, second = world.model.requests
+    (result,) = [m["content"] for m in second["messages"] if m["role"] == "tool"]
+    lines = result.splitlines()
+    assert lines[0] == f"[E1] Diagnosis of pod shop/{crashing}: 3 findings (2 critical, 1 warning)."
+    assert f"   evidence: Pod shop/{crashing} " in result
+    assert "status.containerStatuses[app].lastState.terminated.reason=OOMKilled" in result
+    assert "   | java.lang.OutOfMemoryError: Java heap space" in lines
+    ledger = json.dumps(second["messages"])
+    assert f'[E1] diagnose_pod {{\\"name\\":\\"{crashing}\\",\\"namespace\\":\\"shop\\"}}' in ledger
+    replies = [m for m in world.slack.thread(SHOP_CHANNEL, mention["ts"]) if m.is_bot]
+    assert "It is OOMKilled at 256Mi [E1], not." in replies[-1].text
