@@ -192,7 +192,7 @@ class _Diagnose(KubeReads):
         where = f"{namespace}/{name}"
         workload = await reads.one(f"read {kind.lower()} {where}", reader, name, namespace)
         findings = analyze_workload(workload, kind)
-        if kind != "Job" and kind != "DaemonSet":
+        if kind in ("Deployment", "StatefulSet"):  # what an HPA scales
             hpas = await reads.items(
                 f"horizontalpodautoscalers in namespace {namespace}",
                 kube.autoscaling.list_namespaced_horizontal_pod_autoscaler,
@@ -200,22 +200,26 @@ class _Diagnose(KubeReads):
             )
             for hpa in hpas:
                 findings += analyze_hpa(hpa) if hpa_targets(hpa, kind, name) else []
+        target = f"{kind.lower()} {where}"
+        findings += await self._workload_pods(reads, workload, target)
+        return render(target, findings, checked=CHECKS["workload"], notes=reads.notes)
+
+    @staticmethod
+    async def _workload_pods(reads: _Reads, workload: Obj, what: str) -> list[Finding]:
+        """The pod analyzers over the workload's pods (found by its matchLabels)."""
+        namespace = str(dig(workload, "metadata", "namespace"))
         selector = _selector(workload)
         if selector is None:
             reads.notes.append(NO_SELECTOR)
-        else:
-            pods = await reads.items(
-                f"pods of {kind.lower()} {where}",
-                kube.core.list_namespaced_pod,
-                namespace,
-                label_selector=selector,
-            )
-            events = await reads.events(namespace, "type=Warning") if pods else []
-            claims = await reads.claims_for(namespace, pods)
-            logs = await reads.previous_logs(namespace, pods, budget=2)
-            findings += _pod_findings(pods, events, claims, logs)
-        target = f"{kind.lower()} {where}"
-        return render(target, findings, checked=CHECKS["workload"], notes=reads.notes)
+            return []
+        core = reads.kube.core
+        pods = await reads.items(
+            f"pods of {what}", core.list_namespaced_pod, namespace, label_selector=selector
+        )
+        events = await reads.events(namespace, "type=Warning") if pods else []
+        claims = await reads.claims_for(namespace, pods)
+        logs = await reads.previous_logs(namespace, pods, budget=2)
+        return _pod_findings(pods, events, claims, logs)
 
     async def diagnose_service(self, args: NamespacedObject, context: ToolContext) -> ToolResult:
         namespace = resolve_namespace(args.namespace, context, allow_all=False)
@@ -276,44 +280,19 @@ class _Diagnose(KubeReads):
                 f"list pods in namespace {namespace}", kube.core.list_namespaced_pod, namespace
             )
         )
-        listed = await asyncio.gather(
-            *(
-                reads.items(f"{plural} in namespace {namespace}", fn, namespace)
-                for plural, fn in (
-                    ("deployments", kube.apps.list_namespaced_deployment),
-                    ("statefulsets", kube.apps.list_namespaced_stateful_set),
-                    ("daemonsets", kube.apps.list_namespaced_daemon_set),
-                    ("jobs", kube.batch.list_namespaced_job),
-                    (
-                        "horizontalpodautoscalers",
-                        kube.autoscaling.list_namespaced_horizontal_pod_autoscaler,
-                    ),
-                    ("services", kube.core.list_namespaced_service),
-                    ("endpoints", kube.core.list_namespaced_endpoints),
+        listers = _namespace_listers(kube)
+        listed, events, claims = await asyncio.gather(
+            asyncio.gather(
+                *(
+                    reads.items(f"{plural} in namespace {namespace}", fn, namespace)
+                    for plural, fn in listers.values()
                 )
             ),
             reads.events(namespace, "type=Warning"),
             reads.claims_for(namespace, pods),
         )
-        deployments, statefulsets, daemonsets, jobs, hpas, services, endpoints, events, claims = (
-            listed
-        )
-        findings = _pod_findings(pods, events, claims, {})
-        for kind, workloads in (
-            ("Deployment", deployments),
-            ("StatefulSet", statefulsets),
-            ("DaemonSet", daemonsets),
-            ("Job", jobs),
-        ):
-            for workload in workloads:
-                findings += analyze_workload(workload, kind)
-        for hpa in hpas:
-            findings += analyze_hpa(hpa)
-        by_name = {dig(e, "metadata", "name"): e for e in endpoints}
-        for service in services:
-            findings += analyze_service(
-                service, by_name.get(dig(service, "metadata", "name")), pods
-            )
+        found = dict(zip(listers, listed, strict=True))
+        findings = _pod_findings(pods, events, claims, {}) + _namespace_findings(found, pods)
         return render(
             f"namespace {namespace}",
             findings,
@@ -321,6 +300,38 @@ class _Diagnose(KubeReads):
             shown=args.max_findings,
             notes=reads.notes,
         )
+
+
+def _namespace_listers(kube: KubeClient) -> dict[str, tuple[str, Callable[..., Any]]]:
+    """kind: (plural, list call) of what a namespace scan reads beside its pods."""
+    return {
+        "Deployment": ("deployments", kube.apps.list_namespaced_deployment),
+        "StatefulSet": ("statefulsets", kube.apps.list_namespaced_stateful_set),
+        "DaemonSet": ("daemonsets", kube.apps.list_namespaced_daemon_set),
+        "Job": ("jobs", kube.batch.list_namespaced_job),
+        "HorizontalPodAutoscaler": (
+            "horizontalpodautoscalers",
+            kube.autoscaling.list_namespaced_horizontal_pod_autoscaler,
+        ),
+        "Service": ("services", kube.core.list_namespaced_service),
+        "Endpoints": ("endpoints", kube.core.list_namespaced_endpoints),
+    }
+
+
+def _namespace_findings(found: dict[str, list[Obj]], pods: Sequence[Obj]) -> list[Finding]:
+    """The workload, autoscaler and Service analyzers over a namespace's objects."""
+    findings = [
+        finding
+        for kind in WORKLOAD_KINDS
+        for workload in found[kind]
+        for finding in analyze_workload(workload, kind)
+    ]
+    for hpa in found["HorizontalPodAutoscaler"]:
+        findings += analyze_hpa(hpa)
+    endpoints = {dig(e, "metadata", "name"): e for e in found["Endpoints"]}
+    for service in found["Service"]:
+        findings += analyze_service(service, endpoints.get(dig(service, "metadata", "name")), pods)
+    return findings
 
 
 def diagnose_tools(clients: KubeClients) -> list[Tool]:

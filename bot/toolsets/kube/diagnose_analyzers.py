@@ -506,7 +506,8 @@ def analyze_service(service: Obj, endpoints: Obj | None, pods: Sequence[Obj]) ->
     return found
 
 
-def _target_ports(service: Obj, ref: ObjectRef, pods: Sequence[Obj]) -> list[Finding]:
+def _declared_ports(pods: Sequence[Obj]) -> tuple[set[str], set[int]]:
+    """The port names and numbers the pods' containers declare."""
     named: set[str] = set()
     numbered: set[int] = set()
     for pod in pods:
@@ -514,6 +515,11 @@ def _target_ports(service: Obj, ref: ObjectRef, pods: Sequence[Obj]) -> list[Fin
             for port in container.get("ports") or []:
                 named |= {str(port["name"])} if port.get("name") else set()
                 numbered |= {int(port["containerPort"])} if port.get("containerPort") else set()
+    return named, numbered
+
+
+def _target_ports(service: Obj, ref: ObjectRef, pods: Sequence[Obj]) -> list[Finding]:
+    named, numbered = _declared_ports(pods)
     found = []
     for port in dig(service, "spec", "ports") or []:
         target = port.get("targetPort", port.get("port"))
