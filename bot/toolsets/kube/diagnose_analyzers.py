@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from bot.toolsets.kube.diagnose_findings import Evidence, Finding, ObjectRef, Severity, clip
-from bot.toolsets.kube.render import Obj, dig, event_time, sorted_events
+from bot.toolsets.kube.render import Obj, age, dig, event_time, sorted_events
 from bot.values import plural
 
 # Previous log lines of one container, keyed by (pod name, container name).
@@ -324,8 +324,9 @@ def _probes(ref: ObjectRef, events: Sequence[Obj]) -> list[Finding]:
     for probe, event in latest.items():
         severity = Severity.CRITICAL if probe == "Liveness" else Severity.WARNING
         times = _count(event)
-        text = f"{probe.lower()} probe failing ({times}x, last {event_time(event)}): " + clip(
-            _message(event), _MESSAGE_CHARS
+        text = (
+            f"{probe.lower()} probe failing ({times}x, last {age(event_time(event))} ago): "
+            + clip(_message(event), _MESSAGE_CHARS)
         )
         evidence = Evidence(_event_ref(event), "message", _message(event))
         found.append(Finding(severity, f"{probe}ProbeFailing", ref, evidence, text, NEXT[probe]))

@@ -19,7 +19,7 @@ from bot.toolsets.spec import ToolResult
 from bot.values import plural
 
 # Findings a diagnose_namespace result shows unless the call asks for another number.
-DEFAULT_SHOWN = 15
+DEFAULT_SHOWN = 10
 _VALUE_CHARS = 160  # a field's value, as quoted in the evidence line
 _ORDER = {"critical": 0, "warning": 1, "info": 2}
 
@@ -95,8 +95,9 @@ def render(
     shown: int | None = None,
     notes: Sequence[str] = (),
 ) -> ToolResult:
-    """The result the model reads: a summary line, then the ranked findings (at most
-    `shown`, with a count of the rest), then what could not be checked."""
+    """The result the model reads: a summary line, what could not be checked, then the
+    ranked findings (at most `shown`, with a count of the rest). The most severe come first,
+    so a result cut to the model's budget loses the least."""
     order = ranked(findings)
     if not order:
         summary = f"Diagnosis of {target}: no problems found"
@@ -104,23 +105,30 @@ def render(
     else:
         summary = f"Diagnosis of {target}: {plural(len(order), 'finding')} ({tally(order)})"
         lines = [summary + "."]
+    lines += [f"Not checked: {note}" for note in notes]
     visible = order if shown is None else order[:shown]
+    previous: Finding | None = None
     for number, finding in enumerate(visible, 1):
-        lines += _finding_lines(number, finding)
+        lines += _finding_lines(number, finding, previous)
+        previous = finding
     rest = order[len(visible) :]
     if rest:
         lines.append(
             f"… and {plural(len(rest), 'more finding')} ({tally(rest)}) not shown; "
-            "diagnose one pod, workload or service for its own."
+            "raise max_findings or diagnose one pod, workload or service."
         )
-    lines += [f"Not checked: {note}" for note in notes]
     return ToolResult(text="\n".join(lines), summary=summary)
 
 
-def _finding_lines(number: int, finding: Finding) -> list[str]:
+def _finding_lines(number: int, finding: Finding, previous: Finding | None) -> list[str]:
+    # Compact: the evidence names its object only when it is not the finding's subject,
+    # and a next step the finding before already gave is not repeated.
+    evidence = finding.evidence
+    where = "" if evidence.obj == finding.subject else f"{evidence.obj} "
     lines = [
         f"{number}. [{finding.severity}] {finding.code} {finding.subject}: {finding.text}",
-        f"   evidence: {finding.evidence}",
-        f"   next: {finding.next_step}",
+        f"   evidence: {where}{evidence.field}={clip(evidence.value, _VALUE_CHARS)}",
     ]
+    if previous is None or previous.next_step != finding.next_step:
+        lines.append(f"   next: {finding.next_step}")
     return lines + [f"   {line}" for line in finding.detail]
