@@ -714,6 +714,26 @@ async def test_diagnoses_on_the_real_api_server(realkube: tuple[RealKube, Admin]
         note = scan.text.splitlines()[1]
         assert note.startswith(f"Not checked: horizontalpodautoscalers in namespace {ns} (")
         assert "404" in note
+
+        # A real Deployment: the controller made its pods, no scheduler places them.
+        real.deployment("shop", replicas=2)
+        eventually(
+            "the pods of shop",
+            lambda: (
+                len(
+                    admin.json(admin.core.list_namespaced_pod, ns, label_selector="app=shop")[
+                        "items"
+                    ]
+                )
+                == 2
+            ),
+        )
+        shop = await diagnose(tools, "diagnose_workload", ns, kind="Deployment", name="shop")
+        assert codes(shop) == ["UnavailableReplicas", "NotScheduled", "NotScheduled"]
+        assert finding(shop, "UnavailableReplicas")[:2] == [
+            f"1. [critical] UnavailableReplicas Deployment {ns}/shop: 0/2 replicas available",
+            "   evidence: status.availableReplicas=0",
+        ]
     finally:
         admin.core.delete_node(node)
 
