@@ -172,7 +172,9 @@ async def test_image_pull_quotes_the_registrys_answer(
         f'Failed to pull image "{image}": rpc error: code = NotFound desc = failed to pull '
         f'and unpack image "{image}": not found'
     )
-    event = kube.add_event(ns, "Pod", "web-1", "Failed", answer, count=4)
+    event = kube.add_event(ns, "Pod", "web-1", "Failed", answer, count=4, age=60)
+    # The kubelet's later "Failed" events carry only the reason, not the registry's answer.
+    kube.add_event(ns, "Pod", "web-1", "Failed", "Error: ImagePullBackOff", count=9, age=5)
     result = await diagnose(tools, "diagnose_pod", ns, name="web-1")
     line, evidence, step = finding(result, "ImagePullBackOff")
     assert line == (

@@ -11,6 +11,7 @@ becomes a "Not checked:" line rather than a failed call.
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal
 
@@ -156,9 +157,14 @@ def _selector(workload: Obj) -> str | None:
 def _pod_findings(
     pods: Sequence[Obj], events: Sequence[Obj], claims: Sequence[Obj], logs: Logs
 ) -> list[Finding]:
+    about: dict[str, list[Obj]] = defaultdict(list)  # the events by the pod they are about
+    for event in events:
+        involved = event.get("involvedObject") or event.get("regarding") or {}
+        about[str(involved.get("name"))].append(event)
     found: list[Finding] = []
     for pod in pods:
-        found += analyze_pod(pod, events, logs) + analyze_claims(pod, claims)
+        mine = about.get(str(dig(pod, "metadata", "name")), [])
+        found += analyze_pod(pod, mine, logs) + analyze_claims(pod, claims)
     return found
 
 

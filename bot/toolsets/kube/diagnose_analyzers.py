@@ -208,7 +208,8 @@ def _image_pull(pod: Obj, ref: ObjectRef, status: Obj, events: Sequence[Obj]) ->
     pulls = [
         e
         for e in sorted_events(list(events))
-        if e.get("reason") in ("Failed", "ErrImagePull") and "pull" in _message(e).lower()
+        # Not "Error: ImagePullBackOff": the one with the registry's answer.
+        if e.get("reason") == "Failed" and _message(e).startswith("Failed to pull image")
     ]
     if pulls:
         # The kubelet's event carries the registry's own answer (not found, unauthorized).
