@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from bot.config import RoleConfig
+from bot.pipeline.roles import offered_tools
 from bot.toolsets.kube.client import KubeClients
 from bot.toolsets.kube.read import read_tools
 from bot.toolsets.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
@@ -116,6 +118,16 @@ async def test_the_diagnose_tools_are_declared_as_diagnose_kind(tools: dict[str,
     assert tools["diagnose_node"].scope is ToolScope.CLUSTER
     kinds = tools["diagnose_workload"].parameters["properties"]["kind"]
     assert kinds["enum"] == ["Deployment", "StatefulSet", "DaemonSet", "Job"]
+
+
+async def test_roles_select_them_with_diagnose_patterns(clients: KubeClients) -> None:
+    every = read_tools(clients)
+    viewer = RoleConfig(tools=["present/*", "read/*", "diagnose/*"], namespaces=["*"])
+    reader = RoleConfig(tools=["read/*"], namespaces=["*"])
+    one = RoleConfig(tools=["read/list_pods", "diagnose/diagnose_pod"], namespaces=["*"])
+    assert DIAGNOSE <= {t.name for t in offered_tools(viewer, every)}
+    assert not DIAGNOSE & {t.name for t in offered_tools(reader, every)}
+    assert {t.name for t in offered_tools(one, every)} == {"list_pods", "diagnose_pod"}
 
 
 # --- pods ---------------------------------------------------------------------------------
