@@ -22,6 +22,14 @@ import pytest_asyncio
 from bot.config import RoleConfig
 from bot.pipeline.roles import offered_tools
 from bot.toolsets.kube.client import KubeClients
+from bot.toolsets.kube.diagnose_analyzers import (
+    analyze_claims,
+    analyze_hpa,
+    analyze_node,
+    analyze_pod,
+    analyze_service,
+    analyze_workload,
+)
 from bot.toolsets.kube.read import read_tools
 from bot.toolsets.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
 from tests.peers.kube_server import KubeServer
@@ -128,6 +136,18 @@ async def test_roles_select_them_with_diagnose_patterns(clients: KubeClients) ->
     assert DIAGNOSE <= {t.name for t in offered_tools(viewer, every)}
     assert not DIAGNOSE & {t.name for t in offered_tools(reader, every)}
     assert {t.name for t in offered_tools(one, every)} == {"list_pods", "diagnose_pod"}
+
+
+@pytest.mark.parametrize("sparse", [{}, {"metadata": {"name": "x"}, "spec": {}, "status": {}}])
+async def test_the_analyzers_read_sparse_objects_without_failing(sparse: Obj) -> None:
+    # What a real server holds a moment after creation: no status yet. Nothing is claimed
+    # but what the fields say (a Deployment's replicas default to 1, none available).
+    assert analyze_pod(sparse, []) == analyze_claims(sparse, []) == []
+    assert analyze_hpa(sparse) == analyze_service(sparse, None, []) == []
+    assert [f.code for f in analyze_workload(sparse, "Deployment")] == ["UnavailableReplicas"]
+    assert analyze_workload(sparse, "DaemonSet") == analyze_workload(sparse, "Job") == []
+    (node,) = analyze_node(sparse, 0)
+    assert (node.code, node.evidence.value) == ("NodeNotReady", "missing")
 
 
 # --- pods ---------------------------------------------------------------------------------
