@@ -195,6 +195,20 @@ async def test_oom_killed_names_the_memory_limit(
     ]
 
 
+async def test_a_container_running_again_after_restarts_is_info(
+    tools: dict[str, Tool], kube: KubeServer, ns: str
+) -> None:
+    kube.add_pod(ns, "flappy-1", last_termination_reason="Error", restarts=2)
+    result = await diagnose(tools, "diagnose_pod", ns, name="flappy-1")
+    assert result.summary == f"Diagnosis of pod {ns}/flappy-1: 1 finding (1 info)"
+    assert finding(result, "Restarted") == [
+        f"1. [info] Restarted Pod {ns}/flappy-1: container app restarted 2 times; last exit "
+        "code 1 (Error)",
+        "   evidence: status.containerStatuses[app].restartCount=2",
+        "   next: If the restarts are recent, read its previous logs (pod_logs previous=true).",
+    ]
+
+
 async def test_image_pull_quotes_the_registrys_answer(
     tools: dict[str, Tool], kube: KubeServer, ns: str
 ) -> None:

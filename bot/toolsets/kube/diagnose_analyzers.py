@@ -26,6 +26,7 @@ _PRESSURE = ("MemoryPressure", "DiskPressure", "PIDPressure")
 NEXT = {
     "CrashLoopBackOff": "Read why it exits in the previous logs; a restart will not fix it.",
     "CrashLoopNoLogs": "Read its previous logs (pod_logs previous=true) for why it exits.",
+    "Restarted": "If the restarts are recent, read its previous logs (pod_logs previous=true).",
     "OOMKilled": "Raise the memory limit (set_container_resources) or find what grows.",
     "OOMKilledNoLimit": "The node ran out of memory: set a memory limit and check the node.",
     "ImagePull": "Check the image name and tag, and the registry's credentials and reach.",
@@ -152,7 +153,20 @@ def _container(
             Finding(Severity.CRITICAL, reason, ref, evidence, text, NEXT["ContainerConfig"])
         )
     oom = _oom(pod, ref, status)
+    if oom is None and not found:
+        found += _restarted(ref, status)
     return found + ([oom] if oom else [])
+
+
+def _restarted(ref: ObjectRef, status: Obj) -> list[Finding]:
+    """A container running again after restarts: nothing is down now, but it flaps."""
+    restarts = int(status.get("restartCount") or 0)
+    if not restarts or dig(status, "state", "running") is None:
+        return []
+    name = str(status.get("name"))
+    text = f"container {name} restarted {plural(restarts, 'time')}; {_last_exit(status)}"
+    evidence = Evidence(ref, _path("containerStatuses", name, "restartCount"), str(restarts))
+    return [Finding(Severity.INFO, "Restarted", ref, evidence, text, NEXT["Restarted"])]
 
 
 def _last_exit(status: Obj) -> str:
