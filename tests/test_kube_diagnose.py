@@ -521,6 +521,34 @@ async def test_a_service_target_port_no_container_declares(
     ]
 
 
+async def test_what_could_not_be_read_is_not_claimed(
+    tools: dict[str, Tool], kube: KubeServer, ns: str
+) -> None:
+    kube.add_service(ns, "web")  # no pod, no Endpoints object
+    kube.forbid("GET", f"/namespaces/{ns}/pods$")
+    try:
+        no_pods = await diagnose(tools, "diagnose_service", ns, name="web")
+    finally:
+        kube.clear_faults()
+    # The pods could not be listed: no "matches no pod", but the endpoints still say enough.
+    assert codes(no_pods) == ["NoReadyEndpoints"]
+    assert finding(no_pods, "NoReadyEndpoints")[:2] == [
+        f"1. [critical] NoReadyEndpoints Service {ns}/web: no ready endpoints: 0 not ready",
+        f"   evidence: Endpoints {ns}/web subsets=absent (no Endpoints object)",
+    ]
+    assert no_pods.text.splitlines()[1].startswith(f"Not checked: pods in namespace {ns} (")
+    kube.add_pod(ns, "web-1", labels={"app": "web"}, ready=False)
+    kube.forbid("GET", f"/namespaces/{ns}/endpoints")
+    try:
+        no_endpoints = await diagnose(tools, "diagnose_service", ns, name="web")
+        scan = await diagnose(tools, "diagnose_namespace", ns)
+    finally:
+        kube.clear_faults()
+    assert no_endpoints.summary.endswith("no problems found")
+    assert no_endpoints.text.splitlines()[1].startswith("Not checked: endpoints (")
+    assert "NoReadyEndpoints" not in codes(scan)
+
+
 # --- nodes ----------------------------------------------------------------------------------
 
 

@@ -94,11 +94,17 @@ class _Reads:
     async def items(
         self, what: str, fn: Callable[..., Any], *args: Any, **selectors: Any
     ) -> list[Obj]:
+        return await self.maybe_items(what, fn, *args, **selectors) or []
+
+    async def maybe_items(
+        self, what: str, fn: Callable[..., Any], *args: Any, **selectors: Any
+    ) -> list[Obj] | None:
+        """The objects listed, or None (and a note) when they could not be."""
         try:
             return items_of(await self.kube.call_json(f"list {what}", fn, *args, **selectors))
         except ToolFailure as failure:
             self.notes.append(f"{what} ({failure})")
-            return []
+            return None
 
     async def events(self, namespace: str, selector: str) -> list[Obj]:
         core = self.kube.core
@@ -238,10 +244,10 @@ class _Diagnose(KubeReads):
         )
         endpoints = await self._endpoints(reads, args.name, namespace)
         selector = dig(service, "spec", "selector") or {}
-        pods: list[Obj] = []
+        pods: list[Obj] | None = []
         if selector:
             shown = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-            pods = await reads.items(
+            pods = await reads.maybe_items(
                 f"pods in namespace {namespace}",
                 core.list_namespaced_pod,
                 namespace,
@@ -260,8 +266,9 @@ class _Diagnose(KubeReads):
                 namespace,
             )
         except KubeFailure as failure:
-            if failure.status != 404:  # 404: no Endpoints object, i.e. no endpoints at all
-                reads.notes.append(f"endpoints ({failure})")
+            if failure.status == 404:
+                return {}  # no Endpoints object: no endpoints at all
+            reads.notes.append(f"endpoints ({failure})")
             return None
 
     async def diagnose_node(self, args: NodeName, context: ToolContext) -> ToolResult:
@@ -290,7 +297,7 @@ class _Diagnose(KubeReads):
         listed, events, claims = await asyncio.gather(
             asyncio.gather(
                 *(
-                    reads.items(f"{plural} in namespace {namespace}", fn, namespace)
+                    reads.maybe_items(f"{plural} in namespace {namespace}", fn, namespace)
                     for plural, fn in listers.values()
                 )
             ),
@@ -324,19 +331,22 @@ def _namespace_listers(kube: KubeClient) -> dict[str, tuple[str, Callable[..., A
     }
 
 
-def _namespace_findings(found: dict[str, list[Obj]], pods: Sequence[Obj]) -> list[Finding]:
+def _namespace_findings(found: dict[str, list[Obj] | None], pods: Sequence[Obj]) -> list[Finding]:
     """The workload, autoscaler and Service analyzers over a namespace's objects."""
     findings = [
         finding
         for kind in WORKLOAD_KINDS
-        for workload in found[kind]
+        for workload in found[kind] or []
         for finding in analyze_workload(workload, kind)
     ]
-    for hpa in found["HorizontalPodAutoscaler"]:
+    for hpa in found["HorizontalPodAutoscaler"] or []:
         findings += analyze_hpa(hpa)
-    endpoints = {dig(e, "metadata", "name"): e for e in found["Endpoints"]}
-    for service in found["Service"]:
-        findings += analyze_service(service, endpoints.get(dig(service, "metadata", "name")), pods)
+    listed = found["Endpoints"]  # None: could not be listed
+    endpoints = {dig(e, "metadata", "name"): e for e in listed or []}
+    for service in found["Service"] or []:
+        name = dig(service, "metadata", "name")
+        ends = None if listed is None else endpoints.get(name, {})
+        findings += analyze_service(service, ends, pods)
     return findings
 
 

@@ -487,30 +487,28 @@ def selects(selector: Mapping[str, str], pod: Obj) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-def analyze_service(service: Obj, endpoints: Obj | None, pods: Sequence[Obj]) -> list[Finding]:
+def analyze_service(
+    service: Obj, endpoints: Obj | None, pods: Sequence[Obj] | None
+) -> list[Finding]:
     """A Service whose selector matches no pod, with no ready endpoints, or whose
-    targetPort no selected container declares (`pods`: the namespace's pods)."""
+    targetPort no selected container declares. `pods`: the namespace's pods; `endpoints`:
+    its Endpoints ({} when there is none). None for either: it could not be read, so
+    nothing is claimed from it."""
     ref = ref_of(service, "Service")
     selector = dig(service, "spec", "selector") or {}
     if not selector or dig(service, "spec", "type") == "ExternalName":
         return []  # endpoints managed by hand or a DNS alias: nothing to compare
-    chosen = [
-        p
-        for p in pods
-        if selects(selector, p) and dig(p, "status", "phase") not in ("Succeeded", "Failed")
-    ]
-    shown = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-    if not chosen:
-        text = f"its selector {shown} matches no running pod"
-        evidence = Evidence(ref, "spec.selector", shown)
-        step = NEXT["SelectorMatchesNoPod"]
-        return [Finding(Severity.CRITICAL, "SelectorMatchesNoPod", ref, evidence, text, step)]
-    found = _target_ports(service, ref, chosen)
-    subsets = (endpoints or {}).get("subsets") or []
-    ready = sum(len(s.get("addresses") or []) for s in subsets)
-    pending = sum(len(s.get("notReadyAddresses") or []) for s in subsets)
-    if ready == 0:
-        text = f"no ready endpoints: {plural(len(chosen), 'pod')} selected, {pending} not ready"
+    found: list[Finding] = []
+    selected = ""
+    if pods is not None:
+        chosen = [p for p in pods if selects(selector, p) and not _finished(p)]
+        if not chosen:
+            return [_selects_nothing(ref, selector)]
+        found = _target_ports(service, ref, chosen)
+        selected = f"{plural(len(chosen), 'pod')} selected, "
+    if endpoints is not None and not _ready_addresses(endpoints):
+        pending = sum(len(s.get("notReadyAddresses") or []) for s in _subsets(endpoints))
+        text = f"no ready endpoints: {selected}{pending} not ready"
         if endpoints:
             seen = f"0 ready, {pending} not ready"
             evidence = Evidence(ref_of(endpoints, "Endpoints"), "subsets[].addresses", seen)
@@ -520,6 +518,26 @@ def analyze_service(service: Obj, endpoints: Obj | None, pods: Sequence[Obj]) ->
         step = NEXT["NoReadyEndpoints"]
         found.insert(0, Finding(Severity.CRITICAL, "NoReadyEndpoints", ref, evidence, text, step))
     return found
+
+
+def _finished(pod: Obj) -> bool:
+    return dig(pod, "status", "phase") in ("Succeeded", "Failed")
+
+
+def _subsets(endpoints: Obj) -> list[Obj]:
+    return [s for s in endpoints.get("subsets") or [] if isinstance(s, dict)]
+
+
+def _ready_addresses(endpoints: Obj) -> int:
+    return sum(len(s.get("addresses") or []) for s in _subsets(endpoints))
+
+
+def _selects_nothing(ref: ObjectRef, selector: Mapping[str, str]) -> Finding:
+    shown = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+    text = f"its selector {shown} matches no running pod"
+    evidence = Evidence(ref, "spec.selector", shown)
+    step = NEXT["SelectorMatchesNoPod"]
+    return Finding(Severity.CRITICAL, "SelectorMatchesNoPod", ref, evidence, text, step)
 
 
 def _declared_ports(pods: Sequence[Obj]) -> tuple[set[str], set[int]]:
