@@ -296,6 +296,14 @@ async def test_pending_on_an_unbound_claim_cites_the_claim(
         f"   evidence: PersistentVolumeClaim {ns}/data status.phase=Pending",
     ]
     assert "its PersistentVolumeClaim is not bound" in finding(result, "Unschedulable")[0]
+    # Claims that cannot be read are not claimed missing.
+    kube.forbid("GET", f"/namespaces/{ns}/persistentvolumeclaims")
+    try:
+        unread = await diagnose(tools, "diagnose_pod", ns, name="db-0")
+    finally:
+        kube.clear_faults()
+    assert codes(unread) == ["Unschedulable"]
+    assert unread.text.splitlines()[1].startswith("Not checked: persistentvolumeclaims in ")
 
 
 async def test_failing_probes_from_unhealthy_events(

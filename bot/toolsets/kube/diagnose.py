@@ -113,13 +113,14 @@ class _Reads:
             what, core.list_namespaced_event, namespace, field_selector=selector
         )
 
-    async def claims_for(self, namespace: str, pods: Sequence[Obj]) -> list[Obj]:
-        """The namespace's claims, read only when a Pending pod mounts one."""
+    async def claims_for(self, namespace: str, pods: Sequence[Obj]) -> list[Obj] | None:
+        """The namespace's claims, read only when a Pending pod mounts one (None: they
+        could not be read)."""
         if not any(_pending_with_claims(p) for p in pods):
             return []
         core = self.kube.core
         what = f"persistentvolumeclaims in namespace {namespace}"
-        return await self.items(what, core.list_namespaced_persistent_volume_claim, namespace)
+        return await self.maybe_items(what, core.list_namespaced_persistent_volume_claim, namespace)
 
     async def previous_logs(self, namespace: str, pods: Sequence[Obj], budget: int) -> Logs:
         """The last lines of crashed containers' previous instances (masked), at most
@@ -161,7 +162,7 @@ def _selector(workload: Obj) -> str | None:
 
 
 def _pod_findings(
-    pods: Sequence[Obj], events: Sequence[Obj], claims: Sequence[Obj], logs: Logs
+    pods: Sequence[Obj], events: Sequence[Obj], claims: Sequence[Obj] | None, logs: Logs
 ) -> list[Finding]:
     about: dict[str, list[Obj]] = defaultdict(list)  # the events by the pod they are about
     for event in events:
@@ -170,7 +171,8 @@ def _pod_findings(
     found: list[Finding] = []
     for pod in pods:
         mine = about.get(str(dig(pod, "metadata", "name")), [])
-        found += analyze_pod(pod, mine, logs) + analyze_claims(pod, claims)
+        found += analyze_pod(pod, mine, logs)
+        found += [] if claims is None else analyze_claims(pod, claims)
     return found
 
 
