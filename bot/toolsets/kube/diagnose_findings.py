@@ -37,11 +37,8 @@ class ObjectRef:
     name: str
 
     def __str__(self) -> str:
-        return (
-            f"{self.kind} {self.namespace}/{self.name}"
-            if self.namespace
-            else (f"{self.kind} {self.name}")
-        )
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind} {where}{self.name}"
 
 
 @dataclass(frozen=True)
@@ -52,8 +49,12 @@ class Evidence:
     field: str  # e.g. status.conditions[PodScheduled].message
     value: str
 
+    def cited(self) -> str:
+        """The field and its value, as quoted (the value clipped)."""
+        return f"{self.field}={clip(self.value, _VALUE_CHARS)}"
+
     def __str__(self) -> str:
-        return f"{self.obj} {self.field}={clip(self.value, _VALUE_CHARS)}"
+        return f"{self.obj} {self.cited()}"
 
 
 @dataclass(frozen=True)
@@ -124,10 +125,10 @@ def _finding_lines(number: int, finding: Finding, previous: Finding | None) -> l
     # Compact: the evidence names its object only when it is not the finding's subject,
     # and a next step the finding before already gave is not repeated.
     evidence = finding.evidence
-    where = "" if evidence.obj == finding.subject else f"{evidence.obj} "
+    cited = evidence.cited() if evidence.obj == finding.subject else str(evidence)
     lines = [
         f"{number}. [{finding.severity}] {finding.code} {finding.subject}: {finding.text}",
-        f"   evidence: {where}{evidence.field}={clip(evidence.value, _VALUE_CHARS)}",
+        f"   evidence: {cited}",
     ]
     if previous is None or previous.next_step != finding.next_step:
         lines.append(f"   next: {finding.next_step}")
