@@ -657,9 +657,10 @@ async def test_a_healthy_namespace_has_no_findings(
         f"Diagnosis of namespace {ns}: no problems found (checked its pods, workloads, "
         "autoscalers and Services)."
     )
-    for name in ("web",):
-        service = await diagnose(tools, "diagnose_service", ns, name=name)
-        assert service.summary == f"Diagnosis of service {ns}/{name}: no problems found"
+    service = await diagnose(tools, "diagnose_service", ns, name="web")
+    assert service.summary == f"Diagnosis of service {ns}/web: no problems found"
+    workload = await diagnose(tools, "diagnose_workload", ns, kind="Deployment", name="web")
+    assert workload.summary == f"Diagnosis of deployment {ns}/web: no problems found"
 
 
 async def test_a_supporting_read_refused_is_a_not_checked_line(
