@@ -40,6 +40,20 @@ def granted() -> set[Grant]:
     return grants
 
 
+def _seed_what_diagnoses_read(kube: KubeServer) -> None:
+    """A Pending pod mounting a claim (its claims are then read) and one of each workload."""
+    pod = kube.add_pod("shop", "claimant", node=None, phase="Pending", ready=False)
+    pod["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    kube.put("Pod", pod)
+    selector = {"matchLabels": {"app": "store"}}
+    for kind in ("StatefulSet", "DaemonSet", "Job"):
+        kube.put(
+            kind,
+            {"metadata": {"name": "store", "namespace": "shop"}}
+            | {"spec": {"selector": selector}, "status": {}},
+        )
+
+
 @pytest.fixture
 def clients(kube: KubeServer, tmp_path: Path) -> Iterator[KubeClients]:
     kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
@@ -62,8 +76,17 @@ async def test_the_cluster_role_grants_exactly_what_the_tools_use(
         "list_events": {},
         "list_nodes": {},
         "list_services": {},
+        # the diagnose toolset: every kind its analyzers read
+        "diagnose_pod": {"name": "claimant"},
+        "diagnose_workload": {"kind": "Deployment", "name": demo.deployment},
+        "diagnose_service": {"name": demo.deployment},
+        "diagnose_node": {"name": "node-a"},
+        "diagnose_namespace": {},
     }
+    _seed_what_diagnoses_read(kube)
     assert set(read_calls) == set(reads), "a new read tool: add it here"
+    for kind in ("StatefulSet", "DaemonSet", "Job"):
+        await reads["diagnose_workload"].handler({"kind": kind, "name": "store"}, CTX)
     for name, args in read_calls.items():
         await reads[name].handler(args, CTX)
 

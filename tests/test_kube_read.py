@@ -38,7 +38,8 @@ def clients(kubeconfig: Path) -> Iterator[KubeClients]:
 
 @pytest.fixture
 def tools(clients: KubeClients, demo: Demo) -> dict[str, Tool]:
-    return {tool.name: tool for tool in read_tools(clients)}
+    # The diagnose toolset is composed with the reads; tests/test_kube_diagnose.py has it.
+    return {tool.name: tool for tool in read_tools(clients) if tool.kind is ToolKind.READ}
 
 
 async def run(tools: dict[str, Tool], name: str, args: dict[str, Any], context: ToolContext = CTX):

@@ -94,6 +94,12 @@ RESOURCES = {
         Resource("events", "Event", "v1", True),
         Resource("deployments", "Deployment", "apps/v1", True),
         Resource("replicasets", "ReplicaSet", "apps/v1", True),
+        # the diagnose toolset (bot/toolsets/kube/diagnose.py): workloads, HPAs and claims
+        Resource("statefulsets", "StatefulSet", "apps/v1", True),
+        Resource("daemonsets", "DaemonSet", "apps/v1", True),
+        Resource("jobs", "Job", "batch/v1", True),
+        Resource("horizontalpodautoscalers", "HorizontalPodAutoscaler", "autoscaling/v2", True),
+        Resource("persistentvolumeclaims", "PersistentVolumeClaim", "v1", True),
     )
 }
 KIND_TO_PLURAL = {r.kind: r.plural for r in RESOURCES.values()}
@@ -179,14 +185,30 @@ def _status_body(code: int, message: str, details: Obj | None = None) -> Obj:
     return body
 
 
+def _group_version(parts: list[str]) -> tuple[str, list[str]] | None:
+    """The API version a path names and the rest of it: /api/v1/… or /apis/<group>/<v>/…
+    for any group RESOURCES serves."""
+    if parts[:2] == ["api", "v1"]:
+        return "v1", parts[2:]
+    if len(parts) >= 3 and parts[0] == "apis":
+        version = f"{parts[1]}/{parts[2]}"
+        if any(r.api_version == version for r in RESOURCES.values()):
+            return version, parts[3:]
+    return None
+
+
+def _loggable(pod: Obj) -> list[str]:
+    """The containers whose logs the real server serves: init containers too."""
+    spec = pod["spec"]
+    return [c["name"] for c in [*(spec.get("initContainers") or []), *spec["containers"]]]
+
+
 def _parse_path(path: str) -> _Target | None:
     parts = path.strip("/").split("/")
-    if parts[:2] == ["api", "v1"]:
-        version, rest = "v1", parts[2:]
-    elif parts[:3] == ["apis", "apps", "v1"]:
-        version, rest = "apps/v1", parts[3:]
-    else:
+    found = _group_version(parts)
+    if found is None:
         return None
+    version, rest = found
     namespace = None
     if len(rest) >= 3 and rest[0] == "namespaces":
         namespace, rest = rest[1], rest[2:]
@@ -1363,7 +1385,7 @@ class KubeServer:
                 message = f"a container name must be specified for pod {target.name}, "
                 raise _StatusError(400, message + f"choose one of: [{choices}]")
             container = names[0]
-        if container not in names:
+        if container not in _loggable(pod):
             raise _StatusError(400, f"container {container} is not valid for pod {target.name}")
         previous = request.query.get("previous") == "true"
         key = (target.namespace or "", target.name or "", container, previous)

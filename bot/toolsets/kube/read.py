@@ -1,8 +1,10 @@
-"""Every Kubernetes read toolset, in the order the model is offered them."""
+"""Every Kubernetes read toolset (kinds `read` and `diagnose`), in the order the model is
+offered them."""
 
 from __future__ import annotations
 
 from bot.toolsets.kube.client import KubeClients
+from bot.toolsets.kube.diagnose import diagnose_tools
 from bot.toolsets.kube.events import event_tools
 from bot.toolsets.kube.namespaces import namespace_tools
 from bot.toolsets.kube.network import network_tools
@@ -13,7 +15,8 @@ from bot.toolsets.spec import Tool
 
 
 def read_tools(clients: KubeClients) -> list[Tool]:
-    """The read tools, bound to `clients` (each handler picks the context's cluster)."""
+    """The read and diagnose tools, bound to `clients` (each handler picks the context's
+    cluster)."""
     return [
         *namespace_tools(clients),
         *pod_tools(clients),
@@ -22,4 +25,5 @@ def read_tools(clients: KubeClients) -> list[Tool]:
         *event_tools(clients),
         *node_tools(clients),
         *network_tools(clients),
+        *diagnose_tools(clients),
     ]
