@@ -183,6 +183,8 @@ class KubeClient:
             rest.pool_manager = _Impersonating(rest.pool_manager)  # type: ignore[assignment]
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
+        # autoscaling/v1: served by every supported version, and it has status.lastScaleTime.
+        self.autoscaling = client.AutoscalingV1Api(api_client)
         self.authz = client.AuthorizationV1Api(api_client)
         self.version = client.VersionApi(api_client)
 
