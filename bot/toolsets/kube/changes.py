@@ -545,9 +545,8 @@ def _counts(entries: list[Entry]) -> str:
     kinds: dict[str, int] = {}
     for entry in entries:
         kinds[entry.kind] = kinds.get(entry.kind, 0) + 1
-    return (
-        f"{plural(len(entries), 'entry')} (" + ", ".join(f"{n} {k}" for k, n in kinds.items()) + ")"
-    )
+    each = ", ".join(f"{n} {k}" for k, n in kinds.items())
+    return f"{plural(len(entries), 'change')} ({each})"
 
 
 def _window_text(window: timedelta) -> str:

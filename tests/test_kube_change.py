@@ -1,0 +1,212 @@
+"""The changes toolset on the fake server: rollout_history and what_changed, with a clock.
+
+The world is seeded at fixed times around NOW, years away from the machine's own clock, so
+whatever the fake stamps with real time (a node's heartbeat, a pod's start) falls outside
+every window; only the tools' injected clock decides what a window holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.toolsets.kube.client import KubeClients
+from bot.toolsets.kube.read import read_tools
+from bot.toolsets.spec import Tool, ToolArgumentError, ToolContext, ToolResult
+from tests.peers.kube_server import KubeServer
+
+NOW = datetime(2030, 1, 15, 12, 0, tzinfo=UTC)
+CTX = ToolContext(cluster="prod", default_namespace="shop")
+IMAGE = "registry.example.com/checkout"
+
+
+def ago(**delta: float) -> datetime:
+    return NOW - timedelta(**delta)
+
+
+@pytest.fixture
+def clients(kube: KubeServer, tmp_path: Path) -> Iterator[KubeClients]:
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    built = KubeClients.build([("prod", str(kubeconfig), None, False)], request_timeout=5)
+    yield built
+    built.close()
+
+
+@pytest.fixture
+def tools(clients: KubeClients) -> dict[str, Tool]:
+    return {tool.name: tool for tool in read_tools(clients, clock=lambda: NOW)}
+
+
+async def call(tools: dict[str, Tool], tool: str, **args: Any) -> ToolResult:
+    return await tools[tool].handler(args, CTX)
+
+
+def seed_checkout(kube: KubeServer) -> None:
+    kube.add_namespace("shop")
+    kube.add_deployment_history(
+        "shop",
+        "checkout",
+        [
+            (f"{IMAGE}:1.0", ago(days=3), ""),
+            (f"{IMAGE}:1.1", ago(hours=2), "kubectl set image deployment/checkout app=1.1"),
+            (f"{IMAGE}:1.2", ago(minutes=10), "release 1.2: faster cart"),
+        ],
+        env=[("DB_PASSWORD", "hunter2-horse-battery"), ("LOG_LEVEL", "debug")],
+    )
+
+
+# --- rollout_history ----------------------------------------------------------------------
+
+
+async def test_a_deployments_revisions_show_change_cause_images_and_the_image_diff(
+    kube: KubeServer, tools: dict[str, Tool]
+) -> None:
+    seed_checkout(kube)
+    found = await call(tools, "rollout_history", kind="Deployment", name="checkout")
+    lines = found.text.splitlines()
+    assert lines[0] == "Deployment shop/checkout: 3 revisions, current 3"
+    assert lines[1].split() == ["REVISION", "CREATED", "IMAGES", "CHANGE-CAUSE"]
+    assert lines[2].startswith("3 (current)  2030-01-15T11:50:00Z (10m ago)")
+    assert lines[2].endswith(f"{IMAGE}:1.2  release 1.2: faster cart")
+    assert "2030-01-15T10:00:00Z (2h ago)" in lines[3] and "kubectl set image" in lines[3]
+    assert lines[4].startswith("1 ") and lines[4].endswith(f"{IMAGE}:1.0  -")
+    diff = lines[lines.index("Pod template difference, revision 2 → revision 3:") + 1 :]
+    assert diff[:2] == ["--- revision 2", "+++ revision 3"]
+    assert f"-  - image: {IMAGE}:1.1" in diff and f"+    image: {IMAGE}:1.2" in diff
+    # The env added in revision 3: its secret-looking value masked, the other one shown.
+    assert diff[diff.index("+    - name: DB_PASSWORD") + 1] == "+      value: '[MASKED]'"
+    assert "hunter2" not in found.text and "+      value: debug" in diff
+    assert "pod-template-hash" not in found.text
+    assert found.summary == "Deployment shop/checkout: 3 revisions, current 3"
+
+
+async def test_two_named_revisions_are_compared_and_an_unknown_one_is_one_sentence(
+    kube: KubeServer, tools: dict[str, Tool]
+) -> None:
+    seed_checkout(kube)
+    found = await call(
+        tools, "rollout_history", kind="Deployment", name="checkout", revision=2, compare_to=1
+    )
+    assert "Pod template difference, revision 1 → revision 2:" in found.text
+    assert f"-  - image: {IMAGE}:1.0" in found.text and f"+  - image: {IMAGE}:1.1" in found.text
+    assert "1.2" not in found.text.split("Pod template difference")[1]
+    with pytest.raises(ToolArgumentError, match=r"^Deployment shop/checkout has no revision 7 "):
+        await call(tools, "rollout_history", kind="Deployment", name="checkout", revision=7)
+    with pytest.raises(ToolArgumentError, match="must be Deployment, StatefulSet or DaemonSet"):
+        await call(tools, "rollout_history", kind="ReplicaSet", name="checkout")
+
+
+async def test_a_statefulsets_revisions_come_from_its_controller_revisions(
+    kube: KubeServer, tools: dict[str, Tool]
+) -> None:
+    kube.add_namespace("shop")
+    kube.add_revisioned(
+        "StatefulSet",
+        "shop",
+        "orders-db",
+        [("postgres:15.4", ago(days=20), ""), ("postgres:16.1", ago(hours=5), "major upgrade")],
+    )
+    found = await call(tools, "rollout_history", kind="StatefulSet", name="orders-db")
+    assert found.text.startswith("StatefulSet shop/orders-db: 2 revisions, current 2\n")
+    row = " ".join(found.text.splitlines()[2].split())
+    assert row == "2 (current) 2030-01-15T07:00:00Z (5h ago) postgres:16.1 major upgrade"
+    assert "-  - image: postgres:15.4" in found.text and "+  - image: postgres:16.1" in found.text
+    assert "$patch" not in found.text
+    listed = [r for r in kube.requests if r.path.endswith("/controllerrevisions")]
+    assert listed and listed[0].query == {"labelSelector": "app=orders-db"}
+
+
+# --- what_changed ----------------------------------------------------------------------------
+
+
+def seed_an_eventful_hour(kube: KubeServer) -> None:
+    seed_checkout(kube)  # revision 3 at 10 minutes ago, revision 2 two hours ago
+    kube.add_node("node-a")
+    rs = next(r for r in kube.objects("ReplicaSet") if r["spec"]["replicas"] > 0)
+    kube.add_pod("shop", "checkout-7f9c-abcde", owner=rs, node="node-a")
+    kube.set_last_termination("shop", "checkout-7f9c-abcde", at=ago(minutes=5), reason="OOMKilled")
+    kube.set_node_condition(
+        "node-a", "MemoryPressure", "True", "KubeletHasInsufficientMemory", at=ago(minutes=7)
+    )
+    scaled = f"Scaled up replica set {rs['metadata']['name']} to 3"
+    kube.add_event_at(
+        "shop",
+        "Deployment",
+        "checkout",
+        "ScalingReplicaSet",
+        scaled,
+        type="Normal",
+        at=ago(minutes=9),
+    )
+    kube.add_event_at(
+        "shop",
+        "Pod",
+        "checkout-7f9c-abcde",
+        "BackOff",
+        "Back-off restarting failed container",
+        at=ago(minutes=4),
+    )
+    kube.add_event_at("shop", "Pod", "checkout-old", "FailedMount", "old trouble", at=ago(hours=3))
+    kube.add_configmap(
+        "shop",
+        "checkout-config",
+        {"PAYMENT_KEY": "pk-live-4242", "mode": "turbo-mode-on"},
+        created=ago(days=30),
+        changed=ago(minutes=20),
+    )
+    kube.add_hpa("shop", "checkout", "checkout", scaled=ago(minutes=15), current=2, desired=3)
+    kube.add_deployment_history("shop", "search", [("search:2", ago(minutes=2), "")])
+
+
+async def test_what_changed_is_a_timeline_newest_first_within_the_window(
+    kube: KubeServer, tools: dict[str, Tool]
+) -> None:
+    seed_an_eventful_hour(kube)
+    found = await call(tools, "what_changed")
+    lines = found.text.splitlines()
+    assert lines[0].startswith(
+        "What changed in namespace shop, 2030-01-15T11:00:00Z to 2030-01-15T12:00:00Z "
+        "(newest first): 8 changes ("
+    )
+    expected = [
+        ("11:58:00Z  rollout", "Deployment search revision 1: search:2"),
+        ("11:56:00Z  warning", "Pod checkout-7f9c-abcde: BackOff: Back-off restarting"),
+        ("11:55:00Z  restart", "container app restarted after OOMKilled (exit code 1, 1 restarts)"),
+        ("11:53:00Z  node", "Node node-a condition MemoryPressure became True"),
+        ("11:51:00Z  scale", "Deployment checkout: ScalingReplicaSet: Scaled up replica set"),
+        ("11:50:00Z  rollout", f"Deployment checkout revision 3: {IMAGE}:1.1 → {IMAGE}:1.2"),
+        ("11:45:00Z  hpa", "HPA checkout scaled Deployment checkout to 3 replicas (now 2)"),
+        ("11:40:00Z  config", "ConfigMap checkout-config changed by kubectl-edit"),
+    ]
+    rows = [line for line in lines[1:] if line.startswith("2030")]
+    for (when, what), line in zip(expected, rows, strict=True):
+        assert line.startswith(f"2030-01-15T{when}") and what in line, (when, line)
+    assert "[Pod checkout-7f9c-abcde status.containerStatuses[app].lastState]" in found.text
+    assert "[ConfigMap checkout-config resourceVersion " in found.text
+    # Outside the window: revision 2 (2h ago), the 3h-old warning, the ConfigMap's creation.
+    assert "revision 2" not in found.text and "old trouble" not in found.text
+    # ConfigMap values never: kelpie asked for metadata only, and shows none.
+    assert "pk-live" not in found.text and "turbo-mode" not in found.text
+    (listed,) = [r for r in kube.requests if r.path == "/api/v1/namespaces/shop/configmaps"]
+    assert "as=PartialObjectMetadataList" in listed.headers["Accept"]
+
+
+async def test_a_narrower_window_and_one_workload(kube: KubeServer, tools: dict[str, Tool]) -> None:
+    seed_an_eventful_hour(kube)
+    found = await call(tools, "what_changed", window="6m")
+    kinds = [line.split()[1] for line in found.text.splitlines()[1:] if line.startswith("2030")]
+    assert kinds == ["rollout", "warning", "restart"]
+    scoped = await call(tools, "what_changed", workload="Deployment/checkout", window="2h30m")
+    assert scoped.text.startswith("What changed in Deployment shop/checkout, 2030-01-15T09:30")
+    assert "search" not in scoped.text  # another deployment's rollout
+    assert f"Deployment checkout revision 2: {IMAGE}:1.0 → {IMAGE}:1.1" in scoped.text
+    # The ConfigMap is not used by the deployment's template: not about it.
+    assert "checkout-config" not in scoped.text
+    with pytest.raises(ToolArgumentError, match="between 1m and 24h, got 72h"):
+        await call(tools, "what_changed", window="72h")
+    with pytest.raises(ToolArgumentError, match='must be a duration such as "30m"'):
+        await call(tools, "what_changed", window="3d")
