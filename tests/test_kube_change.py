@@ -16,7 +16,7 @@ import pytest
 
 from bot.toolsets.kube.client import KubeClients
 from bot.toolsets.kube.read import read_tools
-from bot.toolsets.spec import Tool, ToolArgumentError, ToolContext, ToolResult
+from bot.toolsets.spec import KubeIdentity, Tool, ToolArgumentError, ToolContext, ToolResult
 from tests.peers.kube_server import KubeServer
 
 NOW = datetime(2030, 1, 15, 12, 0, tzinfo=UTC)
@@ -210,3 +210,17 @@ async def test_a_narrower_window_and_one_workload(kube: KubeServer, tools: dict[
         await call(tools, "what_changed", window="72h")
     with pytest.raises(ToolArgumentError, match='must be a duration such as "30m"'):
         await call(tools, "what_changed", window="3d")
+
+
+async def test_both_tools_act_as_the_roles_identity_on_every_request(
+    kube: KubeServer, tools: dict[str, Tool]
+) -> None:
+    seed_an_eventful_hour(kube)
+    alice = ToolContext("prod", "shop", KubeIdentity("alice", ("oncall",)))
+    history = await tools["rollout_history"].handler(
+        {"kind": "Deployment", "name": "checkout"}, alice
+    )
+    timeline = await tools["what_changed"].handler({"workload": "Deployment/checkout"}, alice)
+    assert history.acting_as == timeline.acting_as == "Kubernetes user alice (groups oncall)"
+    assert len(kube.requests) >= 9
+    assert {r.acting_as for r in kube.requests} == {("alice", ("oncall",))}
