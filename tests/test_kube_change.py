@@ -16,8 +16,19 @@ import pytest
 
 from bot.toolsets.kube.client import KubeClients
 from bot.toolsets.kube.read import read_tools
-from bot.toolsets.spec import KubeIdentity, Tool, ToolArgumentError, ToolContext, ToolResult
+from bot.toolsets.kube.write import write_tools
+from bot.toolsets.spec import (
+    KubeIdentity,
+    Tool,
+    ToolArgumentError,
+    ToolContext,
+    ToolFailure,
+    ToolResult,
+)
+from bot.values import GitOpsPolicy
 from tests.peers.kube_server import KubeServer
+from tests.test_approvals import card_text, click, propose_scale, real_writes, replicas, wait_said
+from tests.world import ALICE, CAROL, OPS_CHANNEL, World
 
 NOW = datetime(2030, 1, 15, 12, 0, tzinfo=UTC)
 CTX = ToolContext(cluster="prod", default_namespace="shop")
@@ -224,3 +235,122 @@ async def test_both_tools_act_as_the_roles_identity_on_every_request(
     assert history.acting_as == timeline.acting_as == "Kubernetes user alice (groups oncall)"
     assert len(kube.requests) >= 9
     assert {r.acting_as for r in kube.requests} == {("alice", ("oncall",))}
+
+
+# --- GitOps-aware writes, through the approval flow ------------------------------------------
+
+
+def mark(world: World, *, labels: dict[str, str], annotations: dict[str, str]) -> None:
+    """What Argo CD or Flux leaves on the objects it applies, on shop/checkout-api."""
+    deployment = world.kube.get("Deployment", "shop", "checkout-api")
+    assert deployment is not None
+    deployment["metadata"]["labels"] |= labels
+    deployment["metadata"].setdefault("annotations", {}).update(annotations)
+    world.kube.put("Deployment", deployment)
+
+
+def thread_cards(world: World, thread_ts: str) -> list[Any]:
+    return [
+        m
+        for m in world.slack.thread(OPS_CHANNEL, thread_ts)
+        if any(b.get("block_id", "").startswith("approval:") for b in m.blocks or [])
+    ]
+
+
+async def test_a_write_to_what_argo_cd_manages_is_refused_before_anything_is_sent(
+    world: World,
+) -> None:
+    tracking = "shop-apps:apps/Deployment:shop/checkout-api"
+    mark(world, labels={}, annotations={"argocd.argoproj.io/tracking-id": tracking})
+    await world.start_bot()  # kubernetes.gitops defaults to refuse
+    args = {"namespace": "shop", "name": "checkout-api", "replicas": 5, "reason": "traffic"}
+    world.model.reply_tool_calls([("scale_deployment", args)])
+    world.model.reply_text("Argo CD owns it; change the replicas in Git.")
+    mention = await world.mention(OPS_CHANNEL, ALICE, "scale checkout-api to 5")
+    await wait_said(world, mention["ts"], "Argo CD owns it")
+    refused = [
+        m["content"]
+        for m in world.model.requests[-1]["messages"]
+        if m["role"] == "tool" and "scale_deployment" in m["content"]
+    ]
+    assert refused == [
+        "Error: scale_deployment cannot be prepared: Deployment shop/checkout-api is managed by "
+        "Argo CD "
+        "(Application shop-apps), which would revert this change at its next sync; change it "
+        "in Git instead (kubernetes.gitops is refuse)."
+    ]
+    assert thread_cards(world, mention["ts"]) == []
+    assert world.kube.writes() == []  # no dry run either: nothing was sent to change anything
+    assert replicas(world) == 3
+
+
+async def test_with_warn_the_card_says_flux_manages_the_target_and_approval_still_writes(
+    world: World,
+) -> None:
+    flux = {
+        "kustomize.toolkit.fluxcd.io/name": "shop",
+        "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+    }
+    mark(world, labels=flux, annotations={})
+    await world.start_bot({"kubernetes": {"gitops": "warn"}})
+    mention, card = await propose_scale(world, then="Scaled checkout-api to 5.")
+    text = card_text(card)
+    assert "spec.replicas 3 → 5" in text and "Read before approving" in text
+    assert (
+        "Deployment shop/checkout-api is managed by Flux (Kustomization flux-system/shop): it "
+        "may revert this change at its next sync unless the change is also made in Git."
+    ) in text.replace("`", "")
+    assert real_writes(world) == []  # the preview was a dry run
+    await click(world, CAROL, card)
+    await wait_said(world, mention["ts"], "Scaled checkout-api to 5.")
+    assert replicas(world) == 5
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "manager"),
+    [
+        ({"argocd.argoproj.io/instance": "shop"}, {}, "Argo CD (Application shop)"),
+        (
+            {"app.kubernetes.io/instance": "shop-prod"},
+            {"argocd.argoproj.io/sync-wave": "2"},
+            "Argo CD (Application shop-prod)",
+        ),
+        (
+            {"helm.toolkit.fluxcd.io/name": "web", "helm.toolkit.fluxcd.io/namespace": "apps"},
+            {},
+            "Flux (HelmRelease apps/web)",
+        ),
+        # Helm charts set app.kubernetes.io/instance too: alone, it is no GitOps mark.
+        ({"app.kubernetes.io/instance": "shop-prod"}, {}, None),
+    ],
+)
+async def test_the_marks_argo_cd_and_flux_leave(
+    kube: KubeServer,
+    clients: KubeClients,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+    manager: str | None,
+) -> None:
+    kube.add_namespace("shop")
+    deployment = kube.add_deployment("shop", "web")
+    deployment["metadata"]["labels"] |= labels
+    deployment["metadata"]["annotations"] |= annotations
+    kube.put("Deployment", deployment)
+    restart = {t.name: t for t in write_tools(clients)}["restart_deployment"].write
+    assert restart is not None
+    if manager is None:
+        plan = await restart.prepare({"name": "web"}, CTX)
+        assert plan.notes == ()
+        return
+    with pytest.raises(ToolFailure) as refused:
+        await restart.prepare({"name": "web"}, CTX)
+    assert str(refused.value).startswith(f"Deployment shop/web is managed by {manager}, which ")
+    assert kube.writes() == []
+    warned = {t.name: t for t in write_tools(clients, gitops=GitOpsPolicy.WARN)}
+    operation = warned["restart_deployment"].write
+    assert operation is not None
+    plan = await operation.prepare({"name": "web"}, CTX)
+    assert plan.notes == (
+        f"Deployment shop/web is managed by {manager}: it may revert this change at its next "
+        "sync unless the change is also made in Git.",
+    )
