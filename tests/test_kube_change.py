@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from bot.toolsets.kube.changes import stamp
 from bot.toolsets.kube.client import KubeClients
 from bot.toolsets.kube.read import read_tools
 from bot.toolsets.kube.write import write_tools
@@ -27,6 +28,8 @@ from bot.toolsets.spec import (
 )
 from bot.values import GitOpsPolicy
 from tests.peers.kube_server import KubeServer
+from tests.realkube.backends import RealBackend
+from tests.realkube.cluster import Admin, RealKube, eventually
 from tests.test_approvals import card_text, click, propose_scale, real_writes, replicas, wait_said
 from tests.world import ALICE, CAROL, OPS_CHANNEL, World
 
@@ -354,3 +357,136 @@ async def test_the_marks_argo_cd_and_flux_leave(
         f"Deployment shop/web is managed by {manager}: it may revert this change at its next "
         "sync unless the change is also made in Git.",
     )
+
+
+# --- the real API server (its controller manager makes the ReplicaSets and revisions) --------
+
+REAL_IMAGE = "registry.example.com/web"
+
+
+def roll(real: RealBackend, name: str, image: str, cause: str, revision: int) -> None:
+    """Change a deployment's image and change-cause in one patch (the controller copies the
+    deployment's annotations onto the new ReplicaSet) and wait for that revision."""
+    patch = {
+        "metadata": {"annotations": {"kubernetes.io/change-cause": cause}},
+        "spec": {"template": {"spec": {"containers": [{"name": "app", "image": image}]}}},
+    }
+    real.admin.apps.patch_namespaced_deployment(name, real.namespace, patch)
+
+    def revised() -> bool:
+        found = real.admin.json(
+            real.admin.apps.list_namespaced_replica_set,
+            real.namespace,
+            label_selector=f"app={name}",
+        )
+        annotations = [(rs["metadata"].get("annotations") or {}) for rs in found["items"]]
+        return any(a.get("deployment.kubernetes.io/revision") == str(revision) for a in annotations)
+
+    eventually(f"revision {revision} of {name}", revised)
+
+
+def crashed_pod_on_a_node(real: RealBackend, moment: datetime) -> None:
+    """What a kubelet would report (the tier has none): a container that restarted after
+    an OOM kill, on a node whose MemoryPressure just turned True."""
+    node = real.node_name("worker")
+    real.node(node)
+    pressure = {
+        "type": "MemoryPressure",
+        "status": "True",
+        "reason": "KubeletHasInsufficientMemory",
+    }
+    pressure["lastTransitionTime"] = stamp(moment - timedelta(minutes=2))
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+    ready["lastTransitionTime"] = stamp(moment - timedelta(days=3))
+    real.admin.core.patch_node_status(node, {"status": {"conditions": [pressure, ready]}})
+    real.pod("crashy", node=node)
+    last = {
+        "exitCode": 137,
+        "reason": "OOMKilled",
+        "finishedAt": stamp(moment - timedelta(minutes=1)),
+    }
+    last["startedAt"] = stamp(moment - timedelta(minutes=9))
+    status = {
+        "name": "app",
+        "image": "registry.example.com/app:1.0",
+        "imageID": "",
+        "ready": True,
+        "restartCount": 1,
+        "state": {"running": {"startedAt": stamp(moment)}},
+        "lastState": {"terminated": last},
+    }
+    patch = {"status": {"phase": "Running", "containerStatuses": [status]}}
+    real.admin.core.patch_namespaced_pod_status("crashy", real.namespace, patch)
+
+
+@pytest.mark.realkube
+async def test_history_and_timeline_on_the_real_api_server(
+    realkube: tuple[RealKube, Admin],
+) -> None:
+    real = RealBackend(*realkube)
+    try:
+        start = datetime.now(UTC).replace(microsecond=0)
+        real.deployment("web", replicas=1, image=f"{REAL_IMAGE}:1")
+        roll(real, "web", f"{REAL_IMAGE}:2", "release 2: new cart", 2)
+        roll(real, "web", f"{REAL_IMAGE}:3", "release 3: hotfix", 3)
+        configmap = {"metadata": {"name": "web-config"}, "data": {"API_TOKEN": "tok-9f8e7d"}}
+        real.admin.core.create_namespaced_config_map(real.namespace, configmap)
+        crashed_pod_on_a_node(real, start)
+        tools = {t.name: t for t in read_tools(real.clients, clock=lambda: datetime.now(UTC))}
+        ctx = ToolContext("prod", real.namespace)
+
+        history = await tools["rollout_history"].handler({"kind": "Deployment", "name": "web"}, ctx)
+        lines = history.text.splitlines()
+        assert lines[0] == f"Deployment {real.namespace}/web: 3 revisions, current 3"
+        assert lines[2].startswith("3 (current)") and lines[2].endswith("release 3: hotfix")
+        assert lines[3].startswith("2 ") and lines[3].endswith("release 2: new cart")
+        assert lines[4].startswith("1 ") and f"{REAL_IMAGE}:1" in lines[4]
+        assert f"-  - image: {REAL_IMAGE}:2" in lines and f"+  - image: {REAL_IMAGE}:3" in lines
+        assert "pod-template-hash" not in history.text
+
+        timeline = await tools["what_changed"].handler({"window": "10m"}, ctx)
+        rows = [line for line in timeline.text.splitlines() if line[:2] == "20"]
+        rollouts = [r for r in rows if "  rollout  " in r]
+        assert [r.split("  rollout  ")[1].split(":")[0] for r in rollouts] == [
+            "Deployment web revision 3",
+            "Deployment web revision 2",
+            "Deployment web revision 1",
+        ]
+        assert any("  scale  " in r and "ScalingReplicaSet" in r for r in rows)
+        assert any("  restart  " in r and "after OOMKilled (exit code 137" in r for r in rows)
+        assert any("  node  " in r and "MemoryPressure became True" in r for r in rows)
+        assert any("  config  " in r and "ConfigMap web-config created" in r for r in rows)
+        assert "tok-9f8e7d" not in timeline.text
+        stamps = [row.split()[0] for row in rows]
+        assert stamps == sorted(stamps, reverse=True)  # newest first (ISO stamps sort as text)
+
+        statefulset = {
+            "metadata": {"name": "db"},
+            "spec": {
+                "serviceName": "db",
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": {
+                    "metadata": {"labels": {"app": "db"}},
+                    "spec": {"containers": [{"name": "db", "image": "postgres:15"}]},
+                },
+            },
+        }
+        real.admin.apps.create_namespaced_stateful_set(real.namespace, statefulset)
+        image = {
+            "spec": {"template": {"spec": {"containers": [{"name": "db", "image": "postgres:16"}]}}}
+        }
+        real.admin.apps.patch_namespaced_stateful_set("db", real.namespace, image)
+
+        def two_revisions() -> bool:
+            found = real.admin.json(
+                real.admin.apps.list_namespaced_controller_revision, real.namespace
+            )
+            return len(found["items"]) >= 2
+
+        eventually("the StatefulSet's second ControllerRevision", two_revisions)
+        db = await tools["rollout_history"].handler({"kind": "StatefulSet", "name": "db"}, ctx)
+        assert db.text.startswith(f"StatefulSet {real.namespace}/db: 2 revisions, current 2")
+        assert "-  - image: postgres:15" in db.text and "+  - image: postgres:16" in db.text
+    finally:
+        real.close()

@@ -588,8 +588,10 @@ def _difference(
 
 
 def _within(entries: Iterable[Entry], since: datetime, now: datetime) -> list[Entry]:
-    kept = [e for e in entries if since <= e.at <= now]
-    return sorted(kept, key=lambda e: e.at, reverse=True)
+    # Stamps have whole seconds: at the same second, the later-listed entry (a source lists
+    # in the order things happened, e.g. revision 2 before 3) comes first.
+    kept = [(e.at, i, e) for i, e in enumerate(entries) if since <= e.at <= now]
+    return [e for _, _, e in sorted(kept, key=lambda k: (k[0], k[1]), reverse=True)]
 
 
 # --- the handlers -------------------------------------------------------------------------
