@@ -214,7 +214,19 @@ async def test_a_narrower_window_and_one_workload(kube: KubeServer, tools: dict[
     found = await call(tools, "what_changed", window="6m")
     kinds = [line.split()[1] for line in found.text.splitlines()[1:] if line.startswith("2030")]
     assert kinds == ["rollout", "warning", "restart"]
+    # A deployment whose name starts like checkout's: its pod's events are not checkout's.
+    worker = kube.add_deployment_history("shop", "checkout-worker", [("w:1", ago(days=1), "")])
+    rs = next(
+        r for r in kube.objects("ReplicaSet") if r["metadata"]["name"].startswith("checkout-w")
+    )
+    kube.add_pod("shop", "checkout-worker-1a2b3-xyz", owner=rs)
+    kube.add_event_at(
+        "shop", "Pod", "checkout-worker-1a2b3-xyz", "Unhealthy", "worker probe", at=ago(minutes=3)
+    )
+    assert worker["metadata"]["name"] == "checkout-worker"
     scoped = await call(tools, "what_changed", workload="Deployment/checkout", window="2h30m")
+    assert "worker probe" not in scoped.text
+    assert "Pod checkout-7f9c-abcde: BackOff" in scoped.text
     assert scoped.text.startswith("What changed in Deployment shop/checkout, 2030-01-15T09:30")
     assert "search" not in scoped.text  # another deployment's rollout
     assert f"Deployment checkout revision 2: {IMAGE}:1.0 → {IMAGE}:1.1" in scoped.text

@@ -531,12 +531,15 @@ def _targets(hpa: Obj, scope: Scope) -> bool:
     return target.get("kind") == scope.kind and target.get("name") == scope.name
 
 
-def _about(event: Obj, scope: Scope, hpas: set[Any]) -> bool:
+def _about(event: Obj, scope: Scope, related: set[str], other_pods: set[str]) -> bool:
+    """Whether an event is about the workload or what it owns; a pod that is gone is known
+    by its name alone (the workload's name and a dash)."""
     involved = event.get("involvedObject") or event.get("regarding") or {}
-    name = involved.get("name")
-    if involved.get("kind") == "HorizontalPodAutoscaler":
-        return scope.name is None or name in hpas
-    return scope.covers_name(name)
+    name = str(involved.get("name"))
+    if name in related:
+        return True
+    gone = involved.get("kind") == "Pod" and name not in other_pods
+    return gone and scope.covers_name(name)
 
 
 def _counts(entries: list[Entry]) -> str:
@@ -592,6 +595,47 @@ def _within(entries: Iterable[Entry], since: datetime, now: datetime) -> list[En
     # in the order things happened, e.g. revision 2 before 3) comes first.
     kept = [(e.at, i, e) for i, e in enumerate(entries) if since <= e.at <= now]
     return [e for _, _, e in sorted(kept, key=lambda k: (k[0], k[1]), reverse=True)]
+
+
+@dataclass(frozen=True)
+class Listed:
+    """What a timeline is made from: the namespace's objects, as listed."""
+
+    replicasets: list[Obj]
+    revisions: list[Obj]  # ControllerRevisions
+    hpas: list[Obj]
+    pods: list[Obj]
+    events: list[Obj]
+    configmaps: list[Obj]  # metadata only
+
+
+def timeline(scope: Scope, found: Listed, owners: set[Any] | None, nodes: list[Obj]) -> list[Entry]:
+    """Every entry of the scope, in no particular order and whatever its time."""
+    hpas = [h for h in found.hpas if scope.name is None or _targets(h, scope)]
+    pods = [p for p in found.pods if _in(p, owners)]
+    related = _related_names(scope, found, owners, [*pods, *hpas])
+    others = {str(dig(p, "metadata", "name")) for p in found.pods} - (related or set())
+    events = [e for e in found.events if related is None or _about(e, scope, related, others)]
+    return [
+        *rollout_entries(*_revisions_by_owner(found.replicasets, found.revisions, owners)),
+        *scale_entries(found.replicasets, owners, events),
+        *event_entries(events),
+        *restart_entries(pods),
+        *configmap_entries(found.configmaps, scope.configmaps()),
+        *hpa_entries(hpas, events),
+        *node_entries(nodes, {str(dig(p, "spec", "nodeName")) for p in pods}),
+    ]
+
+
+def _related_names(
+    scope: Scope, found: Listed, owners: set[Any] | None, theirs: list[Obj]
+) -> set[str] | None:
+    """The names of the workload and what it owns or what scales it (None: no workload)."""
+    if scope.name is None:
+        return None
+    owned = [o for o in [*found.replicasets, *found.revisions] if _in(o, owners)]
+    objs = [*owned, *theirs]
+    return {scope.name, *(str(dig(o, "metadata", "name")) for o in objs)}
 
 
 # --- the handlers -------------------------------------------------------------------------
@@ -720,44 +764,30 @@ class _Changes(KubeReads):
 
         async def listed(what: str, fn: Callable[..., Any], **kw: Any) -> list[Obj]:
             try:
-                return items_of(
-                    await kube.call_json(f"list {what} in namespace {ns}", fn, ns, **kw)
-                )
+                answer = await kube.call_json(f"list {what} in namespace {ns}", fn, ns, **kw)
             except ToolFailure as exc:
                 gaps.append(f"{what} ({exc})")
                 return []
+            return items_of(answer)
 
-        replicasets = await listed("replicasets", kube.apps.list_namespaced_replica_set)
-        revisions = await listed(
-            "controllerrevisions", kube.apps.list_namespaced_controller_revision
-        )
-        hpas = [
-            h
-            for h in await listed(
-                "horizontalpodautoscalers",
-                kube.autoscaling.list_namespaced_horizontal_pod_autoscaler,
-            )
-            if scope.name is None or _targets(h, scope)
-        ]
+        apps, autoscaling, core = kube.apps, kube.autoscaling, kube.core
+        replicasets = await listed("replicasets", apps.list_namespaced_replica_set)
         owners = _owner_uids(scope, replicasets)
-        pods = [p for p in await listed("pods", kube.core.list_namespaced_pod) if _in(p, owners)]
-        events = await listed("events", kube.core.list_namespaced_event)
-        configmaps = await listed(
-            "configmaps", kube.core.list_namespaced_config_map, _headers={"Accept": METADATA_ONLY}
+        found = Listed(
+            replicasets=replicasets,
+            revisions=await listed("controllerrevisions", apps.list_namespaced_controller_revision),
+            hpas=await listed(
+                "horizontalpodautoscalers", autoscaling.list_namespaced_horizontal_pod_autoscaler
+            ),
+            pods=await listed("pods", core.list_namespaced_pod),
+            events=await listed("events", core.list_namespaced_event),
+            # Metadata only: a ConfigMap's values never reach kelpie.
+            configmaps=await listed(
+                "configmaps", core.list_namespaced_config_map, _headers={"Accept": METADATA_ONLY}
+            ),
         )
-        nodes = await self._nodes(kube, pods, gaps)
-        hpa_names = {dig(h, "metadata", "name") for h in hpas}
-        events = [e for e in events if _about(e, scope, hpa_names)]
-        entries = [
-            *rollout_entries(*_revisions_by_owner(replicasets, revisions, owners)),
-            *scale_entries(replicasets, owners, events),
-            *event_entries(events),
-            *restart_entries(pods),
-            *configmap_entries(configmaps, scope.configmaps()),
-            *hpa_entries(hpas, events),
-            *node_entries(nodes, {str(dig(p, "spec", "nodeName")) for p in pods}),
-        ]
-        return entries, gaps
+        nodes = await self._nodes(kube, [p for p in found.pods if _in(p, owners)], gaps)
+        return timeline(scope, found, owners, nodes), gaps
 
     async def _nodes(self, kube: KubeClient, pods: list[Obj], gaps: list[str]) -> list[Obj]:
         names = sorted({str(n) for p in pods if (n := dig(p, "spec", "nodeName"))})
