@@ -127,7 +127,7 @@ def _kind(key: str, value: Any) -> Any:
 
 
 def _revision_field(description: str) -> Any:
-    return Field(ge=1, le=2**31 - 1, description=description)
+    return Field(ge=1, description=description)
 
 
 class HistoryArgs(ToolArgs):
@@ -135,10 +135,10 @@ class HistoryArgs(ToolArgs):
     name: Annotated[str, NAME, Field(description="Name of the workload.")]
     namespace: ObjectNamespace = None
     revision: Annotated[
-        int | None, _revision_field("Revision to show the change of; default: the current one.")
+        int | None, _revision_field("Revision to show; default: the current one.")
     ] = None
     compare_to: Annotated[
-        int | None, _revision_field("Revision to compare it against; default: the one before.")
+        int | None, _revision_field("Revision to diff it against; default: the previous.")
     ] = None
 
 
@@ -811,7 +811,7 @@ def change_tools(clients: KubeClients, *, clock: Clock = system_clock) -> list[T
             "rollout_history",
             ToolKind.READ,
             "Revisions of a Deployment, StatefulSet or DaemonSet (change-cause, images, time) "
-            "and the pod-template diff between two (default: current vs previous).",
+            "and the pod-template diff of two.",
             HistoryArgs,
             reads.audited(reads.rollout_history),
             kinds=("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "ControllerRevision"),
