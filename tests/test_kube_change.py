@@ -319,6 +319,11 @@ async def test_with_warn_the_card_says_flux_manages_the_target_and_approval_stil
     await click(world, CAROL, card)
     await wait_said(world, mention["ts"], "Scaled checkout-api to 5.")
     assert replicas(world) == 5
+    # The model was told too, with the pending call's result.
+    (pending,) = [m["content"] for m in world.model.requests[-1]["messages"] if m["role"] == "tool"]
+    assert pending.startswith("Not run yet: waiting for a person's approval")
+    assert pending.endswith("unless the change is also made in Git.")
+    assert "managed by Flux (Kustomization flux-system/shop)" in pending
 
 
 @pytest.mark.parametrize(
