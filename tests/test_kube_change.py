@@ -27,7 +27,7 @@ from bot.toolsets.spec import (
     ToolResult,
 )
 from bot.values import GitOpsPolicy
-from tests.peers.kube_server import KubeServer
+from tests.peers.kube_server import SSAR_PATH, KubeServer
 from tests.realkube.backends import RealBackend
 from tests.realkube.cluster import Admin, RealKube, eventually
 from tests.test_approvals import card_text, click, propose_scale, real_writes, replicas, wait_said
@@ -362,9 +362,13 @@ async def test_the_marks_argo_cd_and_flux_leave(
         plan = await restart.prepare({"name": "web"}, CTX)
         assert plan.notes == ()
         return
+    mark = len(kube.requests)
     with pytest.raises(ToolFailure) as refused:
         await restart.prepare({"name": "web"}, CTX)
     assert str(refused.value).startswith(f"Deployment shop/web is managed by {manager}, which ")
+    # kelpie's own access review and the read of the target; no dry run, no write.
+    sent = [(r.method, r.path) for r in kube.requests[mark:]]
+    assert sent == [("POST", SSAR_PATH), ("GET", "/apis/apps/v1/namespaces/shop/deployments/web")]
     assert kube.writes() == []
     warned = {t.name: t for t in write_tools(clients, gitops=GitOpsPolicy.WARN)}
     operation = warned["restart_deployment"].write
@@ -507,3 +511,52 @@ async def test_history_and_timeline_on_the_real_api_server(
         assert "-  - image: postgres:15" in db.text and "+  - image: postgres:16" in db.text
     finally:
         real.close()
+
+
+async def test_hpa_decisions_and_replicas_a_replicaset_was_given(
+    kube: KubeServer, tools: dict[str, Tool]
+) -> None:
+    seed_checkout(kube)
+    kube.add_hpa("shop", "checkout", "checkout", scaled=ago(minutes=30), current=3, desired=6)
+    rescaled = "New size: 6; reason: cpu resource utilization (percentage of request) above target"
+    kube.add_event_at(
+        "shop",
+        "HorizontalPodAutoscaler",
+        "checkout",
+        "SuccessfulRescale",
+        rescaled,
+        type="Normal",
+        at=ago(minutes=30),
+    )
+    # Someone scaled the current ReplicaSet by hand: no event tells it, its managedFields do.
+    rs = next(r for r in kube.objects("ReplicaSet") if r["spec"]["replicas"] > 0)
+    scaled = {"f:spec": {"f:replicas": {}}}
+    rs["metadata"]["managedFields"] = [
+        {
+            "manager": "kube-controller-manager",
+            "operation": "Update",
+            "time": stamp(ago(minutes=10)),
+            "fieldsType": "FieldsV1",
+            "fieldsV1": scaled,
+        },
+        {
+            "manager": "kubectl-scale",
+            "operation": "Update",
+            "time": stamp(ago(minutes=8)),
+            "fieldsType": "FieldsV1",
+            "fieldsV1": scaled,
+        },
+    ]
+    rs["spec"]["replicas"] = 4
+    kube.put("ReplicaSet", rs)
+    found = await call(tools, "what_changed", workload="Deployment/checkout")
+    rows = [line for line in found.text.splitlines() if line.startswith("2030")]
+    name = rs["metadata"]["name"]
+    assert rows[0] == (
+        f"2030-01-15T11:52:00Z  scale    ReplicaSet {name} set to 4 replicas by kubectl-scale "
+        f"[ReplicaSet {name} managedFields spec.replicas]"
+    )
+    assert rows[1].startswith("2030-01-15T11:50:00Z  rollout")
+    (hpa,) = [row for row in rows if "  hpa  " in row]
+    assert hpa.startswith("2030-01-15T11:30:00Z  hpa      HorizontalPodAutoscaler checkout: ")
+    assert "SuccessfulRescale: New size: 6" in hpa  # the event, once: lastScaleTime says the same
