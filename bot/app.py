@@ -126,6 +126,7 @@ from bot.toolsets.kube.read import read_tools
 from bot.toolsets.kube.readback import KubeReadback
 from bot.toolsets.kube.write import write_tools
 from bot.toolsets.present import present_tools
+from bot.values import GitOpsPolicy
 
 log = logging.getLogger(__name__)
 
@@ -246,9 +247,10 @@ def kube_clients(config: Config) -> KubeClients:
     )
 
 
-def tool_registry(kube: KubeClients) -> ToolRegistry:
+def tool_registry(kube: KubeClients, *, gitops: GitOpsPolicy = GitOpsPolicy.REFUSE) -> ToolRegistry:
     reads = read_tools(kube)
-    return ToolRegistry([*reads, *present_tools(reads), investigation_tool(), *write_tools(kube)])
+    writes = write_tools(kube, gitops=gitops)
+    return ToolRegistry([*reads, *present_tools(reads), investigation_tool(), *writes])
 
 
 def config_problems(data: dict[str, Any]) -> list[str]:
@@ -524,7 +526,7 @@ def build_core(
     messages = MessageRepository(db=db, memo=memo)
     sessions = SessionRepository(db)
     kube = kube_clients(config)
-    registry = tool_registry(kube)
+    registry = tool_registry(kube, gitops=config.kubernetes.gitops)
     gateways = ModelGateways(config=config, secrets=secrets)
     post_hooks = PostToolUseHooks(config.hooks.post_tool_use)
     session_hooks = SessionHooks(config.hooks.session_start, config.hooks.session_end)

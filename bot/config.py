@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from bot.errors import ConfigError
+from bot.values import GitOpsPolicy
 
 TOOL_KINDS = ("present", "read", "diagnose", "write")
 MAX_ITERATIONS_CEILING = 40
@@ -159,6 +160,9 @@ class ClusterConfig(_Strict):
 class KubernetesConfig(_Strict):
     clusters: list[ClusterConfig] = Field(min_length=1)
     default: str | None = None
+    # A write to an object Argo CD or Flux manages: refused (its controller would revert it)
+    # or proposed with a warning on its card.
+    gitops: GitOpsPolicy = GitOpsPolicy.REFUSE
 
     @model_validator(mode="after")
     def _default_exists(self) -> KubernetesConfig:

@@ -330,6 +330,7 @@ def approval_card(approval: Approval) -> str:
         f"  tool:    {plan.tool}",
         "  preview (server-side dry run):",
         *changes,
+        *(f"  warning: {note}" for note in plan.notes),
     ]
     if approval.reason:
         lines.append(f"  reason:  {approval.reason}")

@@ -132,6 +132,13 @@ class WriteTarget:
         return f"{self.kind}/{self.namespace}/{self.name}"
 
 
+class GitOpsPolicy(StrEnum):
+    """What a write to an object that Argo CD or Flux manages gets (`kubernetes.gitops`)."""
+
+    REFUSE = "refuse"  # refused before anything is sent: the controller would revert it
+    WARN = "warn"  # proposed, its preview and card saying who manages the object
+
+
 @dataclass(frozen=True)
 class FieldChange:
     field: str  # e.g. "spec.replicas"
@@ -152,6 +159,9 @@ class WritePlan:
     target: WriteTarget
     changes: tuple[FieldChange, ...]
     args: dict[str, Any]
+    # Sentences the approver must read beside the preview, e.g. that Argo CD manages the
+    # target and may revert the change.
+    notes: tuple[str, ...] = ()
 
 
 # --- The result and its audit ---
@@ -272,6 +282,7 @@ def plan_from_json(text: str) -> WritePlan:
         target=WriteTarget(**data["target"]),
         changes=tuple(FieldChange(**change) for change in data["changes"]),
         args=data["args"],
+        notes=tuple(data.get("notes") or ()),  # absent from plans stored before notes
     )
 
 

@@ -278,6 +278,37 @@ async def test_a_write_asks_for_approval_at_the_prompt(
         assert "Rejected: not executed." in chat.text[asked:end]
         assert f"rejected by <@{decider}>" in note["content"]
         assert rows(peers.db, "SELECT phase FROM write_audit") == []
+
+
+async def test_the_terminal_card_warns_that_argo_cd_manages_the_target(
+    peers: Peers, open_chat: Any
+) -> None:
+    """kubernetes.gitops: warn: the change is proposed, its card saying who may revert it."""
+    config = yaml.safe_load(peers.config_path.read_text())
+    config["kubernetes"]["gitops"] = "warn"
+    peers.config_path.write_text(yaml.safe_dump(config))
+    deployment = peers.kube.get("Deployment", "shop", "checkout-api")
+    assert deployment is not None
+    deployment["metadata"]["annotations"]["argocd.argoproj.io/tracking-id"] = (
+        "shop:apps/Deployment:shop/checkout-api"
+    )
+    peers.kube.put("Deployment", deployment)
+    args = {"namespace": "shop", "name": "checkout-api", "replicas": 5, "reason": "traffic spike"}
+    peers.model.reply_tool_calls([("scale_deployment", args)])
+    peers.model.reply_text("Not changed.")
+    chat: Terminal = open_chat("shop-ops", "--self-approve")
+    start = await chat.expect("you> ")
+    chat.type("scale checkout-api to 5")
+    asked = await chat.expect("Approve this change? [y/N] ", after=start)
+    card = chat.text[start:asked]
+    assert "spec.replicas 3 → 5" in card
+    assert (
+        "warning: Deployment shop/checkout-api is managed by Argo CD (Application shop): it may "
+        "revert this change at its next sync unless the change is also made in Git."
+    ) in " ".join(card.split())
+    chat.type("n")
+    await chat.expect("Not changed.", after=asked)
+    assert real_writes(peers.kube) == []
     chat.type("/quit")
     assert await chat.wait_exit() == 0
     peers.model.assert_script_consumed()

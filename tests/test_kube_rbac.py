@@ -10,6 +10,7 @@ forbidden.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,10 @@ RBAC = Path(__file__).resolve().parents[1] / "deploy" / "base" / "rbac-cluster.y
 CTX = ToolContext(cluster="prod", default_namespace="shop")
 
 Grant = tuple[str, str, str]  # verb, API group, resource[/subresource]
+
+
+def _stamp() -> datetime:
+    return datetime(2030, 1, 15, tzinfo=UTC)
 
 
 def granted() -> set[Grant]:
@@ -82,6 +87,8 @@ async def test_the_cluster_role_grants_exactly_what_the_tools_use(
         "diagnose_service": {"name": demo.deployment},
         "diagnose_node": {"name": "node-a"},
         "diagnose_namespace": {},
+        "rollout_history": {"kind": "Deployment", "name": demo.deployment},
+        "what_changed": {"workload": f"Deployment/{demo.deployment}"},
     }
     _seed_what_diagnoses_read(kube)
     assert set(read_calls) == set(reads), "a new read tool: add it here"
@@ -89,6 +96,10 @@ async def test_the_cluster_role_grants_exactly_what_the_tools_use(
         await reads["diagnose_workload"].handler({"kind": kind, "name": "store"}, CTX)
     for name, args in read_calls.items():
         await reads[name].handler(args, CTX)
+    # The workloads whose history is ControllerRevisions.
+    for kind in ("StatefulSet", "DaemonSet"):
+        kube.add_revisioned(kind, "shop", kind.lower(), [("db:1", _stamp(), "")])
+        await reads["rollout_history"].handler({"kind": kind, "name": kind.lower()}, CTX)
 
     writes = {t.name: t for t in write_tools(clients)}
     write_calls = {

@@ -64,6 +64,8 @@ def test_every_read_tool_is_described_and_closed(tools: dict[str, Tool]) -> None
         "list_events",
         "list_nodes",
         "list_services",
+        "rollout_history",
+        "what_changed",
     }
     for tool in tools.values():
         assert tool.kind is ToolKind.READ

@@ -136,11 +136,9 @@ class ApprovalRequests:
                 "not executed: approval card could not be posted",
             )
         self._bell.ring()
-        return ToolOutcome(
-            ToolStatus.PENDING,
-            PENDING_RESULT.format(id=approval.id[:8]),
-            "waiting for approval",
-        )
+        # What the card warns the approver of (a GitOps controller), the model knows too.
+        pending = " ".join([PENDING_RESULT.format(id=approval.id[:8]), *plan.notes])
+        return ToolOutcome(ToolStatus.PENDING, pending, "waiting for approval")
 
     async def _post_card(self, approval: Approval) -> None:
         card_ts = await self._cards.post(approval)

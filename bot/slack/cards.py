@@ -66,13 +66,17 @@ def _text_blocks(text: str) -> list[dict[str, Any]]:
 
 
 REASON_LABEL = "*Reason given by the model:*"
+NOTES_LABEL = ":warning: *Read before approving:*"
 
 
 def _details(approval: Approval) -> list[str]:
-    """The preview, and the model's reason if it gave one, as kelpie shows them: labels of
-    its own, and the untrusted text (model, cluster values) as quoted data under each."""
+    """The preview, what the approver must know about it (a GitOps controller that may
+    revert it), and the model's reason if it gave one, as kelpie shows them: labels of its
+    own, and the untrusted text (model, cluster values) as quoted data under each."""
     changes = "\n".join(change.render() for change in approval.plan.changes)
     details = [quoted(changes or "(no field changes)")]
+    if approval.plan.notes:
+        details += [NOTES_LABEL, quoted("\n".join(approval.plan.notes))]
     if approval.reason:
         details += [REASON_LABEL, quoted(approval.reason)]
     return details

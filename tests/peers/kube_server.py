@@ -72,6 +72,10 @@ class Resource:
     kind: str
     api_version: str
     namespaced: bool
+    also_served: tuple[str, ...] = ()
+
+    def served_as(self, version: str) -> bool:
+        return version == self.api_version or version in self.also_served
 
     @property
     def group(self) -> str:
@@ -94,12 +98,24 @@ RESOURCES = {
         Resource("events", "Event", "v1", True),
         Resource("deployments", "Deployment", "apps/v1", True),
         Resource("replicasets", "ReplicaSet", "apps/v1", True),
-        # the diagnose toolset (bot/toolsets/kube/diagnose.py): workloads, HPAs and claims
+        # the diagnose toolset (bot/toolsets/kube/diagnose.py): workloads, HPAs and claims;
+        # the changes family (rollout_history, what_changed): ControllerRevisions and
+        # ConfigMaps (listed as metadata only). HPAs are served as autoscaling/v2 and, as the
+        # real server does, as autoscaling/v1 too (the fake keeps one shape for both; the
+        # fields read through v1 — replicas, lastScaleTime — are the same in both).
         Resource("statefulsets", "StatefulSet", "apps/v1", True),
         Resource("daemonsets", "DaemonSet", "apps/v1", True),
         Resource("jobs", "Job", "batch/v1", True),
-        Resource("horizontalpodautoscalers", "HorizontalPodAutoscaler", "autoscaling/v2", True),
+        Resource(
+            "horizontalpodautoscalers",
+            "HorizontalPodAutoscaler",
+            "autoscaling/v2",
+            True,
+            also_served=("autoscaling/v1",),
+        ),
         Resource("persistentvolumeclaims", "PersistentVolumeClaim", "v1", True),
+        Resource("controllerrevisions", "ControllerRevision", "apps/v1", True),
+        Resource("configmaps", "ConfigMap", "v1", True),
     )
 }
 KIND_TO_PLURAL = {r.kind: r.plural for r in RESOURCES.values()}
@@ -192,7 +208,7 @@ def _group_version(parts: list[str]) -> tuple[str, list[str]] | None:
         return "v1", parts[2:]
     if len(parts) >= 3 and parts[0] == "apis":
         version = f"{parts[1]}/{parts[2]}"
-        if any(r.api_version == version for r in RESOURCES.values()):
+        if any(r.served_as(version) for r in RESOURCES.values()):
             return version, parts[3:]
     return None
 
@@ -213,7 +229,7 @@ def _parse_path(path: str) -> _Target | None:
     if len(rest) >= 3 and rest[0] == "namespaces":
         namespace, rest = rest[1], rest[2:]
     resource = RESOURCES.get(rest[0]) if 1 <= len(rest) <= 3 else None
-    if resource is None or resource.api_version != version:
+    if resource is None or not resource.served_as(version):
         return None
     name = rest[1] if len(rest) > 1 else None
     if resource.namespaced and namespace is None and name is not None:
@@ -397,6 +413,12 @@ def _named_list(value: Any) -> bool:
 def _template_hash(namespace: str, name: str, template: Any) -> str:
     digest = hashlib.sha256(json.dumps([namespace, name, template], sort_keys=True).encode())
     return digest.hexdigest()[:10]
+
+
+def _managed(manager: str, at: datetime, fields: Obj) -> Obj:
+    """One managedFields entry, as an Update by `manager` at `at`."""
+    entry = {"manager": manager, "operation": "Update", "apiVersion": "v1", "time": _stamp(at)}
+    return entry | {"fieldsType": "FieldsV1", "fieldsV1": fields}
 
 
 def _owner_ref(owner: Obj) -> Obj:
@@ -1094,6 +1116,157 @@ class KubeServer:
         )
         return Demo(crashing_pod=crashing, healthy_pods=(f"{base}-x2x9q", f"{base}-b7kfm"))
 
+    # --- seeding: the changes family (rollout_history, what_changed), at given times --------
+
+    def add_deployment_history(
+        self,
+        namespace: str,
+        name: str,
+        revisions: Iterable[tuple[str, datetime, str]],
+        *,
+        env: Iterable[tuple[str, str]] = (),
+    ) -> Obj:
+        """A deployment and one ReplicaSet per (image, created at, change-cause) revision,
+        numbered from 1; the last is current, and only its container has `env`."""
+        history = list(revisions)
+        image = history[-1][0]
+        deployment = self.add_deployment(namespace, name, image=image, revision=len(history))
+        self._objects["replicasets"].pop((namespace, self._rs_name(deployment)))
+        for number, (image, at, cause) in enumerate(history, start=1):
+            template = copy.deepcopy(deployment["spec"]["template"])
+            (container,) = template["spec"]["containers"]
+            container["image"] = image
+            if env and number == len(history):
+                container["env"] = [{"name": k, "value": v} for k, v in env]
+            replicas = deployment["spec"]["replicas"] if number == len(history) else 0
+            rs = self._add_replicaset(deployment, number, replicas, replicas, template=template)
+            stored = self._objects["replicasets"][(namespace, rs["metadata"]["name"])]
+            stored["metadata"]["creationTimestamp"] = _stamp(at)
+            if cause:
+                stored["metadata"]["annotations"]["kubernetes.io/change-cause"] = cause
+            if number == len(history):
+                deployment["spec"]["template"] = copy.deepcopy(template)
+        return self.put("Deployment", deployment)
+
+    def add_revisioned(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        revisions: Iterable[tuple[str, datetime, str]],
+    ) -> Obj:
+        """A StatefulSet or DaemonSet and one ControllerRevision per (image, created at,
+        change-cause), numbered from 1, its data the template patch its controller stores."""
+        history = list(revisions)
+        labels = {"app": name}
+
+        def template(image: str) -> Obj:
+            container = {"name": "app", "image": image}
+            return {"metadata": {"labels": dict(labels)}, "spec": {"containers": [container]}}
+
+        spec: Obj = {
+            "selector": {"matchLabels": dict(labels)},
+            "template": template(history[-1][0]),
+        }
+        if kind == "StatefulSet":
+            spec |= {"replicas": 1, "serviceName": name}
+        meta = {"name": name, "namespace": namespace, "labels": dict(labels), "generation": 1}
+        workload = self.put(kind, {"metadata": meta, "spec": spec}, age=86400)
+        names = []
+        for number, (image, at, cause) in enumerate(history, start=1):
+            names.append(f"{name}-{_template_hash(namespace, name, template(image))}")
+            revision_meta: Obj = {"name": names[-1], "namespace": namespace}
+            revision_meta |= {"labels": dict(labels), "ownerReferences": [_owner_ref(workload)]}
+            revision_meta["creationTimestamp"] = _stamp(at)
+            if cause:
+                revision_meta["annotations"] = {"kubernetes.io/change-cause": cause}
+            data = {"spec": {"template": template(image) | {"$patch": "replace"}}}
+            self.put(
+                "ControllerRevision",
+                {"metadata": revision_meta} | {"data": data} | {"revision": number},
+            )
+        if kind == "StatefulSet":
+            workload["status"] = {"currentRevision": names[-1], "updateRevision": names[-1]}
+            workload = self.put(kind, workload)
+        return workload
+
+    def add_configmap(
+        self,
+        namespace: str,
+        name: str,
+        data: dict[str, str],
+        *,
+        created: datetime,
+        changed: datetime | None = None,
+        manager: str = "kubectl-edit",
+    ) -> Obj:
+        """A ConfigMap created by kubectl, last written by `manager` at `changed`."""
+        managed = [_managed("kubectl-create", created, {"f:data": {}})]
+        if changed is not None:
+            managed.append(_managed(manager, changed, {"f:data": {}}))
+        meta = {"name": name, "namespace": namespace, "creationTimestamp": _stamp(created)}
+        return self.put("ConfigMap", {"metadata": meta | {"managedFields": managed}, "data": data})
+
+    def add_hpa(
+        self,
+        namespace: str,
+        name: str,
+        target: str,
+        *,
+        scaled: datetime,
+        current: int,
+        desired: int,
+    ) -> Obj:
+        """An autoscaling/v1 HPA of deployment `target` that last scaled at `scaled`."""
+        ref = {"apiVersion": "apps/v1", "kind": "Deployment", "name": target}
+        spec = {"scaleTargetRef": ref, "minReplicas": 1, "maxReplicas": 10}
+        status = {"lastScaleTime": _stamp(scaled), "currentReplicas": current}
+        status["desiredReplicas"] = desired
+        meta = {"name": name, "namespace": namespace}
+        return self.put(
+            "HorizontalPodAutoscaler", {"metadata": meta, "spec": spec, "status": status}
+        )
+
+    def add_event_at(
+        self,
+        namespace: str,
+        kind: str,
+        name: str,
+        reason: str,
+        message: str,
+        *,
+        at: datetime,
+        type: str = "Warning",
+    ) -> Obj:
+        """A core/v1 event last seen at `at`."""
+        event = self.add_event(namespace, kind, name, reason, message, type=type)
+        event |= {"firstTimestamp": _stamp(at), "lastTimestamp": _stamp(at)}
+        event["metadata"]["creationTimestamp"] = _stamp(at)
+        return self.put("Event", event)
+
+    def set_last_termination(
+        self, namespace: str, pod: str, *, at: datetime, reason: str = "Error", exit_code: int = 1
+    ) -> Obj:
+        """The pod's containers last terminated at `at` (and restarted once more since)."""
+        obj = self._objects["pods"][(namespace, pod)]
+        for status in obj["status"].get("containerStatuses") or []:
+            started = _stamp(at - timedelta(minutes=5))
+            last = {"exitCode": exit_code, "reason": reason, "startedAt": started}
+            status["lastState"] = {"terminated": last | {"finishedAt": _stamp(at)}}
+            status["restartCount"] = int(status.get("restartCount") or 0) + 1
+        return self.put("Pod", obj)
+
+    def set_node_condition(
+        self, name: str, kind: str, status: str, reason: str, *, at: datetime
+    ) -> Obj:
+        """One condition of a node, transitioned at `at`."""
+        node = self._objects["nodes"][("", name)]
+        for condition in node["status"]["conditions"]:
+            if condition["type"] == kind:
+                condition |= {"status": status, "reason": reason}
+                condition["lastTransitionTime"] = _stamp(at)
+        return self.put("Node", node)
+
     # --- internals: objects ----------------------------------------------------------
 
     def _next_rv(self) -> str:
@@ -1321,7 +1494,7 @@ class KubeServer:
         if target.sub is not None:
             raise _StatusError(404, "the server could not find the requested resource")
         if target.name is None and method == "GET":
-            return web.json_response(self._list(request, target))
+            return web.json_response(self._listing(request, target))
         if target.name is not None and method == "GET":
             return web.json_response(self._require(target))
         if target.name is not None and method == "PATCH":
@@ -1341,6 +1514,20 @@ class KubeServer:
                 404, f'{target.resource.qualified} "{target.name}" not found', details
             )
         return copy.deepcopy(obj)
+
+    def _listing(self, request: web.Request, target: _Target) -> Obj:
+        """A list, or (Accept: ...;as=PartialObjectMetadataList) its items' metadata only,
+        as the real server answers a metadata-only client."""
+        listing = self._list(request, target)
+        if "as=PartialObjectMetadataList" not in request.headers.get("Accept", ""):
+            return listing
+        partial = {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1"}
+        items = [
+            {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1"}
+            | {"metadata": item["metadata"]}
+            for item in listing["items"]
+        ]
+        return partial | {"metadata": listing["metadata"], "items": items}
 
     def _list(self, request: web.Request, target: _Target) -> Obj:
         res = target.resource

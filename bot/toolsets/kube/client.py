@@ -184,7 +184,10 @@ class KubeClient:
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
+        # autoscaling/v2 for an HPA's metrics (Kubernetes 1.23+); v1, served by every
+        # supported version, for status.lastScaleTime.
         self.autoscaling = client.AutoscalingV2Api(api_client)
+        self.autoscaling_v1 = client.AutoscalingV1Api(api_client)
         self.authz = client.AuthorizationV1Api(api_client)
         self.version = client.VersionApi(api_client)
 

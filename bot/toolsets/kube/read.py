@@ -3,6 +3,7 @@ offered them."""
 
 from __future__ import annotations
 
+from bot.toolsets.kube.changes import Clock, change_tools, system_clock
 from bot.toolsets.kube.client import KubeClients
 from bot.toolsets.kube.diagnose import diagnose_tools
 from bot.toolsets.kube.events import event_tools
@@ -14,9 +15,9 @@ from bot.toolsets.kube.workloads import workload_tools
 from bot.toolsets.spec import Tool
 
 
-def read_tools(clients: KubeClients) -> list[Tool]:
-    """The read and diagnose tools, bound to `clients` (each handler picks the context's
-    cluster)."""
+def read_tools(clients: KubeClients, *, clock: Clock = system_clock) -> list[Tool]:
+    """The read and diagnose tools, bound to `clients` (each handler picks the context's cluster);
+    `clock` is the time the tools that look back over a window measure from."""
     return [
         *namespace_tools(clients),
         *pod_tools(clients),
@@ -25,5 +26,6 @@ def read_tools(clients: KubeClients) -> list[Tool]:
         *event_tools(clients),
         *node_tools(clients),
         *network_tools(clients),
+        *change_tools(clients, clock=clock),
         *diagnose_tools(clients),
     ]

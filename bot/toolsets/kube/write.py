@@ -48,6 +48,7 @@ from bot.toolsets.declare import (
     resolve_namespace,
 )
 from bot.toolsets.kube.client import KubeClient, KubeClients, KubeFailure
+from bot.toolsets.kube.gitops import managed_by
 from bot.toolsets.kube.render import dig, pod_phase
 from bot.toolsets.spec import (
     Tool,
@@ -61,7 +62,7 @@ from bot.toolsets.spec import (
     bind_identity,
     bound_identity,
 )
-from bot.values import FieldChange, WritePlan, WriteTarget
+from bot.values import FieldChange, GitOpsPolicy, WritePlan, WriteTarget
 
 Obj = dict[str, Any]
 
@@ -435,8 +436,21 @@ class _WriteOperation:
     # The declared arguments: the schema the model sees and the validation in `prepare`.
     args_model: type[ToolArgs] = ToolArgs
 
-    def __init__(self, clients: KubeClients) -> None:
+    def __init__(self, clients: KubeClients, *, gitops: GitOpsPolicy = GitOpsPolicy.REFUSE) -> None:
         self._clients = clients
+        self._gitops_policy = gitops
+
+    def _gitops(self, target: WriteTarget, obj: Obj) -> tuple[str, ...]:
+        """The plan's note when Argo CD or Flux manages the target; with `refuse`, the
+        refusal instead, raised before the dry run: nothing is sent and no card is posted."""
+        manager = managed_by(obj)
+        if manager is None:
+            return ()
+        what = _noun(target)
+        what = what[0].upper() + what[1:]
+        if self._gitops_policy is GitOpsPolicy.REFUSE:
+            raise ToolFailure(manager.refusal(what))
+        return (manager.warning(what),)
 
     async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
         """The tool's plan; one made as a role's Kubernetes identity stays bound to it."""
@@ -594,8 +608,14 @@ class _DeploymentWrite(_WriteOperation):
 class ScaleDeployment(_DeploymentWrite):
     tool_name = "scale_deployment"
 
-    def __init__(self, clients: KubeClients, *, max_replicas: int) -> None:
-        super().__init__(clients)
+    def __init__(
+        self,
+        clients: KubeClients,
+        *,
+        max_replicas: int,
+        gitops: GitOpsPolicy = GitOpsPolicy.REFUSE,
+    ) -> None:
+        super().__init__(clients, gitops=gitops)
         self.max_replicas = max_replicas
         self.args_model = scale_args(max_replicas)
 
@@ -607,6 +627,7 @@ class ScaleDeployment(_DeploymentWrite):
         )
         deployment = await self._read_deployment(kube, namespace, name)
         target = _target("Deployment", deployment)
+        notes = self._gitops(target, deployment)
         before = dig(deployment, "spec", "replicas")
         if before == replicas:
             raise ToolArgumentError(
@@ -628,6 +649,7 @@ class ScaleDeployment(_DeploymentWrite):
             description += " (stops all of its pods)"
         return WritePlan(
             tool=self.tool_name,
+            notes=notes,
             description=description,
             cluster=context.cluster,
             target=target,
@@ -689,6 +711,7 @@ class RestartDeployment(_DeploymentWrite):
         )
         deployment = await self._read_deployment(kube, namespace, name)
         target = _target("Deployment", deployment)
+        notes = self._gitops(target, deployment)
         if dig(deployment, "spec", "paused"):
             raise ToolFailure(
                 f"deployment {namespace}/{name} is paused; a restart would not roll out until "
@@ -709,6 +732,7 @@ class RestartDeployment(_DeploymentWrite):
         replicas = dig(deployment, "spec", "replicas")
         return WritePlan(
             tool=self.tool_name,
+            notes=notes,
             description=f"Restart deployment {namespace}/{name}: a rolling update replaces "
             f"its {_show(replicas)} pods with new ones (like kubectl rollout restart)",
             cluster=context.cluster,
@@ -758,6 +782,7 @@ class RollbackDeployment(_DeploymentWrite):
         )
         deployment = await self._read_deployment(kube, namespace, name)
         target = _target("Deployment", deployment)
+        notes = self._gitops(target, deployment)
         if dig(deployment, "spec", "paused"):
             raise ToolFailure(
                 f"deployment {namespace}/{name} is paused; resume it before rolling back."
@@ -811,6 +836,7 @@ class RollbackDeployment(_DeploymentWrite):
         from_text = f"revision {current}" if current is not None else "its current revision"
         return WritePlan(
             tool=self.tool_name,
+            notes=notes,
             description=f"Roll back {where} from {from_text} to revision {wanted} "
             f"(the pod template of ReplicaSet {rs_name}, as kubectl rollout undo does); "
             f"this rolls out new pods{self._more(len(all_changes))}",
@@ -895,6 +921,7 @@ class SetContainerResources(_DeploymentWrite):
         )
         deployment = await self._read_deployment(kube, namespace, name)
         target = _target("Deployment", deployment)
+        notes = self._gitops(target, deployment)
         where = f"deployment {namespace}/{name}"
         containers = dig(deployment, "spec", "template", "spec", "containers") or []
         found = next((c for c in containers if c.get("name") == container), None)
@@ -927,6 +954,7 @@ class SetContainerResources(_DeploymentWrite):
         values += [f"limits.{k}={v}" for k, v in limits.items()]
         return WritePlan(
             tool=self.tool_name,
+            notes=notes,
             description=f"Set resources of container {container} in {where} "
             f"({', '.join(values)}); this rolls out new pods",
             cluster=context.cluster,
@@ -1010,6 +1038,7 @@ class DeletePod(_WriteOperation):
             f"read pod {namespace}/{name}", kube.core.read_namespaced_pod, name, namespace
         )
         target = _target("Pod", pod)
+        notes = self._gitops(target, pod)
         if dig(pod, "metadata", "deletionTimestamp"):
             raise ToolArgumentError(
                 f"pod {namespace}/{name} is already being deleted (Terminating)."
@@ -1044,6 +1073,7 @@ class DeletePod(_WriteOperation):
             how = "grace period 0 s: removed at once, without waiting for its containers to stop"
         return WritePlan(
             tool=self.tool_name,
+            notes=notes,
             description=f"Delete pod {namespace}/{name} ({how}); {aftermath}",
             cluster=context.cluster,
             target=target,
@@ -1100,8 +1130,14 @@ class DeletePod(_WriteOperation):
 class _NodeSchedulability(_WriteOperation):
     """cordon_node (unschedulable true) and uncordon_node (false)."""
 
-    def __init__(self, clients: KubeClients, *, unschedulable: bool) -> None:
-        super().__init__(clients)
+    def __init__(
+        self,
+        clients: KubeClients,
+        *,
+        unschedulable: bool,
+        gitops: GitOpsPolicy = GitOpsPolicy.REFUSE,
+    ) -> None:
+        super().__init__(clients, gitops=gitops)
         self.unschedulable = unschedulable
         self.tool_name = "cordon_node" if unschedulable else "uncordon_node"
         self._verb = "cordon" if unschedulable else "uncordon"
@@ -1114,6 +1150,7 @@ class _NodeSchedulability(_WriteOperation):
         await self._require_access(kube, _Access("patch", "nodes", "", None, None, name))
         node = await kube.call_json(f"read node {name}", kube.core.read_node, name)
         target = _target("Node", node)
+        notes = self._gitops(target, node)
         if bool(dig(node, "spec", "unschedulable")) == self.unschedulable:
             state = "cordoned" if self.unschedulable else "schedulable (not cordoned)"
             raise ToolArgumentError(f"node {name} is already {state}; nothing to change.")
@@ -1139,6 +1176,7 @@ class _NodeSchedulability(_WriteOperation):
             description = f"Uncordon node {name}: let new pods be scheduled on it again"
         return WritePlan(
             tool=self.tool_name,
+            notes=notes,
             description=description,
             cluster=context.cluster,
             target=target,
@@ -1174,8 +1212,14 @@ class _NodeSchedulability(_WriteOperation):
 # --- the tools ---------------------------------------------------------------------------
 
 
-def write_tools(clients: KubeClients, *, max_replicas: int = DEFAULT_MAX_REPLICAS) -> list[Tool]:
-    """The write tools, bound to `clients` (each plan names the cluster it was prepared on).
+def write_tools(
+    clients: KubeClients,
+    *,
+    max_replicas: int = DEFAULT_MAX_REPLICAS,
+    gitops: GitOpsPolicy = GitOpsPolicy.REFUSE,
+) -> list[Tool]:
+    """The write tools, bound to `clients` (each plan names the cluster it was prepared on);
+    `gitops` is what a write to an object Argo CD or Flux manages gets.
 
     Only the approval flow runs them, through `tool.write`.
     """
@@ -1186,14 +1230,14 @@ def write_tools(clients: KubeClients, *, max_replicas: int = DEFAULT_MAX_REPLICA
         declare_write(
             "scale_deployment",
             f"Set a deployment's number of replicas (0 to {max_replicas}).{approval}",
-            ScaleDeployment(clients, max_replicas=max_replicas),
+            ScaleDeployment(clients, max_replicas=max_replicas, gitops=gitops),
             kinds=("Deployment",),
         ),
         declare_write(
             "restart_deployment",
             "Restart a deployment's pods with a rolling update, as `kubectl rollout restart` "
             f"does (sets the kubectl.kubernetes.io/restartedAt pod template annotation).{approval}",
-            RestartDeployment(clients),
+            RestartDeployment(clients, gitops=gitops),
             kinds=("Deployment",),
         ),
         declare_write(
@@ -1201,28 +1245,28 @@ def write_tools(clients: KubeClients, *, max_replicas: int = DEFAULT_MAX_REPLICA
             "Roll a deployment back to the pod template of an earlier revision (its "
             "ReplicaSets), as `kubectl rollout undo` does: the previous revision, or the one "
             f"named.{approval}",
-            RollbackDeployment(clients),
+            RollbackDeployment(clients, gitops=gitops),
             kinds=("Deployment", "ReplicaSet"),
         ),
         declare_write(
             "delete_pod",
             "Delete one pod (its controller, if any, creates a replacement), e.g. to clear a "
             f"stuck or crash-looping instance.{approval}",
-            DeletePod(clients),
+            DeletePod(clients, gitops=gitops),
             kinds=("Pod",),
         ),
         declare_write(
             "cordon_node",
             "Cordon a node: mark it unschedulable so no new pods are placed on it (running "
             f"pods stay; nothing is drained).{approval}",
-            _NodeSchedulability(clients, unschedulable=True),
+            _NodeSchedulability(clients, unschedulable=True, gitops=gitops),
             scope=ToolScope.CLUSTER,
             kinds=("Node",),
         ),
         declare_write(
             "uncordon_node",
             f"Uncordon a node: let new pods be scheduled on it again.{approval}",
-            _NodeSchedulability(clients, unschedulable=False),
+            _NodeSchedulability(clients, unschedulable=False, gitops=gitops),
             scope=ToolScope.CLUSTER,
             kinds=("Node",),
         ),
@@ -1231,7 +1275,7 @@ def write_tools(clients: KubeClients, *, max_replicas: int = DEFAULT_MAX_REPLICA
             "Set the CPU/memory requests and/or limits of one container of a deployment "
             "(changes the pod template, so new pods roll out). Values are Kubernetes "
             f'quantities such as "250m", "2", "512Mi", "1Gi".{approval}',
-            SetContainerResources(clients),
+            SetContainerResources(clients, gitops=gitops),
             kinds=("Deployment",),
         ),
     ]
