@@ -146,8 +146,6 @@ def test_one_error_tree() -> None:
                 continue
             qualified = f"{name}.{value.__qualname__}"
             found.append(qualified)
-            # bot.tools' errors are being redesigned (a refusal as a value): not held yet.
-            if not name.startswith("bot.tools."):
-                assert issubclass(value, KelpieError), qualified
-                assert not issubclass(value, aiohttp.ClientError), qualified
+            assert issubclass(value, KelpieError), qualified
+            assert not issubclass(value, aiohttp.ClientError), qualified
     assert {"bot.model.types.ModelError", "bot.slack.pacing.BudgetSpent"} <= set(found)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
+from bot.errors import KelpieError
 from bot.values import WritePlan
 
 REASON_ARG = "reason"
@@ -30,11 +31,11 @@ class ToolScope(StrEnum):
     CLUSTER = "cluster"
 
 
-class ToolArgumentError(ValueError):
+class ToolArgumentError(KelpieError, ValueError):
     """Arguments the model can correct; the message is one sentence sent back to it."""
 
 
-class ToolFailure(Exception):
+class ToolFailure(KelpieError):
     """A call that reached the cluster and failed (404, 403, timeout, unreachable).
 
     The message is one sentence for the model, e.g.
