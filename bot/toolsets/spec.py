@@ -45,6 +45,25 @@ class ToolFailure(Exception):
     acting_as: str | None = None
 
 
+class TargetRefused(ToolFailure):
+    """The pipeline refused what a call resolved to touch (a kind found by discovery, its
+    real scope): nothing was requested. `stage` and `reason` say who refused and why."""
+
+    def __init__(self, stage: str, reason: str) -> None:
+        super().__init__(f"Denied by {stage}: {reason}.")
+        self.stage, self.reason = stage, reason
+
+
+class TargetGate(Protocol):
+    """The pipeline's role and firewall checks, asked again once a tool knows what it will
+    touch: a generic tool learns its kind's group and scope only from discovery."""
+
+    async def admit(self, kind: str, namespace: str | None) -> None:
+        """Return when the call may touch `kind` objects (`Kind` or `Kind.group`) in
+        `namespace` ("" cluster-scoped, None all namespaces); raise TargetRefused if not."""
+        ...
+
+
 class BackgroundPort(Protocol):
     """Starts a background investigation for the running turn (see `spawn_investigation`)."""
 
@@ -93,6 +112,13 @@ class ToolContext:
     # The running turn's background investigations; None where they are not available
     # (e.g. inside a background investigation).
     background: BackgroundPort | None = field(default=None, compare=False, repr=False)
+    # The pipeline's checks for a target resolved at run time; None outside the pipeline.
+    gate: TargetGate | None = field(default=None, compare=False, repr=False)
+
+    async def admit(self, kind: str, namespace: str | None) -> None:
+        """Ask the pipeline (when there is one) whether this target may be touched."""
+        if self.gate is not None:
+            await self.gate.admit(kind, namespace)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bot.toolsets.kube.client import KubeClients
 from bot.toolsets.kube.events import event_tools
+from bot.toolsets.kube.generic import generic_tools
 from bot.toolsets.kube.namespaces import namespace_tools
 from bot.toolsets.kube.network import network_tools
 from bot.toolsets.kube.nodes import node_tools
@@ -22,4 +23,5 @@ def read_tools(clients: KubeClients) -> list[Tool]:
         *event_tools(clients),
         *node_tools(clients),
         *network_tools(clients),
+        *generic_tools(clients),
     ]
