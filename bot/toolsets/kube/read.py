@@ -9,6 +9,7 @@ from bot.toolsets.kube.namespaces import namespace_tools
 from bot.toolsets.kube.network import network_tools
 from bot.toolsets.kube.nodes import node_tools
 from bot.toolsets.kube.pods import pod_log_tools, pod_tools
+from bot.toolsets.kube.usage import usage_tools
 from bot.toolsets.kube.workloads import workload_tools
 from bot.toolsets.spec import Tool
 
@@ -24,4 +25,5 @@ def read_tools(clients: KubeClients) -> list[Tool]:
         *node_tools(clients),
         *network_tools(clients),
         *generic_tools(clients),
+        *usage_tools(clients),
     ]
