@@ -1686,6 +1686,10 @@ class KubeServer:
             "usage": {"cpu": cpu, "memory": memory},
         }
 
+    def drop_metrics(self) -> None:
+        """Stop serving metrics.k8s.io (a cluster without metrics-server)."""
+        self._pod_metrics = self._node_metrics = None
+
     def add_configmap(self, namespace: str, name: str, data: dict[str, str]) -> Obj:
         obj = {"metadata": {"name": name, "namespace": namespace}, "data": dict(data)}
         return self.put("ConfigMap", obj, age=3600)
@@ -1790,6 +1794,8 @@ class KubeServer:
             if res.api_version != group_version:
                 continue
             entry = {"name": res.plural, "singularName": res.kind.lower(), "kind": res.kind}
+            if res.api_version != METRICS_API and res.plural in _SHORT_NAMES:
+                entry["shortNames"] = list(_SHORT_NAMES[res.plural])
             resources.append(
                 entry | {"namespaced": res.namespaced, "verbs": ["get", "list"]}
                 if res.api_version == METRICS_API
@@ -1891,6 +1897,25 @@ class KubeServer:
 
 
 METRICS_API = "metrics.k8s.io/v1beta1"
+# The short names the real server's discovery lists (kubectl api-resources).
+_SHORT_NAMES = {
+    "namespaces": ("ns",),
+    "nodes": ("no",),
+    "pods": ("po",),
+    "services": ("svc",),
+    "endpoints": ("ep",),
+    "events": ("ev",),
+    "configmaps": ("cm",),
+    "persistentvolumeclaims": ("pvc",),
+    "deployments": ("deploy",),
+    "replicasets": ("rs",),
+    "statefulsets": ("sts",),
+    "daemonsets": ("ds",),
+    "cronjobs": ("cj",),
+    "ingresses": ("ing",),
+    "horizontalpodautoscalers": ("hpa",),
+    "customresourcedefinitions": ("crd", "crds"),
+}
 _METRICS_KINDS = (("pods", "PodMetrics"), ("nodes", "NodeMetrics"))
 _GENERIC_PATH = re.compile(
     r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<namespace>[^/]+))?"
