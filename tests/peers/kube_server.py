@@ -609,7 +609,7 @@ class KubeServer:
                     continue
                 if role["kind"] == "Role" and role["metadata"].get("namespace") != scope:
                     continue
-                if any(_rule_allows(rule, seen) for rule in role.get("rules") or []):
+                if any(_rule_allows(rule, seen) for rule in self._rules_of(role)):
                     return True
         return False
 
@@ -1685,6 +1685,22 @@ class KubeServer:
             "window": "20.027s",
             "usage": {"cpu": cpu, "memory": memory},
         }
+
+    def _rules_of(self, role: Obj) -> list[Obj]:
+        """A role's rules; an aggregated ClusterRole's are those of every ClusterRole its
+        selectors match (what the control plane's aggregation controller writes into it)."""
+        selectors = (role.get("aggregationRule") or {}).get("clusterRoleSelectors")
+        if not selectors:
+            return list(role.get("rules") or [])
+        rules: list[Obj] = []
+        for other in self._rbac:
+            labels = other["metadata"].get("labels") or {}
+            if other["kind"] == "ClusterRole" and any(
+                all(labels.get(k) == v for k, v in (s.get("matchLabels") or {}).items())
+                for s in selectors
+            ):
+                rules += other.get("rules") or []
+        return rules
 
     def drop_metrics(self) -> None:
         """Stop serving metrics.k8s.io (a cluster without metrics-server)."""
