@@ -164,15 +164,33 @@ async def _discover(kube: KubeClient) -> list[ApiResource]:
     versions = core.get("versions") or ["v1"] if isinstance(core, dict) else ["v1"]
     found = await _group_version(kube, str(versions[0]), required=True)
     groups = await kube.get_path("discover the API groups", "/apis")
-    preferred = [
-        str((g.get("preferredVersion") or {}).get("groupVersion"))
-        for g in (groups.get("groups") or [] if isinstance(groups, dict) else [])
-        if isinstance(g, dict) and g.get("preferredVersion")
-    ]
-    lists = await asyncio.gather(*(_group_version(kube, gv, required=False) for gv in preferred))
-    for listed in lists:
-        found += listed
+    listed = groups.get("groups") or [] if isinstance(groups, dict) else []
+    ordered = [gv for g in _by_priority(listed) for gv in _versions_of(g)]
+    lists = await asyncio.gather(*(_group_version(kube, gv, required=False) for gv in ordered))
+    for resources in lists:
+        found += resources
     return found
+
+
+def _by_priority(groups: list[object]) -> list[dict[str, object]]:
+    """The server's order (its group priority), `extensions` last: kubectl prefers
+    networking.k8s.io's Ingress too, and RBAC grants that one."""
+    valid = [g for g in groups if isinstance(g, dict)]
+    return sorted(valid, key=lambda g: g.get("name") == "extensions")
+
+
+def _versions_of(group: dict[str, object]) -> list[str]:
+    """Every served version, the preferred first: an older cluster serves some kinds only
+    in a beta version (CronJob in batch/v1beta1 before 1.21)."""
+    preferred = group.get("preferredVersion")
+    first = preferred.get("groupVersion") if isinstance(preferred, dict) else None
+    listed = group.get("versions")
+    others = [
+        str(v.get("groupVersion"))
+        for v in (listed if isinstance(listed, list) else [])
+        if isinstance(v, dict) and v.get("groupVersion") != first
+    ]
+    return ([str(first)] if first else []) + others
 
 
 async def _group_version(
