@@ -399,3 +399,28 @@ async def test_pod_logs_previous_since_and_container(world: World) -> None:
     for bad in ("15", "2 weeks", "8d", "0m"):
         with pytest.raises(ToolArgumentError, match="must be a duration such as"):
             await world.run("pod_logs", {"name": "two", "since": bad})
+
+
+async def test_without_a_default_namespace_cluster_scoped_kinds_need_none(world: World) -> None:
+    """A DM has no namespace: a cluster-scoped kind is read as such; a namespaced kind with
+    no namespace would span all of them, which the firewall's zone refuses (resolved)."""
+    for name, args in (
+        ("list_resources", {"kind": "Node"}),
+        ("get_resource", {"kind": "no", "name": "node-a"}),
+        ("list_resources", {"kind": "Widget"}),
+        ("get_resource", {"kind": "widgets.example.com", "name": "global-w"}),
+    ):
+        outcome = await through_pipeline(
+            world, name, args, namespaces=["*"], default_namespace=None
+        )
+        assert outcome.status is ToolStatus.OK, (args, outcome.content)
+    mark = len(world.kube.requests)
+    spanning = await through_pipeline(
+        world, "list_resources", {"kind": "StatefulSet"}, namespaces=["*"], default_namespace=None
+    )
+    assert spanning.refusal is not None and spanning.refusal.stage == "firewall"
+    assert spanning.refusal.reason == (
+        "list_resources across all namespaces would reach the denied namespace kube-system; "
+        "name a namespace"
+    )
+    assert not [r for r in world.requests_since(mark) if "/statefulsets" in r]

@@ -43,6 +43,6 @@ class _Gate:
 
     def _as_resolved(self, kind: str, namespace: str | None) -> ToolInvocation:
         scope = ToolScope.CLUSTER if namespace == "" else ToolScope.NAMESPACED
-        tool = replace(self.call.tool, scope=scope, resource_kinds=(kind,))
+        tool = replace(self.call.tool, scope=scope, resource_kinds=(kind,), target=None)
         where = "*" if namespace is None else namespace
         return replace(self.call, tool=tool, args={**self.call.args, "namespace": where})

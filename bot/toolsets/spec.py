@@ -171,6 +171,9 @@ class Tool:
     resource_kinds: tuple[str, ...] = field(default_factory=tuple)
     # Write tools only: the approval flow calls prepare/execute; `handler` is never run.
     write: WriteOperation | None = None
+    # Where a call lands when the arguments alone do not say it the usual way (a generic
+    # tool whose kind may be cluster-scoped); None: `namespace` or the channel's default.
+    target: Callable[[dict[str, Any], ToolContext], str | None] | None = None
 
     @property
     def pattern_name(self) -> str:
@@ -191,6 +194,8 @@ class Tool:
         """The namespace a call lands in: "" for cluster-scoped, None for all namespaces."""
         if self.scope is ToolScope.CLUSTER:
             return ""
+        if self.target is not None:
+            return self.target(args, context)
         namespace = args.get("namespace")
         if namespace == "*":
             return None

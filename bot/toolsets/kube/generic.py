@@ -48,7 +48,14 @@ from bot.toolsets.kube.render import (
     table,
     where,
 )
-from bot.toolsets.spec import Tool, ToolContext, ToolFailure, ToolKind, ToolResult
+from bot.toolsets.spec import (
+    Tool,
+    ToolArgumentError,
+    ToolContext,
+    ToolFailure,
+    ToolKind,
+    ToolResult,
+)
 from bot.values import plural
 
 # Rows a listing shows; the rest is counted in a "narrow your call" note.
@@ -299,6 +306,36 @@ def _as_yaml(resource: ApiResource, obj: Obj) -> str:
     return text
 
 
+# Built-in cluster-scoped kinds as a model names them (kind, plural, short name): a call on
+# one lands on cluster-scoped objects whatever the channel's namespace.
+_CLUSTER_SCOPED = frozenset(
+    "node nodes no namespace namespaces ns persistentvolume persistentvolumes pv storageclass "
+    "storageclasses sc clusterrole clusterroles clusterrolebinding clusterrolebindings "
+    "customresourcedefinition customresourcedefinitions crd crds ingressclass ingressclasses "
+    "priorityclass priorityclasses pc".split()
+)
+
+
+def static_target(args: dict[str, Any], context: ToolContext) -> str | None:
+    """Where the checks see a generic call land before discovery: a named namespace ("*":
+    all), "" for a built-in cluster-scoped kind, else the channel's default namespace, or ""
+    when there is none (a custom kind may be cluster-scoped). The handler asks the checks
+    again about the resolved target before any object is requested (ToolContext.admit)."""
+    namespace = args.get("namespace")
+    if namespace == "*":
+        return None
+    kind = args.get("kind")
+    try:
+        name = parse_kind(kind).name.lower() if isinstance(kind, str) else ""
+    except ToolArgumentError:
+        name = ""
+    if name in _CLUSTER_SCOPED:
+        return ""
+    if isinstance(namespace, str) and namespace:
+        return namespace
+    return context.default_namespace or ""
+
+
 def generic_tools(clients: KubeClients, discovery: Discovery | None = None) -> list[Tool]:
     reads = _Generic(clients, discovery or Discovery())
     return [
@@ -309,6 +346,7 @@ def generic_tools(clients: KubeClients, discovery: Discovery | None = None) -> l
             f"of at most {MAX_ROWS} rows.",
             ResourceList,
             reads.audited(reads.list_resources),
+            target=static_target,
         ),
         declare(
             "get_resource",
@@ -316,5 +354,6 @@ def generic_tools(clients: KubeClients, discovery: Discovery | None = None) -> l
             "Read one object of any kind the cluster serves as YAML, status included.",
             ResourceGet,
             reads.audited(reads.get_resource),
+            target=static_target,
         ),
     ]
