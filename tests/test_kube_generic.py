@@ -23,7 +23,7 @@ from bot.pipeline.tail import ExecuteStage
 from bot.pipeline.targets import ResolvedTargets
 from bot.toolsets.kube.client import KubeClients
 from bot.toolsets.kube.discovery import Discovery
-from bot.toolsets.kube.generic import MAX_ROWS, generic_tools
+from bot.toolsets.kube.generic import MAX_ROWS, MAX_YAML_CHARS, generic_tools
 from bot.toolsets.kube.read import read_tools
 from bot.toolsets.spec import Tool, ToolArgumentError, ToolContext, ToolFailure
 from bot.values import ToolOutcome, ToolStatus, WriteOutcome
@@ -424,3 +424,13 @@ async def test_without_a_default_namespace_cluster_scoped_kinds_need_none(world:
         "name a namespace"
     )
     assert not [r for r in world.requests_since(mark) if "/statefulsets" in r]
+
+
+async def test_a_large_object_is_cut_with_a_note(world: World) -> None:
+    world.kube.add_configmap("dev-a", "huge", {f"line-{i:04d}": "x" * 40 for i in range(600)})
+    result = await world.tools["get_resource"].handler(
+        {"kind": "ConfigMap", "name": "huge", "namespace": "dev-a"}, CTX
+    )
+    assert len(result.text) <= MAX_YAML_CHARS + 100
+    assert result.text.splitlines()[-1].startswith(f"[cut at {MAX_YAML_CHARS} of ")
+    assert result.summary == "ConfigMap dev-a/huge (cut)"

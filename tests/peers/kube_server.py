@@ -1817,9 +1817,9 @@ class KubeServer:
                 if res.api_version == METRICS_API
                 else entry | {"namespaced": res.namespaced, "verbs": verbs}
             )
-            if res.plural == "pods" and res.api_version == "v1":
-                resources.append({"name": "pods/log", "singularName": "", "namespaced": True})
-                resources[-1] |= {"kind": "Pod", "verbs": ["get"]}
+            for sub, kind, sub_verbs in _SUBRESOURCES.get((res.api_version, res.plural), ()):
+                resources.append({"name": f"{res.plural}/{sub}", "singularName": ""})
+                resources[-1] |= {"namespaced": True, "kind": kind, "verbs": list(sub_verbs)}
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version} | {
             "resources": resources
         }
@@ -1913,6 +1913,11 @@ class KubeServer:
 
 
 METRICS_API = "metrics.k8s.io/v1beta1"
+# The subresources this server serves, as discovery lists them.
+_SUBRESOURCES = {
+    ("v1", "pods"): (("log", "Pod", ("get",)),),
+    ("apps/v1", "deployments"): (("scale", "Scale", ("get", "patch", "update")),),
+}
 # The short names the real server's discovery lists (kubectl api-resources).
 _SHORT_NAMES = {
     "namespaces": ("ns",),
