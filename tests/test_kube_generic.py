@@ -76,6 +76,19 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
     )
     kube.install_crd("example.com", "Widget", "widgets", namespaced=False)
     kube.add_custom("example.com", "widgets", {"metadata": {"name": "global-w"}, "spec": {}})
+    hpa_spec = {"scaleTargetRef": {"kind": "Deployment", "name": "checkout-api"}}
+    hpa_spec |= {"minReplicas": 2, "maxReplicas": 6}
+    kube.put(
+        "HorizontalPodAutoscaler",
+        {"metadata": {"name": "checkout-api", "namespace": "shop"}, "spec": hpa_spec}
+        | {"status": {"currentReplicas": 6, "desiredReplicas": 6}},
+    )
+    rule = {"host": "shop.example.com", "http": {"paths": []}}
+    kube.put(
+        "Ingress",
+        {"metadata": {"name": "shop", "namespace": "shop"}, "spec": {"rules": [rule]}}
+        | {"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}},
+    )
     kube.add_namespace("bulk")
     for i in range(MAX_ROWS + 12):
         kube.add_configmap("bulk", f"cm-{i:03d}", {"k": "v"})
@@ -108,6 +121,14 @@ async def test_a_cronjob_and_a_job(world: World) -> None:
     assert row.startswith("nightly-report") and "0 3 * * *" in row and "3m ago" in row
     jobs = await world.run("list_resources", {"kind": "batch/v1/Job"})
     assert jobs.splitlines()[2].split()[:2] == ["nightly-report-2891", "Complete"]
+
+
+async def test_an_hpa_and_an_ingress_show_their_useful_columns(world: World) -> None:
+    hpa = (await world.run("list_resources", {"kind": "hpa"})).splitlines()
+    assert hpa[1].split()[:5] == ["NAME", "REFERENCE", "MIN", "MAX", "REPLICAS"]
+    assert hpa[2].split()[:5] == ["checkout-api", "Deployment/checkout-api", "2", "6", "6"]
+    ingress = (await world.run("list_resources", {"kind": "Ingress"})).splitlines()
+    assert ingress[2].split()[:3] == ["shop", "shop.example.com", "203.0.113.7"]
 
 
 async def test_a_custom_resource_listed_and_read(world: World) -> None:

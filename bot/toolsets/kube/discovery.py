@@ -25,6 +25,10 @@ _VERSION = re.compile(r"v\d+(?:(?:alpha|beta)\d+)?")
 # Words that name the core Secret kind however the model spells it.
 _SECRET_WORDS = frozenset({"secret", "secrets"})
 _NOT_A_KIND = "kind {!r} is not a kind such as StatefulSet or apps/v1/StatefulSet."
+_NOT_SERVED = (
+    "Cluster {cluster} serves no kind {kind!r}; name a kind such as StatefulSet, a plural "
+    "such as statefulsets, or group/version/Kind."
+)
 SECRET_REFUSAL = "kelpie never reads Secrets, not even their names; ask a person with access."
 
 
@@ -143,10 +147,7 @@ class Discovery:
         for resource in served:
             if resource.answers(query.name) and _fits(resource, query):
                 return resource
-        raise ToolFailure(
-            f"Cluster {kube.name} serves no kind {str(query)!r}; list_resources takes a kind "
-            "such as StatefulSet, a plural such as statefulsets, or group/version/Kind."
-        )
+        raise ToolFailure(_NOT_SERVED.format(cluster=kube.name, kind=str(query)))
 
 
 def _gv(query: KindQuery) -> str:

@@ -130,6 +130,11 @@ def _address(obj: Obj) -> str:
     return ",".join(str(i.get("ip") or i.get("hostname")) for i in found) or "-"
 
 
+def _scale_target(obj: Obj) -> str:
+    target = dig(obj, "spec", "scaleTargetRef") or {}
+    return f"{target.get('kind')}/{target.get('name')}"
+
+
 def _keys(obj: Obj) -> str:
     return str(len(obj.get("data") or {}) + len(obj.get("binaryData") or {}))
 
@@ -170,10 +175,7 @@ _COLUMNS: dict[str, tuple[Column, ...]] = {
     "HorizontalPodAutoscaler.autoscaling": (
         (
             "REFERENCE",
-            lambda o: (
-                f"{dig(o, 'spec', 'scaleTargetRef', 'kind')}/"
-                f"{dig(o, 'spec', 'scaleTargetRef', 'name')}"
-            ),
+            _scale_target,
         ),
         ("MIN", _text("spec", "minReplicas")),
         ("MAX", _text("spec", "maxReplicas")),
