@@ -172,6 +172,17 @@ async def test_a_long_listing_is_capped_with_a_narrowing_note(world: World) -> N
     )
 
 
+async def test_env_values_that_look_secret_are_masked(world: World) -> None:
+    pod = world.kube.get("Pod", "shop", world.demo.healthy_pods[0])
+    assert pod is not None
+    env = pod["spec"]["containers"][0]["env"]
+    env.append({"name": "DB_PASSWORD", "value": "hunter2"})
+    world.kube.put("Pod", pod)
+    text = await world.run("get_resource", {"kind": "Pod", "name": world.demo.healthy_pods[0]})
+    assert "hunter2" not in text and "value: '[MASKED]'" in text
+    assert "value: info" in text and "name: db-credentials" in text  # a reference, not a value
+
+
 async def test_configmap_values_are_masked(world: World) -> None:
     text = await world.run("get_resource", {"kind": "cm", "name": "checkout-config"})
     assert "hunter2" not in text

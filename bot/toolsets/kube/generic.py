@@ -300,12 +300,33 @@ def _as_yaml(resource: ApiResource, obj: Obj) -> str:
         obj["binaryData"] = {
             k: f"({len(str(v))} base64 characters)" for k, v in obj["binaryData"].items()
         }
+    _mask_env(obj)
     # apiVersion and kind first, as kubectl prints them.
     obj = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind")} | obj
     text = yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, allow_unicode=True)
-    if resource.qualified_kind == "ConfigMap":
-        text, _ = mask_text(text, "configmap")
+    # Masked like logs: ConfigMap values, and whatever else looks like a secret.
+    text, _ = mask_text(text, resource.qualified_kind)
     return text
+
+
+def _mask_env(node: Any) -> None:
+    """Container env values written in a spec, masked as `NAME=value` would be in a log:
+    the YAML puts the name and the value on separate keys, where no rule sees them together
+    (a secretKeyRef names a Secret and is never resolved)."""
+    if isinstance(node, list):
+        for item in node:
+            _mask_env(item)
+        return
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        if key == "env" and isinstance(value, list):
+            for variable in value:
+                if isinstance(variable, dict) and isinstance(variable.get("value"), str):
+                    masked, _ = mask_text(f"{variable.get('name')}={variable['value']}")
+                    variable["value"] = masked.partition("=")[2]
+        else:
+            _mask_env(value)
 
 
 # Built-in cluster-scoped kinds as a model names them (kind, plural, short name): a call on
