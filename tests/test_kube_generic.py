@@ -229,6 +229,16 @@ async def test_discovery_is_cached_per_cluster_until_its_ttl(world: World) -> No
     now[0] += 61
     await tools["list_resources"].handler({"kind": "StatefulSet"}, CTX)
     assert discoveries(mark) == 4
+    # A CRD installed since: a miss in a cache older than refresh_s asks once more.
+    world.kube.install_crd("example.org", "Doohickey", "doohickeys")
+    doohickey = {"metadata": {"name": "d1", "namespace": "shop"}}
+    world.kube.add_custom("example.org", "doohickeys", doohickey)
+    with pytest.raises(ToolFailure, match="serves no kind 'Doohickey'"):
+        await tools["list_resources"].handler({"kind": "Doohickey"}, CTX)
+    assert discoveries(mark) == 4  # the cache is fresh: a typo does not rediscover
+    now[0] += 11
+    found = await tools["list_resources"].handler({"kind": "Doohickey"}, CTX)
+    assert found.summary == "1 Doohickey in namespace shop" and discoveries(mark) == 6
 
 
 # --- through the pipeline: the role's namespaces and the firewall ------------------------

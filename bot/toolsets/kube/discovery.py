@@ -21,6 +21,8 @@ from bot.toolsets.kube.client import KubeClient
 from bot.toolsets.spec import ToolArgumentError, ToolFailure
 
 DISCOVERY_TTL_S = 300.0
+# How old a cache must be before a kind it lacks sends discovery again.
+REFRESH_ON_MISS_S = 10.0
 _VERSION = re.compile(r"v\d+(?:(?:alpha|beta)\d+)?")
 # Words that name the core Secret kind however the model spells it.
 _SECRET_WORDS = frozenset({"secret", "secrets"})
@@ -121,33 +123,49 @@ class _Cached:
 
 
 class Discovery:
-    """Each cluster's served resources, cached for `ttl_s` by the injected `clock`."""
+    """Each cluster's served resources, cached for `ttl_s` by the injected `clock`; a kind
+    not found in a cache older than `refresh_s` asks again (a CRD installed meanwhile)."""
 
     def __init__(
-        self, *, ttl_s: float = DISCOVERY_TTL_S, clock: Callable[[], float] = time.monotonic
+        self,
+        *,
+        ttl_s: float = DISCOVERY_TTL_S,
+        refresh_s: float = REFRESH_ON_MISS_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._ttl_s = ttl_s
+        self._refresh_s = refresh_s
         self._clock = clock
         self._cache: dict[str, _Cached] = {}
+        # One discovery at a time per cluster: parallel reads share the first one's answer.
+        self._locks: dict[str, asyncio.Lock] = {}
 
     async def resources(self, kube: KubeClient) -> list[ApiResource]:
-        cached = self._cache.get(kube.name)
-        if cached is not None and self._clock() - cached.at < self._ttl_s:
-            return cached.resources
-        found = await _discover(kube)
-        self._cache[kube.name] = _Cached(self._clock(), found)
-        return found
+        async with self._locks.setdefault(kube.name, asyncio.Lock()):
+            cached = self._cache.get(kube.name)
+            if cached is not None and self._clock() - cached.at < self._ttl_s:
+                return cached.resources
+            found = await _discover(kube)
+            self._cache[kube.name] = _Cached(self._clock(), found)
+            return found
 
     async def resolve(self, kube: KubeClient, query: KindQuery) -> ApiResource:
         """The one resource `query` names, preferring the core group, then discovery order."""
-        served = await self.resources(kube)
-        if query.version is not None and query.group is not None:
-            if not any(r.group_version == _gv(query) for r in served):
-                served = served + await _group_version(kube, _gv(query), required=False)
-        for resource in served:
-            if resource.answers(query.name) and _fits(resource, query):
-                return resource
-        raise ToolFailure(_NOT_SERVED.format(cluster=kube.name, kind=str(query)))
+        found = _first(await self.resources(kube), query)
+        cached = self._cache.get(kube.name)
+        if found is None and cached is not None and self._clock() - cached.at >= self._refresh_s:
+            self._cache.pop(kube.name, None)
+            found = _first(await self.resources(kube), query)
+        if found is None and query.version is not None and query.group is not None:
+            # A version discovery did not list (not the group's preferred one, say).
+            found = _first(await _group_version(kube, _gv(query), required=False), query)
+        if found is None:
+            raise ToolFailure(_NOT_SERVED.format(cluster=kube.name, kind=str(query)))
+        return found
+
+
+def _first(served: list[ApiResource], query: KindQuery) -> ApiResource | None:
+    return next((r for r in served if r.answers(query.name) and _fits(r, query)), None)
 
 
 def _gv(query: KindQuery) -> str:

@@ -67,7 +67,7 @@ MAX_YAML_CHARS = 12_000
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 # --- the sentences of this module ---------------------------------------------------------
-_NOT_LISTABLE = (
+_NOT_LISTABLE = "Cluster {cluster} does not offer {verb} on {plural} ({kind})."
     "Cluster {cluster} does not let anyone {verb} {plural} ({kind}): it is not readable."
 )
 _MORE = (
