@@ -68,8 +68,6 @@ _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 # --- the sentences of this module ---------------------------------------------------------
 _NOT_LISTABLE = "Cluster {cluster} does not offer {verb} on {plural} ({kind})."
-    "Cluster {cluster} does not let anyone {verb} {plural} ({kind}): it is not readable."
-)
 _MORE = (
     "… and {more} more {plural} not shown; narrow your call with a namespace, "
     "label_selector or field_selector."
