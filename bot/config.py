@@ -421,11 +421,11 @@ def _kubernetes_kind(kind: str) -> str:
     if _QUALIFIED_KIND.fullmatch(kind):
         return kind
     if kind.lower() not in _KINDS_LOWER:
-        hint = _did_you_mean(kind, KUBERNETES_KINDS)
-        raise ValueError(
-            f'"{kind}" is not a built-in Kubernetes kind{hint}; write another group\'s kind '
-            "as Kind.group, e.g. Gadget.example.com"
+        # A near miss of a built-in kind is a typo; anything else may be a custom kind.
+        hint = _did_you_mean(kind, KUBERNETES_KINDS) or (
+            "; write another group's kind as Kind.group, e.g. Gadget.example.com"
         )
+        raise ValueError(f'"{kind}" is not a built-in Kubernetes kind{hint}')
     return kind
 
 
