@@ -179,11 +179,17 @@ async def test_a_statefulset_a_cronjob_and_a_custom_resource_with_least_privileg
     assert got.startswith("apiVersion: example.com/v1\nkind: Gadget\n")
     assert "size: 3" in got and "managedFields" not in got
 
+    # Cluster-scoped: the CRD itself, whatever the channel's namespace.
+    lines = await run("list_resources", {"kind": "crd"})
+    assert lines[0].endswith("(cluster-scoped)")
+    assert any(line.split()[0] == "gadgets.example.com" for line in lines[2:])
+
     for name, args in (
         ("list_resources", {"kind": "v1/Secret"}),
         ("get_resource", {"kind": "secrets", "name": "anything"}),
     ):
         with pytest.raises(ToolFailure, match="kelpie never reads Secrets"):
             await run(name, args)
-    with pytest.raises(ToolFailure, match=r"serves no metrics API \(metrics.k8s.io answered 404\)"):
-        await run("top_pods", {})
+    for usage in ("top_pods", "top_nodes"):
+        with pytest.raises(ToolFailure, match=r"serves no metrics API \(metrics.k8s.io answered"):
+            await run(usage, {})
