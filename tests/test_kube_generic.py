@@ -23,7 +23,7 @@ from bot.pipeline.tail import ExecuteStage
 from bot.pipeline.targets import ResolvedTargets
 from bot.toolsets.kube.client import KubeClients
 from bot.toolsets.kube.discovery import Discovery
-from bot.toolsets.kube.generic import MAX_ROWS, MAX_YAML_CHARS, generic_tools
+from bot.toolsets.kube.generic import FETCH_LIMIT, MAX_ROWS, MAX_YAML_CHARS, generic_tools
 from bot.toolsets.kube.read import read_tools
 from bot.toolsets.spec import Tool, ToolArgumentError, ToolContext, ToolFailure
 from bot.values import ToolOutcome, ToolStatus, WriteOutcome
@@ -181,6 +181,27 @@ async def test_env_values_that_look_secret_are_masked(world: World) -> None:
     text = await world.run("get_resource", {"kind": "Pod", "name": world.demo.healthy_pods[0]})
     assert "hunter2" not in text and "value: '[MASKED]'" in text
     assert "value: info" in text and "name: db-credentials" in text  # a reference, not a value
+
+
+async def test_a_listing_past_one_page_counts_what_the_server_counts(world: World) -> None:
+    world.kube.add_namespace("paged")
+    for i in range(FETCH_LIMIT + 20):
+        world.kube.put(
+            "ConfigMap",
+            {"metadata": {"name": f"p-{i:04d}", "namespace": "paged", "labels": {"tier": "x"}}},
+        )
+    lines = (await world.run("list_resources", {"kind": "cm", "namespace": "paged"})).splitlines()
+    assert lines[0] == f"{FETCH_LIMIT + 20} ConfigMaps in namespace paged"
+    assert lines[-1].startswith(f"… and {FETCH_LIMIT + 20 - MAX_ROWS} more configmaps not shown")
+    assert world.kube.requests[-1].query["limit"] == str(FETCH_LIMIT)
+    selected = await world.run(
+        "list_resources", {"kind": "cm", "namespace": "paged", "label_selector": "tier=x"}
+    )
+    assert selected.splitlines()[0] == f"more than {FETCH_LIMIT} ConfigMaps in namespace paged"
+    assert selected.splitlines()[-1] == (
+        f"… and more configmaps beyond the first {MAX_ROWS} (the server did not count them); "
+        "narrow your call with a namespace, label_selector or field_selector."
+    )
 
 
 async def test_configmap_values_are_masked(world: World) -> None:

@@ -1363,7 +1363,9 @@ class KubeServer:
             rest = items[offset + limit :]
             items = items[offset : offset + limit]
             if rest:
-                meta |= {"continue": str(offset + limit), "remainingItemCount": len(rest)}
+                meta["continue"] = str(offset + limit)
+                if not labels and not fields:  # the real server counts only unfiltered lists
+                    meta["remainingItemCount"] = len(rest)
         return {"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta} | {
             "items": items
         }

@@ -73,8 +73,8 @@ _MORE = (
     "label_selector or field_selector."
 )
 _MORE_UNCOUNTED = (
-    "… and more {plural} beyond the first {fetched} (the server holds the rest); narrow your "
-    "call with a namespace, label_selector or field_selector."
+    "… and more {plural} beyond the first {shown} (the server did not count them); narrow "
+    "your call with a namespace, label_selector or field_selector."
 )
 _CUT = "[cut at {limit} of {size} characters]"
 
@@ -232,12 +232,13 @@ class _Generic(KubeReads):
             query | {"limit": str(FETCH_LIMIT)},
         )
         items = items_of(listing)
-        summary = f"{plural(len(items), resource.kind)} {place}"
+        total, counted = _total(items, listing)
+        summary = f"{'' if counted else 'more than '}{plural(total, resource.kind)} {place}"
         if not items:
             return result([f"No {resource.plural} {place} match."], summary)
         across = resource.namespaced and namespace is None
         lines = [summary, *self._table(resource, items[:MAX_ROWS], across)]
-        more = _more_note(resource, items, listing)
+        more = _more_note(resource, total - min(total, MAX_ROWS), counted)
         return result([*lines, *([more] if more else [])], summary)
 
     @staticmethod
@@ -275,13 +276,20 @@ class _Generic(KubeReads):
         return result([text.rstrip("\n")], summary)
 
 
-def _more_note(resource: ApiResource, items: list[Obj], listing: Any) -> str | None:
-    hidden = max(0, len(items) - MAX_ROWS)
+def _total(items: list[Obj], listing: Any) -> tuple[int, bool]:
+    """How many objects match, and whether that is an exact count: the server answers one
+    page, with what remains counted only when no selector was given."""
+    if not dig(listing, "metadata", "continue"):
+        return len(items), True
     remaining = dig(listing, "metadata", "remainingItemCount")
-    if dig(listing, "metadata", "continue"):
-        if not isinstance(remaining, int):
-            return _MORE_UNCOUNTED.format(plural=resource.plural, fetched=len(items))
-        hidden += remaining
+    if isinstance(remaining, int):
+        return len(items) + remaining, True
+    return len(items), False
+
+
+def _more_note(resource: ApiResource, hidden: int, counted: bool) -> str | None:
+    if not counted:
+        return _MORE_UNCOUNTED.format(plural=resource.plural, shown=MAX_ROWS)
     return _MORE.format(more=hidden, plural=resource.plural) if hidden else None
 
 
