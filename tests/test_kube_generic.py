@@ -349,6 +349,13 @@ async def test_the_firewall_zone_holds_for_generic_calls(world: World) -> None:
     )
     assert outcome.refusal is not None and outcome.refusal.stage == "firewall"
     assert "kube-system is a denied zone" in outcome.refusal.reason
+    # The Namespace object of a denied namespace, found only once the kind is resolved.
+    walled = await through_pipeline(
+        world, "get_resource", {"kind": "ns", "name": "kube-system"}, namespaces=["*"]
+    )
+    assert walled.refusal is not None and walled.refusal.reason == (
+        "namespace kube-system is a denied zone (kube-system) for every channel"
+    )
     allowed = await through_pipeline(world, "list_resources", {"kind": "Node"}, namespaces=["*"])
     assert allowed.status is ToolStatus.OK and "2 Nodes (cluster-scoped)" in allowed.content
 
@@ -497,3 +504,22 @@ async def test_a_large_object_is_cut_with_a_note(world: World) -> None:
     assert len(result.text) <= MAX_YAML_CHARS + 100
     assert result.text.splitlines()[-1].startswith(f"[cut at {MAX_YAML_CHARS} of ")
     assert result.summary == "ConfigMap dev-a/huge (cut)"
+
+
+@pytest.mark.parametrize("deny_kinds", [["Secret"], []])
+async def test_secrets_stay_unread_through_the_pipeline_whatever_the_firewall(
+    world: World, deny_kinds: list[str]
+) -> None:
+    """With Secret in deny_kinds the firewall refuses first; with it removed by an operator
+    the tool itself still refuses. Either way nothing is requested."""
+    firewall = FirewallConfig(deny_kinds=deny_kinds)
+    mark = len(world.kube.requests)
+    for spelling in SECRET_SPELLINGS:
+        for name, args in (
+            ("list_resources", {"kind": spelling}),
+            ("get_resource", {"kind": spelling, "name": "db-credentials"}),
+        ):
+            outcome = await through_pipeline(world, name, args, namespaces=["*"], firewall=firewall)
+            assert outcome.status is not ToolStatus.OK, (spelling, outcome.content)
+            assert "Secret" in outcome.content
+    assert world.requests_since(mark) == []
