@@ -23,7 +23,7 @@ _NO_METRICS = (
     "Cluster {cluster} serves no metrics API (metrics.k8s.io answered 404): install "
     "metrics-server to see cpu and memory usage."
 )
-_MORE = "… and {more} more {noun} not shown; narrow with a namespace or label_selector."
+_MORE = "… and {more} more {noun} not shown; narrow your call with {how}."
 _CPU = re.compile(r"(\d+(?:\.\d+)?)(n|u|m|)")
 _MEMORY = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|)")
 _MEMORY_FACTOR = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
@@ -97,7 +97,8 @@ class _Usage(KubeReads):
         )
         rows = [[n, cpu_text(c), mem_text(m)] for n, c, m in usage[:MAX_ROWS]]
         more = len(usage) - MAX_ROWS
-        note = [_MORE.format(more=more, noun="pods")] if more > 0 else []
+        how = "a namespace or label_selector"
+        note = [_MORE.format(more=more, noun="pods", how=how)] if more > 0 else []
         lines = [summary, *table(["NAME", "CPU", "MEMORY"], rows), *note]
         return result(lines, summary)
 
@@ -130,7 +131,9 @@ class _Usage(KubeReads):
             )
         summary = f"usage of {plural(len(rows), 'node')}"
         header = ["NAME", "CPU", "CPU% of allocatable", "MEMORY", "MEMORY% of allocatable"]
-        return result([summary, *table(header, rows[:MAX_ROWS])], summary)
+        more = len(rows) - MAX_ROWS
+        note = [_MORE.format(more=more, noun="nodes", how="a label_selector")] if more > 0 else []
+        return result([summary, *table(header, rows[:MAX_ROWS]), *note], summary)
 
 
 def _percent(used: float, allocatable: float) -> str:
