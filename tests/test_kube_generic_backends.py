@@ -16,8 +16,15 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from bot.config import FirewallConfig, RoleConfig
+from bot.pipeline.decision import CallScope, ToolInvocation
+from bot.pipeline.firewall import FirewallStage
+from bot.pipeline.flow import Pipeline, RoleGateStage
+from bot.pipeline.tail import ExecuteStage
+from bot.pipeline.targets import ResolvedTargets
 from bot.toolsets.kube.read import read_tools
 from bot.toolsets.spec import Tool, ToolContext, ToolFailure
+from bot.values import ToolOutcome, ToolStatus, WriteOutcome
 from tests.realkube.backends import CLUSTER, Backend, FakeBackend, RealBackend
 from tests.realkube.cluster import KELPIE_USER, ROOT, Admin, binding, eventually
 
@@ -193,3 +200,53 @@ async def test_a_statefulset_a_cronjob_and_a_custom_resource_with_least_privileg
     for usage in ("top_pods", "top_nodes"):
         with pytest.raises(ToolFailure, match=r"serves no metrics API \(metrics.k8s.io answered"):
             await run(usage, {})
+
+
+class _NoWrites:
+    async def execute(self, approval: Any) -> WriteOutcome:
+        raise AssertionError("no write here")
+
+
+async def _through_pipeline(
+    tool: Tool, args: dict[str, Any], namespace: str, allowed: list[str]
+) -> ToolOutcome:
+    checks = [RoleGateStage(), FirewallStage(FirewallConfig())]
+    pipeline = Pipeline(checks, [ExecuteStage(_NoWrites(), 30, ResolvedTargets(checks))])
+    scope = CallScope(
+        session_id=1,
+        session_key="T1:C1:1.0",
+        channel_id="C1",
+        slack_user="U1",
+        role_name="team",
+        role=RoleConfig(tools=["read/*"], namespaces=allowed),
+        tool_context=ToolContext(CLUSTER, namespace),
+        offered=frozenset([tool.name]),
+    )
+    flow = await pipeline.run(ToolInvocation("call-1", tool, args, scope))
+    assert flow.outcome is not None
+    return flow.outcome
+
+
+async def test_a_role_confined_to_its_namespace_stays_there(backend: Backend) -> None:
+    _seed(backend)
+    tools: dict[str, Tool] = {t.name: t for t in read_tools(backend.clients)}
+    ns = backend.namespace
+    mine = await _through_pipeline(
+        tools["list_resources"], {"kind": "StatefulSet"}, ns, allowed=[ns]
+    )
+    assert mine.status is ToolStatus.OK and "ledger" in mine.content
+    for name, args, where in (
+        ("list_resources", {"kind": "StatefulSet", "namespace": "default"}, "namespace default"),
+        (
+            "get_resource",
+            {"kind": "StatefulSet", "name": "x", "namespace": "default"},
+            "namespace default",
+        ),
+        ("list_resources", {"kind": "StatefulSet", "namespace": "*"}, "all namespaces"),
+        ("list_resources", {"kind": "Node"}, "cluster-scoped objects"),
+        ("get_resource", {"kind": "crd", "name": "gadgets.example.com"}, "cluster-scoped objects"),
+    ):
+        outcome = await _through_pipeline(tools[name], args, ns, allowed=[ns])
+        assert outcome.status is ToolStatus.DENIED, (args, outcome.content)
+        assert outcome.refusal is not None
+        assert outcome.refusal.reason == f"channel role team may not touch {where} (allowed: {ns})"
