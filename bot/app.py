@@ -72,6 +72,7 @@ from bot.pipeline.tail import (
     PostHook,
     PostHookStage,
 )
+from bot.pipeline.targets import ResolvedTargets
 from bot.slack import copy
 from bot.slack.adapter import SlackAdapter
 from bot.slack.at_rest import AtRest
@@ -302,12 +303,20 @@ def call_pipeline(
         checks,
         [
             ApprovalStage(approvals, audit, timeout_s),
-            ExecuteStage(writes, timeout_s),
+            # A tool that resolves its target at run time asks the role gate and the
+            # firewall again about it (bot/pipeline/targets.py).
+            ExecuteStage(writes, timeout_s, ResolvedTargets(_target_checks(checks))),
             MaskStage(),
             PostHookStage(post_hooks),
             AuditStage(audit),
         ],
     )
+
+
+def _target_checks(checks: list[Stage]) -> list[Stage]:
+    """The checks that judge a resolved target: the role gate and the firewall (hooks and
+    the guardian already saw the call as the model made it)."""
+    return [stage for stage in checks if isinstance(stage, RoleGateStage | FirewallStage)]
 
 
 class Drainable(Protocol):

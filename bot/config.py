@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -36,7 +37,7 @@ MAX_ITERATIONS_CEILING = 40
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # The built-in kinds of the API groups a cluster serves without add-ons: the firewall
 # matches `deny_kinds` against these (case-insensitively), so a misspelt kind would deny
-# nothing. Custom resources are not reachable through kelpie's typed tools.
+# nothing. Custom kinds (read by the generic tools) are written `Kind.group`.
 KUBERNETES_KINDS = (
     "Binding", "ComponentStatus", "ConfigMap", "Endpoints", "Event", "LimitRange",
     "Namespace", "Node", "PersistentVolume", "PersistentVolumeClaim", "Pod", "PodTemplate",
@@ -416,9 +417,18 @@ class ChannelConfig(_Strict):
     namespace: str | None = None
 
 
+# A custom (or any group's) kind written `Kind.group`, e.g. `Gadget.example.com`.
+_QUALIFIED_KIND = re.compile(r"[A-Z][A-Za-z0-9]{0,62}\.[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
 def _kubernetes_kind(kind: str) -> str:
+    if _QUALIFIED_KIND.fullmatch(kind):
+        return kind
     if kind.lower() not in _KINDS_LOWER:
-        hint = _did_you_mean(kind, KUBERNETES_KINDS)
+        # A near miss of a built-in kind is a typo; anything else may be a custom kind.
+        hint = _did_you_mean(kind, KUBERNETES_KINDS) or (
+            "; write another group's kind as Kind.group, e.g. Gadget.example.com"
+        )
         raise ValueError(f'"{kind}" is not a built-in Kubernetes kind{hint}')
     return kind
 

@@ -183,3 +183,34 @@ def test_overlay_passes_a_server_side_dry_run_on_a_real_api_server(realkube, ove
     lines = applied.stdout.splitlines()
     assert len(lines) == len([doc for doc in yaml.safe_load_all(rendered) if doc])
     assert all(line.endswith("(server dry run)") for line in lines), lines
+
+
+AGGREGATE_LABEL = "kelpie.dev/aggregate-to-reader"
+
+
+@pytest.mark.parametrize("overlay", ["socket-mode", "http", "postgres"])
+def test_custom_kinds_come_from_an_aggregated_cluster_role_operators_extend(overlay):
+    docs = render(overlay)
+    role = next(d for d in docs if d["metadata"]["name"] == "kelpie-custom-kinds")
+    assert role["kind"] == "ClusterRole" and role["rules"] == []
+    selectors = role["aggregationRule"]["clusterRoleSelectors"]
+    assert selectors == [{"matchLabels": {AGGREGATE_LABEL: "true"}}]
+    bound = next(
+        d
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding" and d["roleRef"]["name"] == "kelpie-custom-kinds"
+    )
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert bound["subjects"] == [
+        {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "kelpie"}
+    ]
+    readme = (DEPLOY.parent / "README.md").read_text()
+    assert f'{AGGREGATE_LABEL}: "true"' in readme, "the README documents the label"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_no_shipped_role_grants_secrets_or_wildcards(overlay):
+    for doc in render(overlay):
+        for rule in doc.get("rules") or [] if doc["kind"] in ("Role", "ClusterRole") else []:
+            assert "secrets" not in rule.get("resources", []), doc["metadata"]["name"]
+            assert "*" not in rule.get("resources", []) + rule.get("apiGroups", [])

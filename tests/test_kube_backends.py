@@ -246,7 +246,9 @@ async def test_kelpies_identity_may_not_read_secrets_or_do_anything_else(
         )
         for verb, resource, group in [
             ("get", "secrets", ""),
-            ("list", "configmaps", ""),
+            ("list", "secrets", ""),
+            ("watch", "secrets", ""),
+            ("list", "serviceaccounts", ""),
             ("create", "pods", ""),
             ("patch", "pods", ""),
             ("update", "deployments", "apps"),

@@ -83,6 +83,27 @@ async def test_a_kubeconfig_as_and_as_groups_are_honoured(
         clients.close()
 
 
+async def test_discovery_and_the_generic_reads_impersonate_too(
+    kube: KubeServer, demo: Demo, tmp_path: Path
+) -> None:
+    clients = KubeClients.build(
+        [("prod", str(kube.write_kubeconfig(tmp_path / "kubeconfig")), None, False)]
+    )
+    tools = _tools(clients)
+    kube.set_pod_metrics("shop", demo.crashing_pod, {"app": ("10m", "64Mi")})
+    try:
+        ctx = ToolContext("prod", "shop", ALICE)
+        await tools["list_resources"].handler({"kind": "Deployment"}, ctx)
+        await tools["get_resource"].handler({"kind": "Deployment", "name": demo.deployment}, ctx)
+        await tools["top_pods"].handler({}, ctx)
+        paths = {r.path for r in kube.requests}
+        assert {"/api", "/apis", "/apis/apps/v1/namespaces/shop/deployments"} <= paths
+        assert "/apis/metrics.k8s.io/v1beta1/namespaces/shop/pods" in paths
+        assert {r.acting_as for r in kube.requests} == {("alice", ("oncall", "team-a"))}
+    finally:
+        clients.close()
+
+
 def _grants(backend: Backend) -> None:
     """Group team-a may scale deployments in the test's namespace; kelpie may impersonate
     alice and bob and their groups (what a cluster admin grants for the config's roles)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -35,6 +36,7 @@ def _stamp() -> datetime:
 def granted() -> set[Grant]:
     documents = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
     (role,) = [d for d in documents if d["kind"] == "ClusterRole"]
+    assert role["metadata"]["name"] == "kelpie"
     grants: set[Grant] = set()
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
@@ -59,6 +61,46 @@ def _seed_what_diagnoses_read(kube: KubeServer) -> None:
         )
 
 
+# (kind, name to get) the generic tools read in the test below; None: listed only.
+GENERIC_READS: list[tuple[str, str | None]] = [
+    ("PersistentVolumeClaim", None),
+    ("PersistentVolumeClaim", "data"),
+    ("Namespace", "shop"),
+    ("Service", "checkout-api"),
+    ("StatefulSet", None),
+    ("StatefulSet", "orders-db"),
+    ("DaemonSet", None),
+    ("DaemonSet", "log-agent"),
+    ("Job", None),
+    ("Job", "report-1"),
+    ("CronJob", None),
+    ("CronJob", "report"),
+    ("Ingress", None),
+    ("Ingress", "shop"),
+    ("HorizontalPodAutoscaler", None),
+    ("HorizontalPodAutoscaler", "checkout-api"),
+    ("CustomResourceDefinition", None),
+    ("CustomResourceDefinition", "gadgets.example.com"),
+]
+
+
+def _seed_more_kinds(kube: KubeServer) -> None:
+    kube.add_configmap("shop", "checkout-config", {"LOG_LEVEL": "info"})
+    kube.add_statefulset("shop", "orders-db")
+    kube.add_cronjob("shop", "report")
+    kube.add_job("shop", "report-1")
+    kube.install_crd("example.com", "Gadget", "gadgets")
+    for kind, name in (
+        ("PersistentVolumeClaim", "data"),
+        ("DaemonSet", "log-agent"),
+        ("Ingress", "shop"),
+        ("HorizontalPodAutoscaler", "checkout-api"),
+    ):
+        kube.put(kind, {"metadata": {"name": name, "namespace": "shop"}, "spec": {}})
+    kube.set_pod_metrics("shop", "checkout-api-1", {"app": ("10m", "64Mi")})
+    kube.set_node_metrics("node-a", "100m", "1Gi")
+
+
 @pytest.fixture
 def clients(kube: KubeServer, tmp_path: Path) -> Iterator[KubeClients]:
     kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
@@ -71,7 +113,8 @@ async def test_the_cluster_role_grants_exactly_what_the_tools_use(
     kube: KubeServer, clients: KubeClients, demo: Demo
 ) -> None:
     reads = {t.name: t for t in read_tools(clients)}
-    read_calls = {
+    _seed_more_kinds(kube)
+    read_calls: dict[str, Any] = {
         "list_namespaces": {},
         "list_pods": {},
         "describe_pod": {"name": demo.crashing_pod},
@@ -89,6 +132,10 @@ async def test_the_cluster_role_grants_exactly_what_the_tools_use(
         "diagnose_namespace": {},
         "rollout_history": {"kind": "Deployment", "name": demo.deployment},
         "what_changed": {"workload": f"Deployment/{demo.deployment}"},
+        "top_pods": {},
+        "top_nodes": {},
+        "list_resources": {"kind": "ConfigMap"},
+        "get_resource": {"kind": "ConfigMap", "name": "checkout-config"},
     }
     _seed_what_diagnoses_read(kube)
     assert set(read_calls) == set(reads), "a new read tool: add it here"
@@ -100,6 +147,19 @@ async def test_the_cluster_role_grants_exactly_what_the_tools_use(
     for kind in ("StatefulSet", "DaemonSet"):
         kube.add_revisioned(kind, "shop", kind.lower(), [("db:1", _stamp(), "")])
         await reads["rollout_history"].handler({"kind": kind, "name": kind.lower()}, CTX)
+    # The generic tools over every built-in kind the ClusterRole grants them.
+    (rs,) = [
+        r["metadata"]["name"]
+        for r in kube.objects("ReplicaSet")
+        if r["spec"]["replicas"]
+        and r["metadata"]["namespace"] == "shop"
+        and "checkout" in r["metadata"]["name"]
+    ]
+    for kind, name in [*GENERIC_READS, ("ReplicaSet", rs)]:
+        if name is None:
+            await reads["list_resources"].handler({"kind": kind}, CTX)
+        else:
+            await reads["get_resource"].handler({"kind": kind, "name": name}, CTX)
 
     writes = {t.name: t for t in write_tools(clients)}
     write_calls = {

@@ -41,7 +41,7 @@ REPEATED_NOTE = (
 # Arguments that make a call return less, in the order worth suggesting.
 _NARROWING = (
     "tail_lines",
-    "since_seconds",
+    "since",
     "limit_bytes",
     "label_selector",
     "field_selector",

@@ -44,8 +44,9 @@ class FirewallStage:
 
     def __init__(self, config: FirewallConfig) -> None:
         self._namespaces = list(config.deny_namespaces)
-        # Lower-cased for matching, as written in the config for reasons.
-        self._kinds = {kind.lower(): kind for kind in config.deny_kinds}
+        # (kind, group or None) lower-cased for matching, as written in the config for
+        # reasons: `Secret` denies that kind in any group, `Gadget.example.com` in one.
+        self._kinds = {_kind_parts(kind): kind for kind in config.deny_kinds}
         self._names = [_split_name_glob(pattern) for pattern in config.deny_names]
 
     async def check(self, call: ToolInvocation) -> Decision:
@@ -90,7 +91,7 @@ class FirewallStage:
         if not self._kinds:
             return None
         for kind in call.tool.resource_kinds:
-            if kind.lower() in self._kinds:
+            if self._denied_kind(kind) is not None:
                 return f"{call.tool.name} touches {kind} objects, a denied kind for every channel"
         for key in _KIND_ARGS:
             for value in _strings(call.args.get(key)):
@@ -99,13 +100,27 @@ class FirewallStage:
                     return f"{key}={value} names {named} objects, a denied kind for every channel"
         return None
 
+    def _denied_kind(self, kind: str) -> str | None:
+        """The deny entry a touched kind falls under: `Deployment` (a typed tool's, group
+        unsaid) or `Gadget.example.com` (a resolved one), matched by kind and, where both
+        say it, by group."""
+        name, group = _kind_parts(kind)
+        for (denied, denied_group), written in self._kinds.items():
+            if name == denied and (None in (group, denied_group) or group == denied_group):
+                return written
+        return None
+
     def _named_kind(self, value: str) -> str | None:
-        """`Secret`, `secrets`, `v1/Secret`, `secrets/db`, `secrets.v1.` all name Secret."""
-        for token in re.split(r"[\s/,]+", value.lower()):
+        """`Secret`, `secrets`, `v1/Secret`, `secrets/db`, `secrets.v1.` all name Secret;
+        `gadgets.example.com` and `example.com/v1/Gadget` name Gadget.example.com."""
+        lowered_value = value.lower()
+        for token in re.split(r"[\s/,]+", lowered_value):
             candidates = {token, token.split(".", 1)[0]}
             for candidate in candidates:
-                for lowered, kind in self._kinds.items():
-                    if candidate in (lowered, lowered + "s", lowered + "es"):
+                for (lowered, group), kind in self._kinds.items():
+                    if candidate not in (lowered, lowered + "s", lowered + "es"):
+                        continue
+                    if group is None or group in lowered_value:
                         return kind
         return None
 
@@ -150,6 +165,12 @@ class FirewallStage:
                         if kind is not None:
                             return f"{arg} {key}={value} names {kind} objects, a denied kind"
         return None
+
+
+def _kind_parts(kind: str) -> tuple[str, str | None]:
+    """`Gadget.example.com` → ("gadget", "example.com"); `Secret` → ("secret", None)."""
+    name, dot, group = kind.lower().partition(".")
+    return name, group if dot else None
 
 
 def _split_name_glob(pattern: str) -> tuple[str, str, str]:

@@ -14,13 +14,21 @@ from typing import Protocol
 
 from bot.model.outbound import mask_value, mask_value_async
 from bot.pipeline.decision import ToolInvocation
-from bot.pipeline.flow import CallFlow
+from bot.pipeline.flow import CallFlow, refused
+from bot.pipeline.targets import ResolvedTargets
 from bot.store.retry import retrying
-from bot.toolsets.spec import REASON_ARG, ToolArgumentError, ToolFailure, ToolKind
+from bot.toolsets.spec import (
+    REASON_ARG,
+    TargetRefused,
+    ToolArgumentError,
+    ToolFailure,
+    ToolKind,
+)
 from bot.values import (
     Approval,
     AuditEntry,
     Decision,
+    Refusal,
     StageDecision,
     ToolOutcome,
     ToolStatus,
@@ -120,9 +128,13 @@ class ExecuteStage:
 
     name = "execute"
 
-    def __init__(self, writes: ApprovedWrites, timeout_s: float) -> None:
+    def __init__(
+        self, writes: ApprovedWrites, timeout_s: float, targets: ResolvedTargets | None = None
+    ) -> None:
         self._writes = writes
         self._timeout_s = timeout_s
+        # The checks a tool asks again once it knows what it will touch (bot/pipeline/targets.py).
+        self._targets = targets
 
     async def run(self, flow: CallFlow) -> CallFlow:
         if flow.outcome is not None or flow.verdict is Verdict.DENY:
@@ -140,10 +152,13 @@ class ExecuteStage:
 
     async def _execute(self, call: ToolInvocation) -> ToolOutcome:
         name = call.tool.name
+        context = call.scope.tool_context
+        if self._targets is not None:
+            context = replace(context, gate=self._targets.bind(call))
         try:
-            result = await asyncio.wait_for(
-                call.tool.handler(call.args, call.scope.tool_context), self._timeout_s
-            )
+            result = await asyncio.wait_for(call.tool.handler(call.args, context), self._timeout_s)
+        except TargetRefused as refusal:
+            return refused(Refusal(refusal.stage, refusal.reason))
         except ToolArgumentError as error:
             return failed(f"{name}: invalid arguments: {error}")
         except ToolFailure as error:

@@ -308,9 +308,10 @@ def declare(
     *,
     scope: ToolScope = ToolScope.NAMESPACED,
     kinds: tuple[str, ...] = (),
+    target: Callable[[dict[str, Any], ToolContext], str | None] | None = None,
 ) -> Tool:
     """A tool, declared once: the schema offered and the validation both come from `args`;
-    `handler` receives the validated model."""
+    `handler` receives the validated model; `target` overrides where a call lands."""
 
     async def run(raw: dict[str, Any], context: ToolContext) -> ToolResult:
         return await handler(parse_args(args, raw), context)
@@ -323,6 +324,7 @@ def declare(
         handler=run,
         scope=scope,
         resource_kinds=kinds,
+        target=target,
     )
 
 

@@ -46,6 +46,25 @@ class ToolFailure(KelpieError):
     acting_as: str | None = None
 
 
+class TargetRefused(ToolFailure):
+    """The pipeline refused what a call resolved to touch (a kind found by discovery, its
+    real scope): nothing was requested. `stage` and `reason` say who refused and why."""
+
+    def __init__(self, stage: str, reason: str) -> None:
+        super().__init__(f"Denied by {stage}: {reason}.")
+        self.stage, self.reason = stage, reason
+
+
+class TargetGate(Protocol):
+    """The pipeline's role and firewall checks, asked again once a tool knows what it will
+    touch: a generic tool learns its kind's group and scope only from discovery."""
+
+    async def admit(self, kind: str, namespace: str | None) -> None:
+        """Return when the call may touch `kind` objects (`Kind` or `Kind.group`) in
+        `namespace` ("" cluster-scoped, None all namespaces); raise TargetRefused if not."""
+        ...
+
+
 class BackgroundPort(Protocol):
     """Starts a background investigation for the running turn (see `spawn_investigation`)."""
 
@@ -94,6 +113,13 @@ class ToolContext:
     # The running turn's background investigations; None where they are not available
     # (e.g. inside a background investigation).
     background: BackgroundPort | None = field(default=None, compare=False, repr=False)
+    # The pipeline's checks for a target resolved at run time; None outside the pipeline.
+    gate: TargetGate | None = field(default=None, compare=False, repr=False)
+
+    async def admit(self, kind: str, namespace: str | None) -> None:
+        """Ask the pipeline (when there is one) whether this target may be touched."""
+        if self.gate is not None:
+            await self.gate.admit(kind, namespace)
 
 
 @dataclass(frozen=True)
@@ -146,6 +172,9 @@ class Tool:
     resource_kinds: tuple[str, ...] = field(default_factory=tuple)
     # Write tools only: the approval flow calls prepare/execute; `handler` is never run.
     write: WriteOperation | None = None
+    # Where a call lands when the arguments alone do not say it the usual way (a generic
+    # tool whose kind may be cluster-scoped); None: `namespace` or the channel's default.
+    target: Callable[[dict[str, Any], ToolContext], str | None] | None = None
 
     @property
     def pattern_name(self) -> str:
@@ -166,6 +195,8 @@ class Tool:
         """The namespace a call lands in: "" for cluster-scoped, None for all namespaces."""
         if self.scope is ToolScope.CLUSTER:
             return ""
+        if self.target is not None:
+            return self.target(args, context)
         namespace = args.get("namespace")
         if namespace == "*":
             return None

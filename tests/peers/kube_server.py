@@ -21,6 +21,7 @@ finished at once (status follows spec; a new pod template gets a new ReplicaSet)
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import hashlib
 import json
@@ -100,12 +101,20 @@ RESOURCES = {
         Resource("replicasets", "ReplicaSet", "apps/v1", True),
         # the diagnose toolset (bot/toolsets/kube/diagnose.py): workloads, HPAs and claims;
         # the changes family (rollout_history, what_changed): ControllerRevisions and
-        # ConfigMaps (listed as metadata only). HPAs are served as autoscaling/v2 and, as the
-        # real server does, as autoscaling/v1 too (the fake keeps one shape for both; the
-        # fields read through v1 — replicas, lastScaleTime — are the same in both).
+        # ConfigMaps (listed as metadata only); the generic toolset (list_resources,
+        # get_resource): more built-in kinds, Secrets among them only so tests can prove no
+        # tool ever asks for one. HPAs are served as autoscaling/v2 and, as the real server
+        # does, as autoscaling/v1 too (the fake keeps one shape for both; the fields read
+        # through v1 — replicas, lastScaleTime — are the same in both).
+        Resource("configmaps", "ConfigMap", "v1", True),
+        Resource("secrets", "Secret", "v1", True),
+        Resource("persistentvolumeclaims", "PersistentVolumeClaim", "v1", True),
         Resource("statefulsets", "StatefulSet", "apps/v1", True),
         Resource("daemonsets", "DaemonSet", "apps/v1", True),
+        Resource("controllerrevisions", "ControllerRevision", "apps/v1", True),
         Resource("jobs", "Job", "batch/v1", True),
+        Resource("cronjobs", "CronJob", "batch/v1", True),
+        Resource("ingresses", "Ingress", "networking.k8s.io/v1", True),
         Resource(
             "horizontalpodautoscalers",
             "HorizontalPodAutoscaler",
@@ -113,9 +122,12 @@ RESOURCES = {
             True,
             also_served=("autoscaling/v1",),
         ),
-        Resource("persistentvolumeclaims", "PersistentVolumeClaim", "v1", True),
-        Resource("controllerrevisions", "ControllerRevision", "apps/v1", True),
-        Resource("configmaps", "ConfigMap", "v1", True),
+        Resource(
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            "apiextensions.k8s.io/v1",
+            False,
+        ),
     )
 }
 KIND_TO_PLURAL = {r.kind: r.plural for r in RESOURCES.values()}
@@ -256,7 +268,7 @@ def request_attributes(method: str, path: str) -> Attributes | None:
         return Attributes("create", "authorization.k8s.io", "selfsubjectaccessreviews", None, None)
     target = _parse_path(path)
     if target is None:
-        return None
+        return _served_attributes(method, path)
     verb = {"GET": "get" if target.name else "list", "PATCH": "patch", "PUT": "update"}.get(
         method, "delete" if method == "DELETE" else "create"
     )
@@ -523,6 +535,7 @@ class KubeServer:
         self._rbac: list[Obj] = [VIEW_ROLE]
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
+        self._init_generic()
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -634,7 +647,7 @@ class KubeServer:
                     continue
                 if role["kind"] == "Role" and role["metadata"].get("namespace") != scope:
                     continue
-                if any(_rule_allows(rule, seen) for rule in role.get("rules") or []):
+                if any(_rule_allows(rule, seen) for rule in self._rules_of(role)):
                     return True
         return False
 
@@ -1196,16 +1209,20 @@ class KubeServer:
         name: str,
         data: dict[str, str],
         *,
-        created: datetime,
+        created: datetime | None = None,
         changed: datetime | None = None,
         manager: str = "kubectl-edit",
     ) -> Obj:
-        """A ConfigMap created by kubectl, last written by `manager` at `changed`."""
+        """A ConfigMap created by kubectl (an hour ago unless `created`), last written by
+        `manager` at `changed`."""
+        created = created or _now() - timedelta(hours=1)
         managed = [_managed("kubectl-create", created, {"f:data": {}})]
         if changed is not None:
             managed.append(_managed(manager, changed, {"f:data": {}}))
         meta = {"name": name, "namespace": namespace, "creationTimestamp": _stamp(created)}
-        return self.put("ConfigMap", {"metadata": meta | {"managedFields": managed}, "data": data})
+        return self.put(
+            "ConfigMap", {"metadata": meta | {"managedFields": managed}, "data": dict(data)}
+        )
 
     def add_hpa(
         self,
@@ -1480,6 +1497,8 @@ class KubeServer:
         if path == SSAR_PATH and method == "POST":
             review = self._access_review(request[_BODY] or {}, request[_WHO])
             return web.json_response(review, status=201)
+        if (served := self._serve_generic(request)) is not None:
+            return served
         target = _parse_path(path)
         if target is None:
             raise _StatusError(404, "the server could not find the requested resource")
@@ -1551,7 +1570,9 @@ class KubeServer:
             rest = items[offset + limit :]
             items = items[offset : offset + limit]
             if rest:
-                meta |= {"continue": str(offset + limit), "remainingItemCount": len(rest)}
+                meta["continue"] = str(offset + limit)
+                if not labels and not fields:  # the real server counts only unfiltered lists
+                    meta["remainingItemCount"] = len(rest)
         return {"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta} | {
             "items": items
         }
@@ -1785,6 +1806,361 @@ class KubeServer:
         )
         # Like RBAC's answer: a denial is just allowed: false, with no reason.
         return review | {"metadata": {}, "status": {"allowed": self.allows(who, seen)}}
+
+    # --- the generic toolset: discovery, custom resources, metrics.k8s.io ---------------
+    # (list_resources, get_resource, top_pods, top_nodes). Kept apart so merges stay easy.
+
+    def _init_generic(self) -> None:
+        # plural.group -> a custom resource served because its CRD is installed
+        self._custom: dict[str, Resource] = {}
+        self._custom_objects: dict[str, dict[tuple[str, str], Obj]] = {}
+        # None: no metrics-server (the group is not served at all, like a bare cluster)
+        self._pod_metrics: dict[tuple[str, str], Obj] | None = None
+        self._node_metrics: dict[str, Obj] | None = None
+
+    def install_crd(
+        self, group: str, kind: str, plural: str, *, namespaced: bool = True, version: str = "v1"
+    ) -> Obj:
+        """A CustomResourceDefinition; its resource is served (and discovered) at once."""
+        resource = Resource(plural, kind, f"{group}/{version}", namespaced)
+        self._custom[f"{plural}.{group}"] = resource
+        self._custom_objects.setdefault(f"{plural}.{group}", {})
+        schema = {
+            "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        }
+        spec = {
+            "group": group,
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()}
+            | {"listKind": f"{kind}List"},
+            "scope": "Namespaced" if namespaced else "Cluster",
+            "versions": [
+                {"name": version, "served": True, "storage": True, "schema": schema}
+                | {"subresources": {"status": {}}}
+            ],
+        }
+        crd = {"metadata": {"name": f"{plural}.{group}"}, "spec": spec}
+        crd["status"] = {"acceptedNames": spec["names"], "storedVersions": [version]}
+        return self.put("CustomResourceDefinition", crd)
+
+    def add_custom(self, group: str, plural: str, obj: Obj, *, age: float = 0.0) -> Obj:
+        """Store a custom resource of an installed CRD (namespace "" when cluster-scoped)."""
+        resource = self._custom[f"{plural}.{group}"]
+        stored = copy.deepcopy(obj)
+        meta = stored.setdefault("metadata", {})
+        namespace = meta.get("namespace", "") if resource.namespaced else ""
+        stored["kind"], stored["apiVersion"] = resource.kind, resource.api_version
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", _stamp(_now() - timedelta(seconds=age)))
+        meta["resourceVersion"] = self._next_rv()
+        meta.setdefault("generation", 1)
+        meta["managedFields"] = [
+            {"manager": "kubectl-client-side-apply", "operation": "Update"}
+            | {"apiVersion": resource.api_version, "fieldsType": "FieldsV1"}
+            | {"fieldsV1": {"f:spec": {}}, "time": meta["creationTimestamp"]}
+        ]
+        self._custom_objects[f"{plural}.{group}"][(namespace, meta["name"])] = stored
+        return copy.deepcopy(stored)
+
+    def set_pod_metrics(self, namespace: str, pod: str, usage: dict[str, tuple[str, str]]) -> None:
+        """Serve metrics.k8s.io from now on; `usage` is container -> (cpu, memory)."""
+        self._pod_metrics = {} if self._pod_metrics is None else self._pod_metrics
+        self._node_metrics = {} if self._node_metrics is None else self._node_metrics
+        found = self._objects["pods"].get((namespace, pod))
+        labels = dict((found or {}).get("metadata", {}).get("labels") or {})
+        containers = [
+            {"name": name, "usage": {"cpu": cpu, "memory": memory}}
+            for name, (cpu, memory) in usage.items()
+        ]
+        meta = {"name": pod, "namespace": namespace, "labels": labels}
+        meta["creationTimestamp"] = _stamp(_now())
+        self._pod_metrics[(namespace, pod)] = {
+            "metadata": meta,
+            "timestamp": _stamp(_now() - timedelta(seconds=10)),
+            "window": "10.033s",
+            "containers": containers,
+        }
+
+    def set_node_metrics(self, node: str, cpu: str, memory: str) -> None:
+        """Serve metrics.k8s.io from now on, with this node's usage."""
+        self._pod_metrics = {} if self._pod_metrics is None else self._pod_metrics
+        self._node_metrics = {} if self._node_metrics is None else self._node_metrics
+        labels = dict(
+            self._objects["nodes"].get(("", node), {}).get("metadata", {}).get("labels") or {}
+        )
+        meta = {"name": node, "labels": labels, "creationTimestamp": _stamp(_now())}
+        self._node_metrics[node] = {
+            "metadata": meta,
+            "timestamp": _stamp(_now() - timedelta(seconds=15)),
+            "window": "20.027s",
+            "usage": {"cpu": cpu, "memory": memory},
+        }
+
+    def _rules_of(self, role: Obj) -> list[Obj]:
+        """A role's rules; an aggregated ClusterRole's are those of every ClusterRole its
+        selectors match (what the control plane's aggregation controller writes into it)."""
+        selectors = (role.get("aggregationRule") or {}).get("clusterRoleSelectors")
+        if not selectors:
+            return list(role.get("rules") or [])
+        rules: list[Obj] = []
+        for other in self._rbac:
+            labels = other["metadata"].get("labels") or {}
+            if other["kind"] == "ClusterRole" and any(
+                all(labels.get(k) == v for k, v in (s.get("matchLabels") or {}).items())
+                for s in selectors
+            ):
+                rules += other.get("rules") or []
+        return rules
+
+    def drop_metrics(self) -> None:
+        """Stop serving metrics.k8s.io (a cluster without metrics-server)."""
+        self._pod_metrics = self._node_metrics = None
+
+    def add_secret(self, namespace: str, name: str, data: dict[str, str]) -> Obj:
+        encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+        obj = {"metadata": {"name": name, "namespace": namespace}, "type": "Opaque"}
+        return self.put("Secret", obj | {"data": encoded}, age=3600)
+
+    def add_statefulset(
+        self, namespace: str, name: str, *, replicas: int = 3, ready: int | None = None
+    ) -> Obj:
+        ready = replicas if ready is None else ready
+        labels = {"app": name}
+        container = {"name": name, "image": f"registry.example.com/{name}:1.0"}
+        spec = {
+            "replicas": replicas,
+            "serviceName": name,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+            "podManagementPolicy": "OrderedReady",
+        }
+        status = {"observedGeneration": 1, "replicas": replicas, "readyReplicas": ready}
+        status |= {"currentReplicas": replicas, "updatedReplicas": replicas}
+        status |= {"availableReplicas": ready, "currentRevision": f"{name}-6d4cf56db6"}
+        meta = {"name": name, "namespace": namespace, "labels": labels, "generation": 1}
+        return self.put("StatefulSet", {"metadata": meta, "spec": spec, "status": status}, age=7200)
+
+    def add_cronjob(
+        self, namespace: str, name: str, *, schedule: str = "*/5 * * * *", suspend: bool = False
+    ) -> Obj:
+        container = {"name": name, "image": "registry.example.com/batch:1.0"}
+        template = {"spec": {"containers": [container], "restartPolicy": "OnFailure"}}
+        spec = {
+            "schedule": schedule,
+            "suspend": suspend,
+            "concurrencyPolicy": "Forbid",
+            "jobTemplate": {"spec": {"backoffLimit": 2, "template": template}},
+            "successfulJobsHistoryLimit": 3,
+            "failedJobsHistoryLimit": 1,
+        }
+        status = {
+            "lastScheduleTime": _stamp(_now() - timedelta(minutes=3)),
+            "lastSuccessfulTime": _stamp(_now() - timedelta(minutes=2)),
+        }
+        meta = {"name": name, "namespace": namespace, "generation": 1}
+        return self.put("CronJob", {"metadata": meta, "spec": spec, "status": status}, age=86400)
+
+    def add_job(self, namespace: str, name: str, *, succeeded: int = 1, failed: int = 0) -> Obj:
+        container = {"name": name, "image": "registry.example.com/batch:1.0"}
+        spec = {
+            "completions": 1,
+            "parallelism": 1,
+            "backoffLimit": 2,
+            "template": {"spec": {"containers": [container], "restartPolicy": "Never"}},
+        }
+        status: Obj = {"startTime": _stamp(_now() - timedelta(minutes=5))}
+        status |= {"succeeded": succeeded} if succeeded else {}
+        status |= {"failed": failed} if failed else {}
+        kind = "Complete" if succeeded else "Failed"
+        status["conditions"] = [{"type": kind, "status": "True"}] if succeeded or failed else []
+        meta = {"name": name, "namespace": namespace, "generation": 1}
+        return self.put("Job", {"metadata": meta, "spec": spec, "status": status}, age=600)
+
+    def _generic_resources(self) -> list[Resource]:
+        return [*RESOURCES.values(), *self._custom.values()]
+
+    def _serve_generic(self, request: web.Request) -> web.StreamResponse | None:
+        """Discovery, custom resources and metrics.k8s.io; None for everything else."""
+        parts = request.path.strip("/").split("/")
+        if request.method != "GET" and not (parts[0] == "apis" and len(parts) > 3):
+            return None
+        if parts == ["api"]:
+            return web.json_response({"kind": "APIVersions", "versions": ["v1"]})
+        if parts == ["api", "v1"]:
+            return web.json_response(self._resource_list("v1"))
+        if parts == ["apis"]:
+            return web.json_response(self._group_list())
+        if parts[0] != "apis" or len(parts) < 3:
+            return None
+        group_version = f"{parts[1]}/{parts[2]}"
+        if group_version == METRICS_API and self._pod_metrics is not None:
+            return self._metrics(request, parts[3:])
+        if len(parts) == 3:
+            if not any(r.api_version == group_version for r in self._resource_versions()):
+                raise _StatusError(404, "the server could not find the requested resource")
+            return web.json_response(self._resource_list(group_version))
+        return self._custom_request(request, group_version, parts[3:])
+
+    def _resource_versions(self) -> list[Resource]:
+        served = self._generic_resources()
+        if self._pod_metrics is not None:
+            served += [Resource(p, k, METRICS_API, p == "pods") for p, k in _METRICS_KINDS]
+        return served
+
+    def _resource_list(self, group_version: str) -> Obj:
+        verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update"]
+        verbs.append("watch")
+        resources = []
+        for res in self._resource_versions():
+            if res.api_version != group_version:
+                continue
+            entry = {"name": res.plural, "singularName": res.kind.lower(), "kind": res.kind}
+            if res.api_version != METRICS_API and res.plural in _SHORT_NAMES:
+                entry["shortNames"] = list(_SHORT_NAMES[res.plural])
+            resources.append(
+                entry | {"namespaced": res.namespaced, "verbs": ["get", "list"]}
+                if res.api_version == METRICS_API
+                else entry | {"namespaced": res.namespaced, "verbs": verbs}
+            )
+            for sub, kind, sub_verbs in _SUBRESOURCES.get((res.api_version, res.plural), ()):
+                resources.append({"name": f"{res.plural}/{sub}", "singularName": ""})
+                resources[-1] |= {"namespaced": True, "kind": kind, "verbs": list(sub_verbs)}
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version} | {
+            "resources": resources
+        }
+
+    def _group_list(self) -> Obj:
+        groups: dict[str, list[str]] = {}
+        for res in self._resource_versions():
+            if res.group:
+                versions = groups.setdefault(res.group, [])
+                if res.api_version not in versions:
+                    versions.append(res.api_version)
+        listed = []
+        for name, versions in groups.items():
+            entries = [{"groupVersion": gv, "version": gv.rpartition("/")[2]} for gv in versions]
+            listed.append({"name": name, "versions": entries, "preferredVersion": entries[0]})
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": listed}
+
+    def _custom_request(
+        self, request: web.Request, group_version: str, rest: list[str]
+    ) -> web.StreamResponse | None:
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        found = [
+            (key, r)
+            for key, r in self._custom.items()
+            if r.api_version == group_version and rest and r.plural == rest[0]
+        ]
+        if not found:
+            return None  # a built-in resource (or nothing): the ordinary paths answer
+        key, res = found[0]
+        if len(rest) > 2 or (namespace is not None and not res.namespaced):
+            raise _StatusError(404, "the server could not find the requested resource")
+        if request.method != "GET":
+            raise _StatusError(405, f"{request.method} is not supported on custom resources here")
+        objects = self._custom_objects[key]
+        if len(rest) == 2:
+            obj = objects.get((namespace or "", rest[1]))
+            if obj is None:
+                details = {"name": rest[1], "group": res.group, "kind": res.plural}
+                raise _StatusError(404, f'{res.qualified} "{rest[1]}" not found', details)
+            return web.json_response(copy.deepcopy(obj))
+        labels = request.query.get("labelSelector", "")
+        fields = request.query.get("fieldSelector", "")
+        items = [
+            copy.deepcopy(obj)
+            for (ns, _), obj in sorted(objects.items())
+            if (namespace is None or ns == namespace)
+            and label_selector_matches(labels, obj["metadata"].get("labels") or {})
+            and field_selector_matches(res.plural, fields, obj)
+        ]
+        meta = {"resourceVersion": str(self._rv)}
+        return web.json_response(
+            {"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta}
+            | {"items": items}
+        )
+
+    def _metrics(self, request: web.Request, rest: list[str]) -> web.StreamResponse:
+        assert self._pod_metrics is not None and self._node_metrics is not None
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        labels = request.query.get("labelSelector", "")
+        if rest[:1] == ["pods"] and len(rest) <= 2:
+            items = [
+                copy.deepcopy(m)
+                for (ns, name), m in sorted(self._pod_metrics.items())
+                if (namespace is None or ns == namespace)
+                and (len(rest) == 1 or name == rest[1])
+                and label_selector_matches(labels, m["metadata"]["labels"])
+            ]
+            kind = "PodMetrics"
+        elif rest[:1] == ["nodes"] and len(rest) <= 2 and namespace is None:
+            items = [
+                copy.deepcopy(m)
+                for name, m in sorted(self._node_metrics.items())
+                if (len(rest) == 1 or name == rest[1])
+                and label_selector_matches(labels, m["metadata"]["labels"])
+            ]
+            kind = "NodeMetrics"
+        else:
+            raise _StatusError(404, "the server could not find the requested resource")
+        if len(rest) == 2:
+            if not items:
+                raise _StatusError(404, f'{rest[0]}.metrics.k8s.io "{rest[1]}" not found')
+            return web.json_response({"kind": kind, "apiVersion": METRICS_API} | items[0])
+        meta = {"resourceVersion": ""}
+        return web.json_response(
+            {"kind": f"{kind}List", "apiVersion": METRICS_API, "metadata": meta, "items": items}
+        )
+
+
+METRICS_API = "metrics.k8s.io/v1beta1"
+# The subresources this server serves, as discovery lists them.
+_SUBRESOURCES = {
+    ("v1", "pods"): (("log", "Pod", ("get",)),),
+    ("apps/v1", "deployments"): (("scale", "Scale", ("get", "patch", "update")),),
+}
+# The short names the real server's discovery lists (kubectl api-resources).
+_SHORT_NAMES = {
+    "namespaces": ("ns",),
+    "nodes": ("no",),
+    "pods": ("po",),
+    "services": ("svc",),
+    "endpoints": ("ep",),
+    "events": ("ev",),
+    "configmaps": ("cm",),
+    "persistentvolumeclaims": ("pvc",),
+    "deployments": ("deploy",),
+    "replicasets": ("rs",),
+    "statefulsets": ("sts",),
+    "daemonsets": ("ds",),
+    "cronjobs": ("cj",),
+    "ingresses": ("ing",),
+    "horizontalpodautoscalers": ("hpa",),
+    "customresourcedefinitions": ("crd", "crds"),
+}
+_METRICS_KINDS = (("pods", "PodMetrics"), ("nodes", "NodeMetrics"))
+_GENERIC_PATH = re.compile(
+    r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<namespace>[^/]+))?"
+    r"/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?/?$"
+)
+
+
+def _served_attributes(method: str, path: str) -> Attributes | None:
+    """The RBAC attributes of a request for a resource outside RESOURCES (a custom
+    resource, metrics.k8s.io), parsed as the real server parses any API path."""
+    found = _GENERIC_PATH.match(path)
+    if found is None:
+        return None
+    name = found["name"]
+    verb = {"GET": "get" if name else "list", "PATCH": "patch", "PUT": "update"}.get(
+        method, "delete" if method == "DELETE" else "create"
+    )
+    resource = f"{found['plural']}/{found['sub']}" if found["sub"] else found["plural"]
+    return Attributes(verb, found["group"], resource, found["namespace"], name)
 
 
 _NO_SCHEDULE = {"effect": "NoSchedule"}

@@ -290,6 +290,33 @@ class KubeClient:
 
         return await self._in_thread(describe, fetch)
 
+    async def get_path(
+        self, describe: str, path: str, query: Mapping[str, str | None] | None = None
+    ) -> Any:
+        """GET one API path (discovery, any group's resources) and answer the decoded JSON,
+        through the same thread, timeout, identity and one-sentence failures as `call`.
+
+        The generic toolset uses this: a kind found by discovery has no typed method."""
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        return await self.call_json(describe, self._get_raw, path, params)
+
+    def _get_raw(
+        self, path: str, params: list[tuple[str, str]], *, _preload_content: bool, **kwargs: Any
+    ) -> Any:
+        """The raw response to GET `path` (what the typed APIs answer without preloading)."""
+        request = self._api.param_serialize(
+            "GET",
+            path,
+            query_params=params,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = self._api.call_api(*request, _request_timeout=kwargs.get("_request_timeout"))
+        if not 200 <= response.status <= 299:
+            response.read()
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return response.response
+
     async def _in_thread(self, describe: str, thunk: Callable[[], T]) -> T:
         identity = self.identity
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -14,10 +15,11 @@ from bot.toolsets.declare import (
     NamespacedObject,
     ObjectNamespace,
     ToolArgs,
+    checked,
     declare,
     resolve_namespace,
 )
-from bot.toolsets.kube.client import KubeClients
+from bot.toolsets.kube.client import KubeClient, KubeClients, KubeFailure
 from bot.toolsets.kube.render import (
     KubeReads,
     age,
@@ -37,11 +39,45 @@ from bot.toolsets.kube.render import (
     table,
     where,
 )
-from bot.toolsets.spec import Tool, ToolContext, ToolKind, ToolResult
+from bot.toolsets.spec import (
+    Tool,
+    ToolArgumentError,
+    ToolContext,
+    ToolFailure,
+    ToolKind,
+    ToolResult,
+)
 from bot.values import plural
 
 DEFAULT_TAIL_LINES = 200
 DEFAULT_LIMIT_BYTES = 65536
+
+
+MAX_SINCE_S = 7 * 86400
+_DURATION = re.compile(r"(\d{1,7})([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# --- the sentences of this module ---------------------------------------------------------
+_BAD_DURATION = '{key} {value!r} must be a duration such as "15m", "2h" or "1d" (at most 7d).'
+_NO_SUCH_CONTAINER = "Pod {pod} has no container {container!r}; its containers: {names}."
+_NAME_A_CONTAINER = "Pod {pod} has several containers ({names}): name one with container."
+_NO_PREVIOUS = (
+    "{which} {pod} has no previous terminated instance to read (it has not restarted); "
+    "read its current logs without previous."
+)
+
+
+def _duration(key: str, value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    found = _DURATION.fullmatch(value) if isinstance(value, str) else None
+    if found is None or not 0 < int(found[1]) * _UNIT_S[found[2]] <= MAX_SINCE_S:
+        raise ToolArgumentError(_BAD_DURATION.format(key=key, value=value))
+    return str(value)
+
+
+def since_seconds(since: str | None) -> int | None:
+    found = _DURATION.fullmatch(since) if since else None
+    return int(found[1]) * _UNIT_S[found[2]] if found else None
 
 
 class PodList(NamespacedList):
@@ -62,9 +98,10 @@ class PodLogs(ToolArgs):
     previous: Annotated[
         bool, Field(description="Logs of the previous terminated instance of the container.")
     ] = False
-    since_seconds: Annotated[
-        int | None,
-        Field(ge=1, le=30 * 86400, description="Only lines newer than this many seconds."),
+    since: Annotated[
+        str | None,
+        checked(_duration),
+        Field(description='Only lines newer than this, e.g. "15m", "2h", "1d" (at most 7d).'),
     ] = None
     limit_bytes: Annotated[
         int, Field(ge=1, le=10 * 1024 * 1024, description="Stop after this many bytes.")
@@ -173,27 +210,32 @@ class _Pods(KubeReads):
         namespace = resolve_namespace(args.namespace, context, allow_all=False)
         assert namespace is not None
         name, container, previous = args.name, args.container, args.previous
-        tail, since, limit = args.tail_lines, args.since_seconds, args.limit_bytes
+        tail, since, limit = args.tail_lines, since_seconds(args.since), args.limit_bytes
         kube = self.kube(context)
         which = f"container {container} of pod" if container else "pod"
         instance = " (previous instance)" if previous else ""
-        logs = await kube.call(
-            f"read logs of {which} {namespace}/{name}{instance}",
-            kube.core.read_namespaced_pod_log,
-            name,
-            namespace,
-            container=container,
-            tail_lines=tail,
-            previous=previous or None,
-            since_seconds=since,
-            limit_bytes=limit,
-        )
+        try:
+            logs = await kube.call(
+                f"read logs of {which} {namespace}/{name}{instance}",
+                kube.core.read_namespaced_pod_log,
+                name,
+                namespace,
+                container=container,
+                tail_lines=tail,
+                previous=previous or None,
+                since_seconds=since,
+                limit_bytes=limit,
+            )
+        except KubeFailure as failure:
+            if failure.status != 400:
+                raise
+            raise await self._log_refusal(kube, namespace, args, failure) from None
         logs = logs if isinstance(logs, str) else str(logs or "")
         line_count = len(logs.splitlines())
         size = len(logs.encode())
         summary = f"logs of {which} {namespace}/{name}{instance}: {plural(line_count, 'line')}"
         if not logs:
-            window = f" in the last {since}s" if since else ""
+            window = f" in the last {args.since}" if args.since else ""
             return result([f"(no log lines{window})"], summary, attachment="")
         text = logs
         if limit is not None and size >= limit:
@@ -201,6 +243,40 @@ class _Pods(KubeReads):
             text = logs + ("" if logs.endswith("\n") else "\n") + note
             summary += f", cut at {limit} bytes"
         return ToolResult(text=text, summary=summary, attachment=logs)
+
+    async def _log_refusal(
+        self, kube: KubeClient, namespace: str, args: PodLogs, failure: KubeFailure
+    ) -> KubeFailure:
+        """A 400 to a log request in words naming the pod's containers (a wrong or missing
+        container name, or no previous instance)."""
+        try:
+            pod = await kube.call_json(
+                f"read pod {namespace}/{args.name}",
+                kube.core.read_namespaced_pod,
+                args.name,
+                namespace,
+            )
+        except ToolFailure:
+            return failure
+        spec = pod.get("spec") or {}
+        names = [
+            str(c.get("name"))
+            for key in ("initContainers", "containers")
+            for c in spec.get(key) or []
+        ]
+        label = f"{namespace}/{args.name}"
+        if args.container is not None and args.container not in names:
+            text = _NO_SUCH_CONTAINER.format(
+                pod=label, container=args.container, names=", ".join(names)
+            )
+        elif args.container is None and len(spec.get("containers") or []) > 1:
+            text = _NAME_A_CONTAINER.format(pod=label, names=", ".join(names))
+        elif args.previous:
+            which = f"Container {args.container} of pod" if args.container else "Pod"
+            text = _NO_PREVIOUS.format(which=which, pod=label)
+        else:
+            return failure
+        return KubeFailure(text, status=400)
 
 
 def pod_tools(clients: KubeClients) -> list[Tool]:
@@ -235,8 +311,8 @@ def pod_log_tools(clients: KubeClients) -> list[Tool]:
         declare(
             "pod_logs",
             ToolKind.READ,
-            "Read a pod's logs (the last tail_lines lines, at most limit_bytes). Use "
-            "previous=true for the logs of the previous, crashed instance of the container.",
+            "Read a pod's logs (the last tail_lines lines since a duration, at most "
+            "limit_bytes); previous=true reads the last crashed instance's.",
             PodLogs,
             reads.audited(reads.pod_logs),
             kinds=("Pod",),

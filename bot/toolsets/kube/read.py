@@ -7,10 +7,12 @@ from bot.toolsets.kube.changes import Clock, change_tools, system_clock
 from bot.toolsets.kube.client import KubeClients
 from bot.toolsets.kube.diagnose import diagnose_tools
 from bot.toolsets.kube.events import event_tools
+from bot.toolsets.kube.generic import generic_tools
 from bot.toolsets.kube.namespaces import namespace_tools
 from bot.toolsets.kube.network import network_tools
 from bot.toolsets.kube.nodes import node_tools
 from bot.toolsets.kube.pods import pod_log_tools, pod_tools
+from bot.toolsets.kube.usage import usage_tools
 from bot.toolsets.kube.workloads import workload_tools
 from bot.toolsets.spec import Tool
 
@@ -26,6 +28,8 @@ def read_tools(clients: KubeClients, *, clock: Clock = system_clock) -> list[Too
         *event_tools(clients),
         *node_tools(clients),
         *network_tools(clients),
+        *generic_tools(clients),
+        *usage_tools(clients),
         *change_tools(clients, clock=clock),
         *diagnose_tools(clients),
     ]
