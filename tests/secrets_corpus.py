@@ -209,6 +209,8 @@ HARMLESS = [
     "Back-off restarting failed container app in pod checkout-api",
     "https://grafana.example.com/d/abc?orgId=1&from=now-1h",
     "https://registry.npmjs.org:443/@types/node",
+    "see (https://e.x)<https://e.x|ok><@U0BOB>",
+    "http://proxy:8080/path@v2",
     "mysql -h db -u root -p shop",
     "The password field is empty in the form.",
 ]

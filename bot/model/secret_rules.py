@@ -122,13 +122,14 @@ RULES: list[tuple[str, re2._Regexp]] = [
     ("secret_pair", _compile(r"\b" + _SECRET_NAME + _SEPARATOR + _VALUE)),
     ("credential_pair", _compile(r"(?i)" + _CREDENTIAL_KEY + _SEPARATOR + _VALUE)),
     # scheme://user:password@host (database URLs, git remotes, proxies). A password may hold
-    # `/` and `@` (people paste them unencoded): it runs to the token's last `@`. One made of
-    # digits and slashes only is a port (`host:443/@types/node`), not a password.
+    # `/` and `@` (people paste them unencoded): it runs to the token's last `@`. It starts
+    # with neither `/` (`https://a<https://b|x><@U1>`: a second URL, not a password) nor a
+    # port (`host:443/@types/node`).
     (
         "url_password",
         _compile(
             r"""\b[a-zA-Z][a-zA-Z0-9+.-]{0,30}://[^/\s:@"']*:"""
-            r"""([^\s"']*[^\s"'0-9/@][^\s"']*)@[^\s@"'/]"""
+            r"""((?:[0-9]*)[^\s"'0-9/@][^\s"']*)@[^\s@"'/]"""
         ),
     ),
     # mysql -pPASSWORD (and mysqldump, mysqladmin): the password glued to -p.
