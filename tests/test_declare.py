@@ -110,3 +110,13 @@ async def test_a_denial_is_a_refusal_value_rendered_once() -> None:
     assert (
         write.summary == "denied by channel role: channel role viewer may not run write/delete_pod"
     )
+
+
+def test_the_readme_lists_every_tool_in_its_tools_table() -> None:
+    # A person choosing a role's patterns reads the README: a tool missing there is unknown.
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("## Tools", 1)[1].split("\n## ", 1)[0]
+    missing = [t.pattern_name for t in TOOLS.values() if f"`{t.pattern_name}`" not in table]
+    assert missing == []
