@@ -30,15 +30,32 @@ def _keys(node: Any) -> set[str]:
     return set()
 
 
+SELF_EXPLANATORY = {
+    "name",
+    "pod",
+    "kind",
+    "tail_lines",
+    "limit_bytes",
+    "max_findings",
+    "sort_by",
+    "warnings_only",
+    "question",
+}
+
+
 @pytest.mark.parametrize("name", sorted(TOOLS))
 def test_every_schema_is_compact_and_closed(name: str) -> None:
     schema = TOOLS[name].openai_schema()["function"]["parameters"]
     assert schema["type"] == "object" and schema["additionalProperties"] is False
     # What pydantic adds and a model does not need, or reads worse, never reaches it.
     assert _keys(schema).isdisjoint({"title", "anyOf", "$ref", "$defs"})
-    for prop in schema["properties"].values():
-        described = prop.get("properties", {"": prop}).values()
-        assert all(p.get("description") for p in described), f"{name}: say what each is"
+    for key, prop in schema["properties"].items():
+        described = prop.get("properties", {key: prop}).items()
+        # Every schema is paid for in every request: a description only where the
+        # argument's name, type, bounds or enum do not already say what it is.
+        assert all(p.get("description") or k in SELF_EXPLANATORY for k, p in described), (
+            f"{name}: say what each is"
+        )
     if TOOLS[name].kind is ToolKind.WRITE:
         assert schema["required"][-1] == "reason"
 

@@ -143,23 +143,23 @@ KIND = checked(_kind)
 ListNamespace = Annotated[
     str | None,
     checked(_namespace),
-    Field(description='Namespace to list; "*" for all namespaces. Defaults to the channel\'s.'),
+    Field(description='"*" for all; default: the channel\'s.'),
 ]
 # The namespace of one object: a name, or absent for the channel's default.
 ObjectNamespace = Annotated[
     str | None,
     checked(_namespace),
-    Field(description="Namespace of the object. Defaults to the channel's namespace."),
+    Field(description="Default: the channel's."),
 ]
 LabelSelector = Annotated[
     str | None,
     TEXT,
-    Field(description='Label selector, e.g. "app=checkout", "tier in (web,api)", "env!=dev".'),
+    Field(description='e.g. "app=web,tier!=db"'),
 ]
 FieldSelector = Annotated[
     str | None,
     TEXT,
-    Field(description='Field selector, e.g. "status.phase=Running" or "spec.nodeName=node-a".'),
+    Field(description='e.g. "status.phase=Running"'),
 ]
 
 
@@ -167,7 +167,7 @@ class NamespacedObject(ToolArgs):
     """One namespaced object by name (describe_*)."""
 
     namespace: ObjectNamespace = None
-    name: Annotated[str, NAME, Field(description="Name of the object.")]
+    name: Annotated[str, NAME]
 
 
 class Selected(ToolArgs):

@@ -18,15 +18,11 @@ SPAWN_TOOL = "spawn_investigation"
 
 
 class Investigation(ToolArgs):
-    label: Annotated[
-        str, limited_text(60, required=True), Field(description="A short name, e.g. 'db errors'.")
-    ]
+    label: Annotated[str, limited_text(60, required=True), Field(description="e.g. 'db errors'")]
     question: Annotated[
         str, limited_text(2000, required=True), Field(description="What to find out.")
     ]
-    namespace: Annotated[
-        ListNamespace, Field(description="Namespace to focus on. Defaults to the channel's.")
-    ] = None
+    namespace: ListNamespace = None
 
 
 async def _spawn(args: Investigation, context: ToolContext) -> ToolResult:
@@ -48,10 +44,7 @@ def investigation_tool() -> Tool:
     return declare(
         SPAWN_TOOL,
         ToolKind.DIAGNOSE,
-        "Start a background investigation of one focused question by a helper with read "
-        "tools only (e.g. 'do the other deployments in shop show the same errors?'). "
-        "Its result arrives later as a message; use it for side questions that need "
-        "several reads while you continue.",
+        "Start a helper with read tools on one side question; its result arrives later.",
         Investigation,
         _spawn,
     )

@@ -22,19 +22,15 @@ DEFAULT_SHOW_LINES = 500
 
 
 class ShowLogs(ToolArgs):
-    namespace: Annotated[
-        ObjectNamespace, Field(description="Namespace of the pod. Defaults to the channel's.")
-    ] = None
-    pod: Annotated[str, NAME, Field(description="Pod name.")]
+    namespace: ObjectNamespace = None
+    pod: Annotated[str, NAME]
     container: Annotated[
         str | None,
         OPTIONAL_NAME,
-        Field(description="Container name; required when the pod has several."),
+        Field(description="Required when the pod has several."),
     ] = None
-    tail_lines: Annotated[
-        int, Field(ge=1, le=5000, description="How many of the last lines to show.")
-    ] = DEFAULT_SHOW_LINES
-    previous: Annotated[bool, Field(description="Logs of the previous, crashed instance.")] = False
+    tail_lines: Annotated[int, Field(ge=1, le=5000)] = DEFAULT_SHOW_LINES
+    previous: Annotated[bool, Field(description="The crashed instance's logs.")] = False
     continue_analysis: Annotated[
         bool, Field(description="Keep working after showing the logs.")
     ] = False
@@ -73,9 +69,7 @@ def present_tools(read_tools: Sequence[Tool]) -> list[Tool]:
         declare(
             SHOW_LOGS,
             ToolKind.PRESENT,
-            "Show a pod's logs to the person as a file in the thread. Use it when the "
-            "person asks to see logs. The turn ends after it unless continue_analysis is "
-            "true (then you also get the lines to analyse).",
+            "Post a pod's logs to the person as a file; the turn ends unless continue_analysis.",
             ShowLogs,
             show_logs,
             kinds=pod_logs.resource_kinds,

@@ -131,8 +131,8 @@ def _revision_field(description: str) -> Any:
 
 
 class HistoryArgs(ToolArgs):
-    kind: Annotated[WorkloadKind, checked(_kind), Field(description="Kind of the workload.")]
-    name: Annotated[str, NAME, Field(description="Name of the workload.")]
+    kind: Annotated[WorkloadKind, checked(_kind)]
+    name: Annotated[str, NAME]
     namespace: ObjectNamespace = None
     revision: Annotated[
         int | None, _revision_field("Revision to show; default: the current one.")
@@ -147,12 +147,12 @@ class ChangesArgs(ToolArgs):
     workload: Annotated[
         str | None,
         checked(_workload),
-        Field(description='Only what concerns one workload, e.g. "Deployment/checkout-api".'),
+        Field(description='Only one, e.g. "Deployment/api".'),
     ] = None
     window: Annotated[
         str | None,
         checked(_window),
-        Field(description='How far back to look, e.g. "30m" or "6h" (default 1h, at most 24h).'),
+        Field(description='e.g. "30m" (default 1h, at most 24h)'),
     ] = None
 
 
@@ -810,8 +810,7 @@ def change_tools(clients: KubeClients, *, clock: Clock = system_clock) -> list[T
         declare(
             "rollout_history",
             ToolKind.READ,
-            "Revisions of a Deployment, StatefulSet or DaemonSet (change-cause, images, time) "
-            "and the pod-template diff of two.",
+            "A workload's revisions (change-cause, images) and the template diff of two.",
             HistoryArgs,
             reads.audited(reads.rollout_history),
             kinds=("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "ControllerRevision"),
@@ -819,8 +818,7 @@ def change_tools(clients: KubeClients, *, clock: Clock = system_clock) -> list[T
         declare(
             "what_changed",
             ToolKind.READ,
-            "Timeline, newest first, of rollouts, scaling, restarts, warnings, ConfigMap "
-            "changes, HPA decisions and node conditions in a namespace or workload.",
+            "Timeline of rollouts, scaling, restarts, warnings, ConfigMap, HPA and node changes.",
             ChangesArgs,
             reads.audited(reads.what_changed),
             kinds=_TIMELINE_KINDS,

@@ -64,20 +64,18 @@ class WorkloadTarget(ToolArgs):
     namespace: ObjectNamespace = None
     kind: Annotated[
         Literal["Deployment", "StatefulSet", "DaemonSet", "Job"],
-        Field(description="Kind of the workload."),
+        Field(),
     ]
-    name: Annotated[str, NAME, Field(description="Name of the workload.")]
+    name: Annotated[str, NAME]
 
 
 class NodeName(ToolArgs):
-    name: Annotated[str, NAME, Field(description="Name of the node.")]
+    name: Annotated[str, NAME]
 
 
 class NamespaceScan(ToolArgs):
     namespace: ObjectNamespace = None
-    max_findings: Annotated[
-        int, Field(ge=1, le=50, description="How many of the ranked findings to show.")
-    ] = DEFAULT_SHOWN
+    max_findings: Annotated[int, Field(ge=1, le=50)] = DEFAULT_SHOWN
 
 
 class _Reads:
@@ -359,8 +357,7 @@ def diagnose_tools(clients: KubeClients) -> list[Tool]:
         declare(
             "diagnose_pod",
             ToolKind.DIAGNOSE,
-            "Diagnose one pod: crash loops (exit code, previous logs), OOM kills, image "
-            "pulls, scheduling, probes, init containers; each finding cites its field.",
+            "Findings for a pod: crash loop, OOM, image pull, scheduling, probes, init containers.",
             NamespacedObject,
             reads.audited(reads.diagnose_pod),
             kinds=pod_kinds,
@@ -368,8 +365,7 @@ def diagnose_tools(clients: KubeClients) -> list[Tool]:
         declare(
             "diagnose_workload",
             ToolKind.DIAGNOSE,
-            "Diagnose a Deployment, StatefulSet, DaemonSet or Job: rollout deadline, "
-            "unavailable replicas, job failures, HPA at its maximum, and its pods.",
+            "Findings for a workload: rollout deadline, unavailable replicas, HPA at max.",
             WorkloadTarget,
             reads.audited(reads.diagnose_workload),
             kinds=(*WORKLOAD_KINDS, "HorizontalPodAutoscaler", *pod_kinds),
@@ -377,8 +373,7 @@ def diagnose_tools(clients: KubeClients) -> list[Tool]:
         declare(
             "diagnose_service",
             ToolKind.DIAGNOSE,
-            "Diagnose a Service: a selector matching no pod, no ready endpoints, a "
-            "targetPort no container declares.",
+            "Findings for a Service: selector matching no pod, no endpoints, wrong targetPort.",
             NamespacedObject,
             reads.audited(reads.diagnose_service),
             kinds=("Service", "Endpoints", "Pod"),
@@ -386,8 +381,7 @@ def diagnose_tools(clients: KubeClients) -> list[Tool]:
         declare(
             "diagnose_node",
             ToolKind.DIAGNOSE,
-            "Diagnose a node: NotReady, memory/disk/PID pressure, network unavailable, "
-            "cordoned with pods still on it.",
+            "Findings for a node: NotReady, pressure, network unavailable, cordoned with pods.",
             NodeName,
             reads.audited(reads.diagnose_node),
             scope=ToolScope.CLUSTER,
@@ -396,8 +390,7 @@ def diagnose_tools(clients: KubeClients) -> list[Tool]:
         declare(
             "diagnose_namespace",
             ToolKind.DIAGNOSE,
-            "Diagnose every pod, workload, HPA and Service of a namespace; findings ranked, "
-            "most severe and most widespread first.",
+            "Findings for every pod, workload, HPA and Service of a namespace, ranked.",
             NamespaceScan,
             reads.audited(reads.diagnose_namespace),
             kinds=(*WORKLOAD_KINDS, "HorizontalPodAutoscaler", "Service", "Endpoints", *pod_kinds),

@@ -34,14 +34,14 @@ class EventList(ToolArgs):
     kind: Annotated[
         str | None,
         KIND,
-        Field(description="Kind of the object the events are about, e.g. Pod."),
+        Field(description="Of the object, e.g. Pod."),
     ] = None
     name: Annotated[
         str | None,
         OPTIONAL_NAME,
-        Field(description="Name of the object the events are about."),
+        Field(description="Of the object."),
     ] = None
-    warnings_only: Annotated[bool, Field(description="Only events of type Warning.")] = False
+    warnings_only: bool = False
 
 
 class _Events(KubeReads):
@@ -84,8 +84,7 @@ def event_tools(clients: KubeClients) -> list[Tool]:
         declare(
             "list_events",
             ToolKind.READ,
-            "List events, most recent first, optionally only about one object (kind and/or "
-            "name) and only warnings.",
+            "Events, newest first, optionally about one object or warnings only.",
             EventList,
             reads.audited(reads.list_events),
             kinds=("Event",),

@@ -81,7 +81,7 @@ _CUT = "[cut at {limit} of {size} characters]"
 KindText = Annotated[
     str,
     limited_text(200, required=True),
-    Field(description="Kind (StatefulSet), plural (statefulsets) or group/version/Kind."),
+    Field(description="Kind, plural or group/version/Kind."),
 ]
 
 
@@ -94,7 +94,7 @@ class ResourceList(ToolArgs):
 
 class ResourceGet(ToolArgs):
     kind: KindText
-    name: Annotated[str, NAME, Field(description="Name of the object.")]
+    name: Annotated[str, NAME]
     namespace: ObjectNamespace = None
 
 

@@ -48,7 +48,7 @@ def namespace_tools(clients: KubeClients) -> list[Tool]:
         declare(
             "list_namespaces",
             ToolKind.READ,
-            "List the cluster's namespaces with their status and age.",
+            "Namespaces with status and age.",
             Selected,
             reads.audited(reads.list_namespaces),
             scope=ToolScope.CLUSTER,

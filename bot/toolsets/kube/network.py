@@ -114,8 +114,7 @@ def network_tools(clients: KubeClients) -> list[Tool]:
         declare(
             "list_services",
             ToolKind.READ,
-            "List services with type, cluster IP, external address, ports and how many "
-            "ready endpoints each has.",
+            "Services: type, addresses, ports, ready endpoints.",
             NamespacedList,
             reads.audited(reads.list_services),
             kinds=("Service", "Endpoints"),

@@ -74,8 +74,7 @@ def node_tools(clients: KubeClients) -> list[Tool]:
         declare(
             "list_nodes",
             ToolKind.READ,
-            "List nodes: Ready/NotReady, pressure conditions, cordoned (SchedulingDisabled), "
-            "allocatable/capacity of cpu, memory and pods, taints, kubelet version and age.",
+            "Nodes: readiness, pressure, cordoned, allocatable/capacity, taints, version.",
             Selected,
             reads.audited(reads.list_nodes),
             scope=ToolScope.CLUSTER,

@@ -86,26 +86,20 @@ class PodList(NamespacedList):
 
 class PodLogs(ToolArgs):
     namespace: ObjectNamespace = None
-    name: Annotated[str, NAME, Field(description="Pod name.")]
+    name: Annotated[str, NAME]
     container: Annotated[
         str | None,
         OPTIONAL_NAME,
-        Field(description="Container name; required when the pod has several."),
+        Field(description="Required when the pod has several."),
     ] = None
-    tail_lines: Annotated[
-        int, Field(ge=1, le=5000, description="How many of the last lines to return.")
-    ] = DEFAULT_TAIL_LINES
-    previous: Annotated[
-        bool, Field(description="Logs of the previous terminated instance of the container.")
-    ] = False
+    tail_lines: Annotated[int, Field(ge=1, le=5000)] = DEFAULT_TAIL_LINES
+    previous: Annotated[bool, Field(description="The crashed instance's logs.")] = False
     since: Annotated[
         str | None,
         checked(_duration),
-        Field(description='Only lines newer than this, e.g. "15m", "2h", "1d" (at most 7d).'),
+        Field(description='e.g. "15m", "2h" (at most 7d)'),
     ] = None
-    limit_bytes: Annotated[
-        int, Field(ge=1, le=10 * 1024 * 1024, description="Stop after this many bytes.")
-    ] = DEFAULT_LIMIT_BYTES
+    limit_bytes: Annotated[int, Field(ge=1, le=10 * 1024 * 1024)] = DEFAULT_LIMIT_BYTES
 
 
 class _Pods(KubeReads):
@@ -285,9 +279,7 @@ def pod_tools(clients: KubeClients) -> list[Tool]:
         declare(
             "list_pods",
             ToolKind.READ,
-            "List pods: phase (with the waiting/termination reason), ready containers, "
-            "restarts (with the last termination reason), age and node. Starts with a "
-            "summary line such as '12 pods in namespace shop, 2 not ready'.",
+            "Pods: phase and reason, ready, restarts and last termination, age, node.",
             PodList,
             reads.audited(reads.list_pods),
             kinds=("Pod",),
@@ -295,9 +287,7 @@ def pod_tools(clients: KubeClients) -> list[Tool]:
         declare(
             "describe_pod",
             ToolKind.READ,
-            "Describe one pod: phase, node, owner, each container's state, readiness, "
-            "restarts and last termination (reason, exit code), resources, conditions and "
-            "the pod's recent events.",
+            "One pod: containers' state, restarts, last exit, resources, conditions, events.",
             NamespacedObject,
             reads.audited(reads.describe_pod),
             kinds=("Pod", "Event"),
@@ -311,8 +301,7 @@ def pod_log_tools(clients: KubeClients) -> list[Tool]:
         declare(
             "pod_logs",
             ToolKind.READ,
-            "Read a pod's logs (the last tail_lines lines since a duration, at most "
-            "limit_bytes); previous=true reads the last crashed instance's.",
+            "A pod's last log lines, bounded and masked.",
             PodLogs,
             reads.audited(reads.pod_logs),
             kinds=("Pod",),

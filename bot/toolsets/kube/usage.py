@@ -32,9 +32,7 @@ _MEMORY_FACTOR |= {"Pi": 2**50, "Ei": 2**60}
 
 
 class TopPods(NamespacedList):
-    sort_by: Annotated[
-        Literal["cpu", "memory"], Field(description="Sort by cpu or memory, highest first.")
-    ] = "cpu"
+    sort_by: Annotated[Literal["cpu", "memory"], Field()] = "cpu"
 
 
 def millicores(quantity: object) -> float:

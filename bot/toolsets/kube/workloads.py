@@ -219,7 +219,7 @@ def workload_tools(clients: KubeClients) -> list[Tool]:
         declare(
             "list_deployments",
             ToolKind.READ,
-            "List deployments with ready/desired, up-to-date and available replicas and age.",
+            "Deployments: ready/desired, up-to-date, available, age.",
             NamespacedList,
             reads.audited(reads.list_deployments),
             kinds=("Deployment",),
@@ -227,9 +227,7 @@ def workload_tools(clients: KubeClients) -> list[Tool]:
         declare(
             "describe_deployment",
             ToolKind.READ,
-            "Describe one deployment: desired/updated/ready/available replicas, the rollout "
-            "status, strategy, images, conditions, its ReplicaSets by revision and recent "
-            "events.",
+            "One deployment: replicas, rollout, strategy, images, conditions, revisions, events.",
             NamespacedObject,
             reads.audited(reads.describe_deployment),
             kinds=("Deployment", "ReplicaSet", "Event"),

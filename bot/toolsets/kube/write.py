@@ -315,7 +315,7 @@ class PodTarget(ToolArgs):
 
 
 class NodeTarget(ToolArgs):
-    name: Annotated[str, NAME, Field(description="Name of the node.")]
+    name: Annotated[str, NAME]
 
 
 # --- what every write tool shares ------------------------------------------------------
