@@ -29,6 +29,10 @@ class ToolScope(StrEnum):
 
     NAMESPACED = "namespaced"
     CLUSTER = "cluster"
+    # Queries over many namespaces (PromQL, LogQL, alerts) that the tool itself limits to
+    # the context's reach and the firewall's denied namespaces, inside the query: the
+    # pipeline's one-namespace checks do not apply to them.
+    QUERY = "query"
 
 
 class ToolArgumentError(KelpieError, ValueError):
