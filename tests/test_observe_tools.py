@@ -15,7 +15,12 @@ import pytest
 
 from bot.checks import observability_checks
 from bot.config import ConfigError, Secrets, parse_config
+from bot.toolsets.observe.http import Endpoint, ObserveHttp
 from bot.toolsets.observe.instances import Instances
+from bot.toolsets.observe.tools import Observe, ObserveSettings
+from bot.toolsets.observe.toolset import observe_tools
+from bot.toolsets.observe.window import span
+from bot.toolsets.spec import ToolContext
 from tests.peers.alertmanager import AlertmanagerServer
 from tests.peers.loki_server import LokiServer
 from tests.peers.prometheus import PrometheusServer, Sample
@@ -101,7 +106,8 @@ def observing(prometheus: PrometheusServer, loki: str, alertmanager: str) -> dic
         },
         "channels": [
             {"match": {"id": OPS_CHANNEL}, "role": "shop-only", "namespace": "shop"},
-            {"match": {"id": SHOP_CHANNEL}, "role": "shop-nodes", "namespace": "shop"},
+            # No default namespace: the queries scope themselves, no gate needs one.
+            {"match": {"id": SHOP_CHANNEL}, "role": "shop-nodes"},
         ],
     }
 
@@ -320,3 +326,22 @@ def test_a_missing_header_variable_is_one_startup_sentence(world: World):
     [endpoint] = Instances.from_config(config.observability, Secrets(config, both)).endpoints
     headers = {"Authorization": "Bearer tok-123", "X-Scope-OrgID": "team-shop"}
     assert dict(endpoint.headers) == headers
+
+
+async def test_a_context_made_without_a_role_reaches_no_namespace(prometheus):
+    """Tests and the CLI build contexts without a role: they read nothing, not everything.
+    The toolset's clock (not the wall clock) places the window."""
+    http = ObserveHttp()
+    main = Endpoint(kind="prometheus", name="main", url=prometheus.url, cluster=None, timeout_s=10)
+    observe = Observe(http, Instances((main,)), ObserveSettings(), clock=lambda: NOW)
+    tools = {tool.name: tool for tool in observe_tools(observe)}
+    try:
+        query = {"query": "container_cpu or node_load1", "start": "30m"}
+        result = await tools["prometheus_range"].handler(query, ToolContext("prod"))
+    finally:
+        await http.close()
+
+    sent = prometheus.queries()[-1]
+    assert 'namespace=~"$^",namespace!=""' in sent
+    assert result.text.startswith("0 series")
+    assert result.evidence == f'sent {sent} to prometheus "main", {span(NOW - 1800, NOW)}'
