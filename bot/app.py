@@ -130,6 +130,7 @@ from bot.toolsets.observe.instances import KINDS, Instances
 from bot.toolsets.observe.tools import Observe, ObserveSettings
 from bot.toolsets.observe.toolset import observe_tools
 from bot.toolsets.present import present_tools
+from bot.toolsets.spec import Tool
 from bot.values import GitOpsPolicy
 
 log = logging.getLogger(__name__)
@@ -284,9 +285,13 @@ def config_problems(data: dict[str, Any]) -> list[str]:
     """What schema validation cannot see: a raw config's roles (those the schema accepts)
     checked against the tools this build has (no cluster is contacted; the tools are only
     listed). Run beside the schema, so one pass names every mistake."""
+    return pattern_problems(valid_roles(data), buildable_tools())
+
+
+def buildable_tools() -> list[Tool]:
+    """Every tool this build can offer, whatever is configured (nothing is contacted)."""
     every = Observe(ObserveHttp(), Instances(), ObserveSettings(), clock=time.time)
-    registry = tool_registry(KubeClients({}), observability=every, kinds=KINDS)
-    return pattern_problems(valid_roles(data), registry.all())
+    return tool_registry(KubeClients({}), observability=every, kinds=KINDS).all()
 
 
 def security_stages(

@@ -20,7 +20,7 @@ from bot.toolsets.observe.instances import Instances
 from bot.toolsets.observe.tools import Observe, ObserveSettings
 from bot.toolsets.observe.toolset import observe_tools
 from bot.toolsets.observe.window import span
-from bot.toolsets.spec import ToolContext
+from bot.toolsets.spec import ToolContext, ToolFailure
 from tests.peers.alertmanager import AlertmanagerServer
 from tests.peers.loki_server import LokiServer
 from tests.peers.prometheus import PrometheusServer, Sample
@@ -345,3 +345,23 @@ async def test_a_context_made_without_a_role_reaches_no_namespace(prometheus):
     assert 'namespace=~"$^",namespace!=""' in sent
     assert result.text.startswith("0 series")
     assert result.evidence == f'sent {sent} to prometheus "main", {span(NOW - 1800, NOW)}'
+
+
+async def test_a_cluster_without_an_instance_gets_one_sentence(prometheus):
+    """An instance naming another cluster is not this one's; none without a cluster either."""
+    http = ObserveHttp()
+    staging = Endpoint(
+        kind="prometheus", name="staging", url=prometheus.url, cluster="staging", timeout_s=10
+    )
+    observe = Observe(http, Instances((staging,)), ObserveSettings(), clock=lambda: NOW)
+    tools = {tool.name: tool for tool in observe_tools(observe, kinds=("prometheus", "loki"))}
+    before = list(prometheus.queries())
+    try:
+        with pytest.raises(ToolFailure, match=r"^No Prometheus is configured for cluster prod\.$"):
+            await tools["prometheus_query"].handler({"query": "up"}, ToolContext("prod"))
+        with pytest.raises(ToolFailure, match=r"^No Loki is configured for cluster prod\.$"):
+            await tools["loki_query"].handler({"query": '{app="x"}'}, ToolContext("prod"))
+        answered = await tools["prometheus_query"].handler({"query": "up"}, ToolContext("staging"))
+    finally:
+        await http.close()
+    assert answered.text == "No series matched." and len(prometheus.queries()) == len(before) + 1
