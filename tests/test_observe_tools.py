@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from bot.agent.engine import INVESTIGATOR_NOTE
 from bot.checks import observability_checks
 from bot.config import ConfigError, Secrets, parse_config
 from bot.toolsets.observe.http import Endpoint, ObserveHttp
@@ -23,6 +24,7 @@ from bot.toolsets.observe.window import span
 from bot.toolsets.spec import ToolContext, ToolFailure
 from tests.peers.alertmanager import AlertmanagerServer
 from tests.peers.loki_server import LokiServer
+from tests.peers.model_server import DynamicStep, TextStep, tool_calls_step
 from tests.peers.prometheus import PrometheusServer, Sample
 from tests.postgres import free_port
 from tests.test_approvals import approval_id, card_text, click, wait_card, wait_said
@@ -94,7 +96,7 @@ def observing(prometheus: PrometheusServer, loki: str, alertmanager: str) -> dic
         },
         "roles": {
             "shop-only": {
-                "tools": ["present/*", "read/*", "write/silence_alert"],
+                "tools": ["present/*", "read/*", "diagnose/*", "write/silence_alert"],
                 "namespaces": ["shop"],
                 "approval": {"approvers": {"users": [CAROL]}, "allow_requester": False},
             },
@@ -365,3 +367,30 @@ async def test_a_cluster_without_an_instance_gets_one_sentence(prometheus):
     finally:
         await http.close()
     assert answered.text == "No series matched." and len(prometheus.queries()) == len(before) + 1
+
+
+async def test_a_background_investigation_keeps_the_channels_reach(
+    world: World, prometheus, loki, alertmanager
+):
+    main: list[Any] = [
+        tool_calls_step([("spawn_investigation", {"label": "cpu", "question": "CPU?"})]),
+        TextStep("Waiting for the helper."),
+        TextStep("CPU is fine."),
+    ]
+    side: list[Any] = [
+        tool_calls_step([("prometheus_query", {"query": "max(container_cpu) by (namespace)"})]),
+        TextStep("Only shop's CPU is visible [E1]."),
+    ]
+
+    def decide(body: dict[str, Any]) -> Any:
+        system = body["messages"][0]["content"]
+        return (side if INVESTIGATOR_NOTE in system else main).pop(0)
+
+    world.model.reply_default(DynamicStep(decide))
+    await start(world, prometheus, loki, alertmanager)
+    mention = await world.mention(OPS_CHANNEL, ALICE, "how is the cpu?")
+    await wait_said(world, mention["ts"], "CPU is fine.")
+    assert main == [] and side == []
+    assert prometheus.queries()[-1] == (
+        'max by (namespace)(container_cpu{namespace=~"shop",namespace!~"kube\\\\-system"})'
+    )
