@@ -469,6 +469,16 @@ class ObservabilityInstance(_Strict):
     external_url: str | None = None
     tls: TlsConfig = TlsConfig()
 
+    @field_validator("auth")
+    @classmethod
+    def _no_provider_default(cls, auth: ModelAuth) -> ModelAuth:
+        # A model provider's default credential means nothing to Prometheus or Loki.
+        if auth.method is AuthMethod.PROVIDER_DEFAULT:
+            raise ValueError(
+                "auth method provider-default is for model profiles; use none or environment"
+            )
+        return auth
+
 
 class ObservabilityConfig(_Strict):
     prometheus: list[ObservabilityInstance] = Field(default_factory=list)

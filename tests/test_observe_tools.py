@@ -14,14 +14,16 @@ from typing import Any
 import pytest
 
 from bot.agent.engine import INVESTIGATOR_NOTE
+from bot.app import buildable_tools
 from bot.checks import observability_checks
-from bot.config import ConfigError, Secrets, parse_config
+from bot.config import ConfigError, RoleConfig, Secrets, parse_config
+from bot.pipeline.roles import ChannelBinding, common_role, narrower, role_within
 from bot.toolsets.observe.http import Endpoint, ObserveHttp
 from bot.toolsets.observe.instances import Instances
 from bot.toolsets.observe.tools import Observe, ObserveSettings
 from bot.toolsets.observe.toolset import observe_tools
 from bot.toolsets.observe.window import span
-from bot.toolsets.spec import ToolContext, ToolFailure
+from bot.toolsets.spec import Reach, ToolContext, ToolFailure
 from tests.peers.alertmanager import AlertmanagerServer
 from tests.peers.loki_server import LokiServer
 from tests.peers.model_server import DynamicStep, TextStep, tool_calls_step
@@ -394,3 +396,23 @@ async def test_a_background_investigation_keeps_the_channels_reach(
     assert prometheus.queries()[-1] == (
         'max by (namespace)(container_cpu{namespace=~"shop",namespace!~"kube\\\\-system"})'
     )
+
+
+def test_a_turn_admitted_without_cluster_metrics_never_gains_them():
+    """A turn keeps the narrower of its admitted role and today's: cluster_metrics too."""
+    tools = buildable_tools()
+    plain = RoleConfig(tools=["read/*"], namespaces=["shop"])
+    nodes = RoleConfig(
+        tools=["read/*"], namespaces=["shop"], observability={"cluster_metrics": True}
+    )
+    assert role_within(plain, nodes, tools) and not role_within(nodes, plain, tools)
+    other = RoleConfig(
+        tools=["read/prometheus_*"], namespaces=["shop"], observability={"cluster_metrics": True}
+    )
+    both = common_role(plain, other, tools)
+    assert both is not None and both.observability.cluster_metrics is False
+    admitted = ChannelBinding("nodes", nodes, "prod", "shop")
+    now = ChannelBinding("plain", plain, "prod", "shop")
+    narrowed = narrower(admitted, now, tools)
+    assert narrowed is not None and narrowed.tool_context().reach == Reach(("shop",), False)
+    assert admitted.tool_context().reach == Reach(("shop",), True)
