@@ -21,7 +21,7 @@ from bot.toolsets.declare import ToolArgs, declare, limited_text
 from bot.toolsets.observe.alertmanager import Alertmanager, render_alerts
 from bot.toolsets.observe.http import Endpoint, ObserveError, ObserveHttp
 from bot.toolsets.observe.instances import Instances
-from bot.toolsets.observe.loki import LogLines, Loki, render_lines
+from bot.toolsets.observe.loki import Loki, render_lines
 from bot.toolsets.observe.prometheus import (
     Prometheus,
     RangeResult,
@@ -147,12 +147,16 @@ async def scoped_range(
     return await client.range(query, *window), query, client.endpoint, window
 
 
-def read_tools(observe: Observe) -> list[Tool]:
-    @sentences
-    async def instant(args: InstantQuery, context: ToolContext) -> ToolResult:
-        client, scope = observe.prometheus(context)
+class Reads:
+    """The read tools' handlers: scope, send, summarise, and say what was sent."""
+
+    def __init__(self, observe: Observe) -> None:
+        self._observe = observe
+
+    async def instant(self, args: InstantQuery, context: ToolContext) -> ToolResult:
+        client, scope = self._observe.prometheus(context)
         query = scope_promql(args.query, scope)
-        at = resolve_time(args.time, observe.clock())
+        at = resolve_time(args.time, self._observe.clock())
         result = await client.instant(query, at)
         return ToolResult(
             render_instant(result),
@@ -160,20 +164,18 @@ def read_tools(observe: Observe) -> list[Tool]:
             evidence=sent(query, client.endpoint, f"at {minute(at)}"),
         )
 
-    @sentences
-    async def range_(args: RangeQuery, context: ToolContext) -> ToolResult:
-        result, query, endpoint, window = await scoped_range(observe, args, context)
+    async def range(self, args: RangeQuery, context: ToolContext) -> ToolResult:
+        result, query, endpoint, window = await scoped_range(self._observe, args, context)
         return ToolResult(
             render_range(result),
             f"{len(result.series)} series, step {result.step_s}s",
             evidence=sent(query, endpoint, span(*window)),
         )
 
-    @sentences
-    async def series(args: SeriesMatch, context: ToolContext) -> ToolResult:
-        client, scope = observe.prometheus(context)
+    async def series(self, args: SeriesMatch, context: ToolContext) -> ToolResult:
+        client, scope = self._observe.prometheus(context)
         match = scope_promql(args.match, scope)
-        window = args.resolve(observe.clock())
+        window = args.resolve(self._observe.clock())
         found, more = await client.series(match, *window)
         lines = [_labels(labels) for labels in found] or ["No series matched."]
         if more:
@@ -184,25 +186,23 @@ def read_tools(observe: Observe) -> list[Tool]:
             evidence=sent(match, client.endpoint, span(*window)),
         )
 
-    @sentences
-    async def log_lines(args: LogQuery, context: ToolContext) -> ToolResult:
-        client, scope = observe.loki(context)
+    async def log_lines(self, args: LogQuery, context: ToolContext) -> ToolResult:
+        client, scope = self._observe.loki(context)
         query = scope_logql(args.query, scope)
-        window = args.resolve(observe.clock())
+        window = args.resolve(self._observe.clock())
         result = await client.lines(query, *window, args.limit)
         # Log lines are read like pod logs: masked before anything else sees them.
         text, _ = mask_text(render_lines(result))
         return ToolResult(
             text,
-            _lines_summary(result),
+            f"{len(result.lines)} line(s)",
             evidence=sent(query, client.endpoint, span(*window)),
         )
 
-    @sentences
-    async def log_metric(args: LogMetric, context: ToolContext) -> ToolResult:
-        client, scope = observe.loki(context)
+    async def log_metric(self, args: LogMetric, context: ToolContext) -> ToolResult:
+        client, scope = self._observe.loki(context)
         query = scope_logql(args.query, scope)
-        window = args.resolve(observe.clock())
+        window = args.resolve(self._observe.clock())
         result = await client.metric(query, *window)
         return ToolResult(
             render_range(result),
@@ -210,26 +210,27 @@ def read_tools(observe: Observe) -> list[Tool]:
             evidence=sent(query, client.endpoint, span(*window)),
         )
 
-    @sentences
-    async def alerts(args: NoArgs, context: ToolContext) -> ToolResult:
-        client, scope = observe.alertmanager(context)
+    async def alerts(self, args: NoArgs, context: ToolContext) -> ToolResult:
+        client, scope = self._observe.alertmanager(context)
         found = await client.alerts(scope)
-        endpoint = client.endpoint
+        name = client.endpoint.name
         return ToolResult(
             render_alerts(found),
             f"{len(found)} active alert(s)",
-            evidence=f'active alerts of alertmanager "{endpoint.name}" in {scope.describe()}',
+            evidence=f'active alerts of alertmanager "{name}" in {scope.describe()}',
         )
 
-    read = ToolKind.READ
-    query = ToolScope.QUERY
+
+def read_tools(observe: Observe) -> list[Tool]:
+    reads = Reads(observe)
+    read, query = ToolKind.READ, ToolScope.QUERY
     return [
-        declare("prometheus_query", read, "Run an instant PromQL query (one value per series).", InstantQuery, instant, scope=query),  # noqa: E501
-        declare("prometheus_range", read, "Run a PromQL range query; each series summarised (min, max, mean, last).", RangeQuery, range_, scope=query),  # noqa: E501
-        declare("prometheus_series", read, "List which Prometheus series and labels a selector matches.", SeriesMatch, series, scope=query),  # noqa: E501
-        declare("loki_query", read, "Read log lines from Loki with LogQL, newest first (default 100, at most 500).", LogQuery, log_lines, scope=query),  # noqa: E501
-        declare("loki_metric", read, "Run a LogQL metric query (e.g. error rate), summarised like a range.", LogMetric, log_metric, scope=query),  # noqa: E501
-        declare("list_alerts", read, "List active Alertmanager alerts of this channel's namespaces.", NoArgs, alerts, scope=query),  # noqa: E501
+        declare("prometheus_query", read, "Run an instant PromQL query (one value per series).", InstantQuery, sentences(reads.instant), scope=query),  # noqa: E501
+        declare("prometheus_range", read, "Run a PromQL range query; each series summarised (min, max, mean, last).", RangeQuery, sentences(reads.range), scope=query),  # noqa: E501
+        declare("prometheus_series", read, "List which Prometheus series and labels a selector matches.", SeriesMatch, sentences(reads.series), scope=query),  # noqa: E501
+        declare("loki_query", read, "Read log lines from Loki with LogQL, newest first (default 100, at most 500).", LogQuery, sentences(reads.log_lines), scope=query),  # noqa: E501
+        declare("loki_metric", read, "Run a LogQL metric query (e.g. error rate), summarised like a range.", LogMetric, sentences(reads.log_metric), scope=query),  # noqa: E501
+        declare("list_alerts", read, "List active Alertmanager alerts of this channel's namespaces.", NoArgs, sentences(reads.alerts), scope=query),  # noqa: E501
     ]  # fmt: skip
 
 
@@ -237,7 +238,3 @@ def _labels(labels: dict[str, str]) -> str:
     name = labels.get("__name__", "")
     rest = [f"{key}={json.dumps(value)}" for key, value in sorted(labels.items())]
     return name + "{" + ",".join(part for part in rest if not part.startswith("__name__=")) + "}"
-
-
-def _lines_summary(result: LogLines) -> str:
-    return f"{len(result.lines)} line(s)"
