@@ -51,7 +51,10 @@ class SilenceArgs(ToolArgs):
     ] = None
     matchers: Annotated[
         dict[str, str],
-        Field(description='Labels the alerts have, e.g. {"alertname": "KubePodCrashLooping"}.'),
+        Field(
+            max_length=10,
+            description='Labels the alerts have, e.g. {"alertname": "KubePodCrashLooping"}.',
+        ),
     ]
     duration: Annotated[str, DURATION, Field(description='How long, e.g. "2h" (capped).')]
     comment: Annotated[
