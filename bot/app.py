@@ -126,7 +126,12 @@ from bot.toolsets.kube.client import KubeClients
 from bot.toolsets.kube.read import read_tools
 from bot.toolsets.kube.readback import KubeReadback
 from bot.toolsets.kube.write import write_tools
+from bot.toolsets.observe.http import ObserveHttp
+from bot.toolsets.observe.instances import KINDS, Instances
+from bot.toolsets.observe.tools import Observe, ObserveSettings
+from bot.toolsets.observe.toolset import observe_tools
 from bot.toolsets.present import present_tools
+from bot.toolsets.spec import Tool
 from bot.values import GitOpsPolicy
 
 log = logging.getLogger(__name__)
@@ -248,17 +253,46 @@ def kube_clients(config: Config) -> KubeClients:
     )
 
 
-def tool_registry(kube: KubeClients, *, gitops: GitOpsPolicy = GitOpsPolicy.REFUSE) -> ToolRegistry:
+def observe(config: Config, secrets: Secrets, http: ObserveHttp) -> Observe:
+    """The observability toolset's shared part: the instances (their secrets read now: a
+    missing variable stops the start with one sentence), limits, the firewall's denied
+    namespaces (no query reaches them, whatever a role says) and the wall clock."""
+    section = config.observability
+    settings = ObserveSettings(
+        max_window_h=section.max_window_h,
+        max_series=section.max_series,
+        max_silence_h=section.max_silence_h,
+        denied=tuple(config.firewall.deny_namespaces),
+    )
+    return Observe(http, Instances.from_config(section, secrets), settings, clock=time.time)
+
+
+def tool_registry(
+    kube: KubeClients,
+    *,
+    gitops: GitOpsPolicy = GitOpsPolicy.REFUSE,
+    observability: Observe | None = None,
+    kinds: tuple[str, ...] | None = None,
+) -> ToolRegistry:
+    """Every tool of this build; the observability tools of the configured backends (or
+    of `kinds`: every kind when roles are checked against what a build can offer)."""
     reads = read_tools(kube)
     writes = write_tools(kube, gitops=gitops)
-    return ToolRegistry([*reads, *present_tools(reads), investigation_tool(), *writes])
+    observing = observe_tools(observability, kinds) if observability is not None else []
+    return ToolRegistry([*reads, *present_tools(reads), investigation_tool(), *writes, *observing])
 
 
 def config_problems(data: dict[str, Any]) -> list[str]:
     """What schema validation cannot see: a raw config's roles (those the schema accepts)
     checked against the tools this build has (no cluster is contacted; the tools are only
     listed). Run beside the schema, so one pass names every mistake."""
-    return pattern_problems(valid_roles(data), tool_registry(KubeClients({})).all())
+    return pattern_problems(valid_roles(data), buildable_tools())
+
+
+def buildable_tools() -> list[Tool]:
+    """Every tool this build can offer, whatever is configured (nothing is contacted)."""
+    every = Observe(ObserveHttp(), Instances(), ObserveSettings(), clock=time.time)
+    return tool_registry(KubeClients({}), observability=every, kinds=KINDS).all()
 
 
 def security_stages(
@@ -482,6 +516,8 @@ class AgentCore:
     gateways: ModelGateways
     # Each turn's state and lease (Slack only: the terminal runs no heartbeat).
     turns: TurnRepository | None = None
+    # The observability tools' one HTTP session (Prometheus, Loki, Alertmanager).
+    observe_http: ObserveHttp = field(default_factory=ObserveHttp)
     # Wake-ups from other replicas' writes (fed by a `PgListener` on PostgreSQL).
     wakeups: Wakeups = field(default_factory=Wakeups)
 
@@ -495,6 +531,7 @@ class AgentCore:
         for background in self.background:
             await background.drain()
         self.kube.close()
+        await self.observe_http.close()
         await self.db.close()
         await self.gateways.close()
 
@@ -535,7 +572,12 @@ def build_core(
     messages = MessageRepository(db=db, memo=memo)
     sessions = SessionRepository(db)
     kube = kube_clients(config)
-    registry = tool_registry(kube, gitops=config.kubernetes.gitops)
+    observe_http = ObserveHttp()
+    registry = tool_registry(
+        kube,
+        gitops=config.kubernetes.gitops,
+        observability=observe(config, secrets, observe_http),
+    )
     gateways = ModelGateways(config=config, secrets=secrets)
     post_hooks = PostToolUseHooks(config.hooks.post_tool_use)
     session_hooks = SessionHooks(config.hooks.session_start, config.hooks.session_end)
@@ -638,6 +680,7 @@ def build_core(
         gateways=gateways,
         turns=turns,
         wakeups=wakeups,
+        observe_http=observe_http,
     )
 
 

@@ -16,6 +16,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.config import Config, ConfigError, Secrets, SlackMode
 from bot.model.types import ModelError
 from bot.slack.manifest import BOT_EVENTS, BOT_SCOPES
+from bot.toolsets.observe.alertmanager import Alertmanager
+from bot.toolsets.observe.http import Endpoint, ObserveError, ObserveHttp
+from bot.toolsets.observe.instances import Instances
+from bot.toolsets.observe.loki import Loki
+from bot.toolsets.observe.prometheus import Prometheus
 from bot.toolsets.spec import ToolFailure
 
 
@@ -249,10 +254,43 @@ async def startup_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     return results
 
 
+async def observability_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
+    """Each Prometheus (buildinfo), Loki (/ready) and Alertmanager (status), one line each."""
+    if not config.observability.instances():
+        return []
+    try:
+        instances = Instances.from_config(config.observability, secrets)
+    except ConfigError as error:
+        return [CheckResult("observability", False, str(error))]
+    http = ObserveHttp()
+    try:
+        return [await _observe_check(http, endpoint) for endpoint in instances.endpoints]
+    finally:
+        await http.close()
+
+
+async def _observe_check(http: ObserveHttp, endpoint: Endpoint) -> CheckResult:
+    name = f"{endpoint.kind} {endpoint.name}"
+    where = f" (cluster {endpoint.cluster})" if endpoint.cluster else ""
+    client: Prometheus | Loki | Alertmanager
+    if endpoint.kind == "prometheus":
+        client = Prometheus(http, endpoint, max_window_h=1, max_series=1)
+    elif endpoint.kind == "loki":
+        client = Loki(http, endpoint, max_window_h=1, max_series=1)
+    else:
+        client = Alertmanager(http, endpoint, max_silence_h=1)
+    try:
+        said = await client.ready()
+    except ObserveError as error:
+        return CheckResult(name, False, f"{error} Fix its url, auth or tls in observability")
+    return CheckResult(name, True, f"{said} at {endpoint.url}{where}")
+
+
 async def run_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     results = [CheckResult("config", True, "valid")]
     results += await startup_checks(config, secrets)
     results.append(await slack_features(config, secrets))
     results += model_clients(config)
     results.append(await model_check(config, secrets))
+    results += await observability_checks(config, secrets)
     return results

@@ -479,6 +479,16 @@ class ObservabilityInstance(_Strict):
     external_url: str | None = None
     tls: TlsConfig = TlsConfig()
 
+    @field_validator("auth")
+    @classmethod
+    def _no_provider_default(cls, auth: ModelAuth) -> ModelAuth:
+        # A model provider's default credential means nothing to Prometheus or Loki.
+        if auth.method is AuthMethod.PROVIDER_DEFAULT:
+            raise ValueError(
+                "auth method provider-default is for model profiles; use none or environment"
+            )
+        return auth
+
 
 class ObservabilityConfig(_Strict):
     prometheus: list[ObservabilityInstance] = Field(default_factory=list)
@@ -488,10 +498,15 @@ class ObservabilityConfig(_Strict):
     max_series: int = Field(default=50, ge=1)
     max_silence_h: float = Field(default=4, gt=0)
 
+    def by_kind(self) -> list[tuple[str, list[ObservabilityInstance]]]:
+        return [
+            ("prometheus", self.prometheus),
+            ("loki", self.loki),
+            ("alertmanager", self.alertmanager),
+        ]
+
     def instances(self) -> list[tuple[str, ObservabilityInstance]]:
-        kinds = [("prometheus", self.prometheus), ("loki", self.loki)]
-        kinds.append(("alertmanager", self.alertmanager))
-        return [(kind, instance) for kind, listed in kinds for instance in listed]
+        return [(kind, instance) for kind, listed in self.by_kind() for instance in listed]
 
 
 class LogFormat(StrEnum):
@@ -766,6 +781,17 @@ class Secrets:
             return self._need(auth.env, f"models.profiles.{profile_name}.auth.env")
         return None
 
+    def observability_headers(
+        self, kind: str, index: int, instance: ObservabilityInstance
+    ) -> dict[str, str]:
+        """The headers sent to one Prometheus/Loki/Alertmanager: `auth: environment` as a
+        bearer token, each of `headers` from the variable it names (the whole value)."""
+        headers: dict[str, str] = {}
+        for name, env, path in _observability_env(kind, index, instance):
+            value = self._need(env, path)
+            headers[name] = f"Bearer {value}" if path.endswith(".auth.env") else value
+        return headers
+
     def check_all(self) -> list[str]:
         """Every missing secret, one line each, for startup and `kelpie check`."""
         problems: list[str] = []
@@ -781,10 +807,26 @@ class Secrets:
             auth = self._config.models.profiles[name].auth
             if auth.method is AuthMethod.ENVIRONMENT and auth.env:
                 needed.append((auth.env, f"models.profiles.{name}.auth.env"))
+        for kind, listed in self._config.observability.by_kind():
+            for index, instance in enumerate(listed):
+                found = _observability_env(kind, index, instance)
+                needed += [(env, path) for _, env, path in found]
         for env, key_path in needed:
             if not self._environ.get(env):
                 problems.append(f"{key_path}: environment variable {env} is not set")
         return problems
+
+
+def _observability_env(
+    kind: str, index: int, instance: ObservabilityInstance
+) -> list[tuple[str, str, str]]:
+    """(header, environment variable, key path) for each secret an instance needs."""
+    path = f"observability.{kind}[{index}]"
+    found: list[tuple[str, str, str]] = []
+    if instance.auth.method is AuthMethod.ENVIRONMENT and instance.auth.env:
+        found.append(("Authorization", instance.auth.env, f"{path}.auth.env"))
+    found += [(name, env, f"{path}.headers.{name}") for name, env in instance.headers.items()]
+    return found
 
 
 def sqlalchemy_async_url(url: str) -> str:

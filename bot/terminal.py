@@ -271,6 +271,9 @@ class TerminalReporter:
             call = _call(event.name, self._args.get(event.tool_call_id, ""))
             summary = f" · {event.summary}" if event.summary else ""
             self._console.line(f"  {mark} {call}{summary}")
+            if event.picture is not None:
+                # A terminal shows no image: what it would show, and its caption.
+                self._console.line(f"    (a graph, shown in Slack only) {event.picture.caption}")
 
     async def close(self, finished: TurnFinished) -> None:
         console = self._console

@@ -168,6 +168,15 @@ class WritePlan:
 
 
 @dataclass(frozen=True)
+class Picture:
+    """An image a present tool shows in the thread: PNG bytes, a file name, a caption."""
+
+    png: bytes = field(repr=False)
+    filename: str
+    caption: str
+
+
+@dataclass(frozen=True)
 class ToolOutcome:
     status: ToolStatus
     content: str  # what the model receives as the tool result
@@ -176,6 +185,8 @@ class ToolOutcome:
     refusal: Refusal | None = None  # why the pipeline did not run the call, when denied
     end_turn: bool = False  # the tool asked to end the turn (see ToolResult.end_turn)
     acting_as: str | None = None  # who the cluster saw make the calls (audited)
+    evidence: str | None = None  # what was asked of which backend (the evidence ledger)
+    picture: Picture | None = None  # an image for the thread (see ToolResult.picture)
 
 
 @dataclass(frozen=True)

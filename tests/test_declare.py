@@ -7,19 +7,18 @@ from typing import Any
 
 import pytest
 
-from bot.app import tool_registry
+from bot.app import buildable_tools
 from bot.config import FirewallConfig, RoleConfig
 from bot.pipeline.decision import CallScope, ToolInvocation
 from bot.pipeline.firewall import FirewallStage
 from bot.pipeline.flow import AbortStage, Pipeline, RoleGateStage
 from bot.toolsets.declare import parse_args, schema_of
-from bot.toolsets.kube.client import KubeClients
 from bot.toolsets.kube.pods import PodLogs
 from bot.toolsets.kube.write import ResourcesArgs, scale_args
 from bot.toolsets.spec import Tool, ToolArgumentError, ToolContext, ToolKind
 from bot.values import Refusal, ToolStatus
 
-TOOLS = {tool.name: tool for tool in tool_registry(KubeClients({})).all()}
+TOOLS = {tool.name: tool for tool in buildable_tools()}
 
 
 def _keys(node: Any) -> set[str]:

@@ -59,7 +59,7 @@ from bot.model.types import (
 from bot.pipeline.decision import CallScope
 from bot.pipeline.harness import ToolHarness
 from bot.toolsets.investigate import SPAWN_TOOL
-from bot.toolsets.spec import Tool, ToolContext, ToolKind
+from bot.toolsets.spec import Tool, ToolKind
 from bot.values import Message, Role, SessionInfo
 
 log = logging.getLogger(__name__)
@@ -421,8 +421,9 @@ class Engine:
         scope = replace(
             parent.scope,
             offered=frozenset(tool.name for tool in tools),
-            tool_context=ToolContext(
-                context.cluster, namespace or context.default_namespace, context.identity
+            # The parent's cluster, identity and reach; no investigations of its own.
+            tool_context=replace(
+                context, default_namespace=namespace or context.default_namespace, background=None
             ),
         )
         policy = parent.policy.with_rounds(self._background_rounds, "background investigation")

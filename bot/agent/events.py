@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from bot.values import ToolStatus, plural
+from bot.values import Picture, ToolStatus, plural
 
 
 class TurnFinish(StrEnum):
@@ -36,6 +36,8 @@ class ToolFinished:
     summary: str
     # Full output a person may want as a file (e.g. logs); None when there is none.
     attachment: str | None = None
+    # An image for the thread (show_graph); None when there is none.
+    picture: Picture | None = None
 
 
 @dataclass(frozen=True)

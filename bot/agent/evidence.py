@@ -32,6 +32,12 @@ class Evidence:
     ref: str
     tool: str
     arguments: str  # compact JSON of the call's arguments
+    # What the tool says it asked of which backend (e.g. the scoped query, its window and
+    # the instance): shown in place of the arguments, which it makes exact.
+    sent: str | None = None
+
+    def line(self) -> str:
+        return f"[{self.ref}] {self.tool} {self.sent or self.arguments}"
 
 
 class EvidenceLedger:
@@ -45,17 +51,17 @@ class EvidenceLedger:
     def refs(self) -> list[str]:
         return [entry.ref for entry in self._entries]
 
-    def add(self, tool: str, arguments: dict[str, Any]) -> str:
+    def add(self, tool: str, arguments: dict[str, Any], sent: str | None = None) -> str:
         ref = f"E{len(self._entries) + 1}"
         compact = json.dumps(arguments, sort_keys=True, separators=(",", ":"))
-        self._entries.append(Evidence(ref, tool, compact))
+        self._entries.append(Evidence(ref, tool, compact, sent))
         return ref
 
     def note(self) -> str | None:
         """The ledger as a note for the next request, or None while it is empty."""
         if not self._entries:
             return None
-        lines = [f"[{e.ref}] {e.tool} {e.arguments}" for e in self._entries]
+        lines = [entry.line() for entry in self._entries]
         return "Evidence ledger of this turn (cite only these):\n" + "\n".join(lines)
 
     def check(self, answer: str, *, log_unknown: bool = True) -> tuple[str, list[str]]:

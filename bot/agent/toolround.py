@@ -247,7 +247,12 @@ class ToolRounds:
         self._ran[item.call.id] = _Ran(outcome, repeated=False)
         await self._emit(
             ToolFinished(
-                item.call.id, item.call.name, outcome.status, outcome.summary, outcome.attachment
+                item.call.id,
+                item.call.name,
+                outcome.status,
+                outcome.summary,
+                outcome.attachment,
+                outcome.picture,
             )
         )
 
@@ -264,7 +269,7 @@ class ToolRounds:
             if ran.outcome.status is ToolStatus.OK and _kind(item) in EVIDENCE_KINDS:
                 ref = self._refs.get(item.key)
                 if ref is None:
-                    ref = self._ledger.add(item.call.name, item.args)
+                    ref = self._ledger.add(item.call.name, item.args, ran.outcome.evidence)
                     self._refs[item.key] = ref
                 content = f"[{ref}] {content}"
         return Message(Role.TOOL, content, tool_call_id=item.call.id, tool_name=item.call.name)

@@ -16,6 +16,7 @@ from typing import Any
 
 from bot.config import FirewallConfig
 from bot.pipeline.decision import ToolInvocation
+from bot.toolsets.spec import ToolScope
 from bot.values import Decision
 
 # Arguments whose value names a Kubernetes kind or resource (e.g. a generic get tool, or
@@ -63,6 +64,8 @@ class FirewallStage:
         return None
 
     def _namespace(self, call: ToolInvocation) -> str | None:
+        if call.tool.scope is ToolScope.QUERY:
+            return None  # the tool puts the denied namespaces into its query (observe/scope.py)
         namespace = call.namespace
         tool = call.tool.name
         if namespace is None:

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from bot.pipeline.decision import Stage, ToolInvocation
 from bot.pipeline.roles import namespace_allowed, tool_allowed
-from bot.toolsets.spec import ToolKind
+from bot.toolsets.spec import ToolKind, ToolScope
 from bot.values import (
     Approval,
     Decision,
@@ -63,7 +63,7 @@ class RoleGateStage:
         if tool.name not in scope.offered or not tool_allowed(scope.role, tool):
             return Decision.deny(f"channel role {scope.role_name} may not run {tool.pattern_name}")
         namespace = call.namespace
-        if not namespace_allowed(scope.role, namespace):
+        if tool.scope is not ToolScope.QUERY and not namespace_allowed(scope.role, namespace):
             where = (
                 "all namespaces"
                 if namespace is None

@@ -6,8 +6,15 @@ import difflib
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 
-from bot.config import NO_ROLE, ApprovalConfig, Approvers, Config, RoleConfig
-from bot.toolsets.spec import KubeIdentity, Tool, ToolContext
+from bot.config import (
+    NO_ROLE,
+    ApprovalConfig,
+    Approvers,
+    Config,
+    RoleConfig,
+    RoleObservability,
+)
+from bot.toolsets.spec import KubeIdentity, Reach, Tool, ToolContext
 
 
 @dataclass(frozen=True)
@@ -24,7 +31,8 @@ class ChannelBinding:
         (None: kelpie's own) — the same for a running turn and for an approved write."""
         chosen = self.role.kubernetes.impersonate
         identity = KubeIdentity(chosen.user, tuple(chosen.groups)) if chosen else None
-        return ToolContext(self.cluster, self.namespace, identity)
+        reach = Reach(tuple(self.role.namespaces), self.role.observability.cluster_metrics)
+        return ToolContext(self.cluster, self.namespace, identity, reach)
 
 
 class ChannelRoles:
@@ -110,6 +118,8 @@ def role_within(inner: RoleConfig, outer: RoleConfig, tools: list[Tool]) -> bool
     Kubernetes identity, and approvals no looser (its approvers among outer's)."""
     if inner.kubernetes.impersonate != outer.kubernetes.impersonate:
         return False
+    if inner.observability.cluster_metrics and not outer.observability.cluster_metrics:
+        return False
     if any(tool_allowed(inner, t) and not tool_allowed(outer, t) for t in tools):
         return False
     if _common_namespaces(inner.namespaces, outer.namespaces) != inner.namespaces:
@@ -142,6 +152,9 @@ def common_role(a: RoleConfig, b: RoleConfig, tools: list[Tool]) -> RoleConfig |
         namespaces=_common_namespaces(a.namespaces, b.namespaces),
         approval=approval,
         kubernetes=b.kubernetes,
+        observability=RoleObservability(
+            cluster_metrics=a.observability.cluster_metrics and b.observability.cluster_metrics
+        ),
     )
 
 

@@ -111,9 +111,9 @@ class ApprovalStage:
         # The stated reason is for the approver's card, not an argument of the change.
         args = {key: value for key, value in call.args.items() if key != REASON_ARG}
         try:
-            plan = await asyncio.wait_for(
-                operation.prepare(args, call.scope.tool_context), self._timeout_s
-            )
+            # The plan names who asked (a silence's comment does).
+            context = replace(call.scope.tool_context, requester=call.scope.slack_user)
+            plan = await asyncio.wait_for(operation.prepare(args, context), self._timeout_s)
         except ToolArgumentError as error:
             return failed(f"{call.tool.name}: invalid arguments: {error}")
         except ToolFailure as error:
@@ -175,6 +175,8 @@ class ExecuteStage:
             result.attachment,
             end_turn=result.end_turn,
             acting_as=result.acting_as,
+            evidence=result.evidence,
+            picture=result.picture,
         )
 
 
@@ -257,14 +259,26 @@ def audit_entries(flow: CallFlow) -> list[AuditEntry]:
 
 
 async def masked_outcome(outcome: ToolOutcome) -> ToolOutcome:
-    """The outcome with every secret in its content, summary and attachment masked."""
-    (content, summary, attachment), found = await mask_value_async(
-        [outcome.content, outcome.summary, outcome.attachment]
+    """The outcome with every secret in its content, summary, attachment, evidence and
+    picture caption masked."""
+    caption = outcome.picture.caption if outcome.picture is not None else None
+    (content, summary, attachment, evidence, caption), found = await mask_value_async(
+        [outcome.content, outcome.summary, outcome.attachment, outcome.evidence, caption]
     )
     if not found:
         return outcome
     log.info("masked %d secret(s) in a tool result", len(found))
-    return replace(outcome, content=content, summary=summary, attachment=attachment)
+    picture = outcome.picture
+    if picture is not None and caption is not None:
+        picture = replace(picture, caption=caption)
+    return replace(
+        outcome,
+        content=content,
+        summary=summary,
+        attachment=attachment,
+        evidence=evidence,
+        picture=picture,
+    )
 
 
 def failed(message: str) -> ToolOutcome:

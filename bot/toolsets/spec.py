@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from bot.errors import KelpieError
-from bot.values import WritePlan
+from bot.values import Picture, WritePlan
 
 REASON_ARG = "reason"
 
@@ -29,6 +29,10 @@ class ToolScope(StrEnum):
 
     NAMESPACED = "namespaced"
     CLUSTER = "cluster"
+    # Queries over many namespaces (PromQL, LogQL, alerts) that the tool itself limits to
+    # the context's reach and the firewall's denied namespaces, inside the query: the
+    # pipeline's one-namespace checks do not apply to them.
+    QUERY = "query"
 
 
 class ToolArgumentError(KelpieError, ValueError):
@@ -103,6 +107,16 @@ def bound_identity(plan: WritePlan) -> KubeIdentity | None:
 
 
 @dataclass(frozen=True)
+class Reach:
+    """The namespaces a channel's role may read (globs, "*" for all) and whether it may
+    read series without a namespace (nodes, cluster totals). The default reaches nothing:
+    a context made without a role (tests, the CLI) must not read every namespace's metrics."""
+
+    namespaces: tuple[str, ...] = ()
+    cluster_metrics: bool = False
+
+
+@dataclass(frozen=True)
 class ToolContext:
     """Where the question was asked: which cluster, which default namespace, and which
     Kubernetes identity the channel's role acts as (None: kelpie's own)."""
@@ -110,6 +124,10 @@ class ToolContext:
     cluster: str
     default_namespace: str | None = None
     identity: KubeIdentity | None = None
+    # The role's namespaces, for the tools that scope queries themselves (observability).
+    reach: Reach = Reach()
+    # The Slack user who asked, where a write must name them (a silence's comment).
+    requester: str | None = None
     # The running turn's background investigations; None where they are not available
     # (e.g. inside a background investigation).
     background: BackgroundPort | None = field(default=None, compare=False, repr=False)
@@ -135,6 +153,11 @@ class ToolResult:
     end_turn: bool = False
     # Who the cluster saw make the calls (set by the Kubernetes tools), for the audit.
     acting_as: str | None = None
+    # What exactly was asked of which backend (a scoped query, its window, the instance),
+    # recorded in the turn's evidence ledger beside the reference.
+    evidence: str | None = None
+    # An image for the thread (present tools): uploaded as a file with its caption.
+    picture: Picture | None = None
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]

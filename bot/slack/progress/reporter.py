@@ -105,7 +105,8 @@ class ThreadReporter:
             task.summary = event.summary
             self._tool_calls += 1
             self._on_task(task)
-            if event.attachment is not None and event.name.startswith(ATTACHMENT_TOOL_PREFIX):
+            shown = event.attachment is not None or event.picture is not None
+            if shown and event.name.startswith(ATTACHMENT_TOOL_PREFIX):
                 upload = asyncio.create_task(self._upload(event))
                 self._uploads.add(upload)
 
@@ -209,6 +210,17 @@ class ThreadReporter:
 
     async def _upload(self, event: ToolFinished) -> None:
         try:
+            if event.picture is not None:
+                # An image: its bytes as the file, its caption as the message it comes with.
+                await self._client.files_upload_v2(
+                    channel=self._channel,
+                    thread_ts=self._thread_ts,
+                    file=event.picture.png,
+                    filename=event.picture.filename,
+                    title=copy.attachment_title(event.name),
+                    initial_comment=event.picture.caption,
+                )
+                return
             await self._client.files_upload_v2(
                 channel=self._channel,
                 thread_ts=self._thread_ts,

@@ -83,22 +83,33 @@ class Alertmanager:
 
     async def silence(self, request: SilenceRequest, now: datetime) -> str:
         """Creates the silence; its id."""
-        body = {
-            "matchers": [
-                {"name": m.name, "value": m.value, "isRegex": m.is_regex, "isEqual": m.is_equal}
-                for m in request.matchers
-            ],
-            "startsAt": _iso(now),
-            "endsAt": _iso(now + request.duration),
-            "createdBy": request.created_by,
-            "comment": request.comment,
-        }
-        created = await self._http.post(self.endpoint, "/api/v2/silences", body)
+        return await self.post_silence(silence_body(request), now, request.duration)
+
+    async def post_silence(self, body: dict[str, Any], now: datetime, duration: timedelta) -> str:
+        """Posts a silence body (see `silence_body`) from `now` for `duration`; its id."""
+        timed = {**body, "startsAt": _iso(now), "endsAt": _iso(now + duration)}
+        created = await self._http.post(self.endpoint, "/api/v2/silences", timed)
         return str((created or {}).get("silenceID", ""))
 
     def _admits(self, scope: NamespaceScope, labels: dict[str, str]) -> bool:
         namespace = labels.get(self.endpoint.namespace_label)
         return scope.cluster_metrics if namespace is None else scope.admits(namespace)
+
+
+def silence_body(request: SilenceRequest) -> dict[str, Any]:
+    """The silence as Alertmanager's API v2 takes it, without its times (set when sent)."""
+    return {
+        "matchers": [
+            {"name": m.name, "value": m.value, "isRegex": m.is_regex, "isEqual": m.is_equal}
+            for m in request.matchers
+        ],
+        "createdBy": request.created_by,
+        "comment": request.comment,
+    }
+
+
+def iso(when: datetime) -> str:
+    return _iso(when)
 
 
 def render_alerts(alerts: list[Alert]) -> str:

@@ -86,6 +86,11 @@ class ObserveHttp:
     async def get(self, endpoint: Endpoint, path: str, params: Mapping[str, str]) -> Any:
         return await self._request(endpoint, "GET", path, params=params)
 
+    async def get_text(self, endpoint: Endpoint, path: str) -> str:
+        """A plain-text answer (Loki's `/ready` says `ready`), on one line and short."""
+        answer = await self._request(endpoint, "GET", path, text=True)
+        return _reason(None, str(answer))
+
     async def post(self, endpoint: Endpoint, path: str, body: Any) -> Any:
         return await self._request(endpoint, "POST", path, body=body)
 
@@ -100,6 +105,7 @@ class ObserveHttp:
         path: str,
         params: Mapping[str, str] | None = None,
         body: Any = None,
+        text: bool = False,
     ) -> Any:
         url = endpoint.url.rstrip("/") + path
         try:
@@ -114,14 +120,14 @@ class ObserveHttp:
                     allow_redirects=False,
                 ) as response:
                     raw = await response.content.read(self._max_body_bytes + 1)
-                    return self._decode(endpoint, response.status, raw)
+                    return self._decode(endpoint, response.status, raw, text)
         except TimeoutError as error:
             raise ObserveError(endpoint.sentence(TIMED_OUT, timeout=endpoint.timeout_s)) from error
         except aiohttp.ClientError as error:
             reason = str(error) or type(error).__name__
             raise ObserveError(endpoint.sentence(UNREACHABLE, reason=reason)) from error
 
-    def _decode(self, endpoint: Endpoint, status: int, raw: bytes) -> Any:
+    def _decode(self, endpoint: Endpoint, status: int, raw: bytes, text_wanted: bool) -> Any:
         if len(raw) > self._max_body_bytes:
             limit = self._max_body_bytes // (1024 * 1024)
             raise ObserveError(endpoint.sentence(TOO_LARGE, limit=limit))
@@ -136,6 +142,8 @@ class ObserveHttp:
             raise ObserveError(
                 endpoint.sentence(REJECTED, status=status, reason=_reason(decoded, text))
             )
+        if text_wanted:
+            return text
         if decoded is None and text.strip():
             raise ObserveError(endpoint.sentence(NOT_JSON, status=status))
         return decoded

@@ -51,8 +51,8 @@ class Loki:
         self._max_series = max_series
 
     async def ready(self) -> str:
-        await self._http.get(self.endpoint, "/ready", {})
-        return "Loki ready"
+        said = await self._http.get_text(self.endpoint, "/ready")
+        return f"Loki {said}"
 
     async def lines(self, query: str, start: float, end: float, limit: int | None) -> LogLines:
         """Newest first, at most `limit` (default 100, clamped to 500)."""

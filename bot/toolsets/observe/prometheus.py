@@ -91,11 +91,18 @@ class Prometheus:
         return InstantResult(kind, samples, max(0, len(data.get("result", [])) - len(shown)))
 
     async def range(self, query: str, start: float, end: float) -> RangeResult:
+        step, result = await self.matrix(query, start, end)
+        return summarise_matrix(result, start, end, step, self._max_series)
+
+    async def matrix(
+        self, query: str, start: float, end: float
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """The raw range answer (for a graph): the step and Prometheus' series."""
         check_window(start, end, self._max_window_h)
         step = auto_step(start, end)
         params = {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": str(step)}
         data = await self._api("/api/v1/query_range", params)
-        return summarise_matrix(data.get("result", []), start, end, step, self._max_series)
+        return step, list(data.get("result", []))
 
     async def series(
         self, match: str, start: float, end: float
@@ -198,6 +205,10 @@ def _fmt(value: float) -> str:
 
 def _time(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def selector(labels: dict[str, str]) -> str:
+    return _selector(labels)
 
 
 def _selector(labels: dict[str, str]) -> str:

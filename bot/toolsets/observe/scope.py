@@ -42,6 +42,10 @@ NOT_SCOPABLE = "The query could not be limited to this channel's namespaces; sim
 _PLAIN_ALTERNATION = re.compile(r"^[A-Za-z0-9_.-]+(\|[A-Za-z0-9_.-]+)*$")
 
 
+# The regex of a reach of no namespace (with `label!=""` beside it: see `matchers`).
+_NOTHING = "$^"
+
+
 class QueryRefused(KelpieError):
     """A query kelpie will not send: `str(error)` is the sentence the model gets back."""
 
@@ -72,8 +76,12 @@ class NamespaceScope:
         if self.cluster_metrics and allowed != ".*":
             allowed = f"{allowed}|" if allowed else ""
         elif not self.cluster_metrics:
-            allowed = ".+" if allowed == ".*" else allowed or "$^"
+            allowed = ".+" if allowed == ".*" else allowed or _NOTHING
         rendered = [_render_matcher(self.label, "=~", allowed)]
+        if allowed == _NOTHING:
+            # "$^" still matches the empty string, i.e. every series without the label:
+            # a reach of no namespace must not admit them either.
+            rendered.append(_render_matcher(self.label, "!=", ""))
         if self.denied:
             denied = "|".join(sorted({_glob_regex(glob) for glob in self.denied}))
             rendered.append(_render_matcher(self.label, "!~", denied))

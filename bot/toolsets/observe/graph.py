@@ -1,0 +1,113 @@
+"""`present/show_graph`: a PromQL range query, scoped like every other, drawn as a PNG line
+chart and posted into the thread with the exact query sent and a link to the instance's UI.
+
+matplotlib is an optional extra (`pip install kelpie[graphs]`), imported only when a graph
+is drawn, with the Agg backend (no display), in a worker thread (drawing is CPU work).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from datetime import UTC, datetime
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from pydantic import Field
+
+from bot.toolsets.declare import declare
+from bot.toolsets.observe.http import Endpoint
+from bot.toolsets.observe.prometheus import selector
+from bot.toolsets.observe.scope import scope_promql
+from bot.toolsets.observe.tools import Observe, RangeQuery, sent, sentences
+from bot.toolsets.observe.window import span
+from bot.toolsets.spec import Tool, ToolContext, ToolFailure, ToolKind, ToolResult, ToolScope
+from bot.values import Picture
+
+SHOW_GRAPH = "show_graph"
+NEEDS_MATPLOTLIB = "Graphs need matplotlib, which is not installed: pip install kelpie[graphs]."
+NO_DATA = "The query matched no series in that window; there is nothing to draw."
+POSTED = "Posted a graph of {count} series to the thread."
+# Beyond this many lines a legend says nothing; the chart still draws them all.
+LEGEND_MAX = 8
+
+
+class ShowGraph(RangeQuery):
+    continue_analysis: Annotated[
+        bool, Field(description="Keep working after showing the graph.")
+    ] = False
+
+
+def graph_tool(observe: Observe) -> Tool:
+    @sentences
+    async def show_graph(args: ShowGraph, context: ToolContext) -> ToolResult:
+        client, scope = observe.prometheus(context)
+        query = scope_promql(args.query, scope)
+        window = args.resolve(observe.clock())
+        _, series = await client.matrix(query, *window)
+        series = series[: observe.settings.max_series]
+        if not any(item.get("values") for item in series):
+            raise ToolFailure(NO_DATA)
+        png = await asyncio.to_thread(draw, series, query)
+        caption = f"`{query}` ({span(*window)})" + _link(client.endpoint, query, window)
+        text = POSTED.format(count=len(series))
+        if not args.continue_analysis:
+            text += " The person can read it there; the turn ends here."
+        return ToolResult(
+            text,
+            f"graph of {len(series)} series",
+            picture=Picture(png, "graph.png", caption),
+            evidence=sent(query, client.endpoint, span(*window)),
+            end_turn=not args.continue_analysis,
+        )
+
+    return declare(
+        SHOW_GRAPH,
+        ToolKind.PRESENT,
+        "Show a PromQL range query to the person as a line chart in the thread.",
+        ShowGraph,
+        show_graph,
+        scope=ToolScope.QUERY,
+    )
+
+
+def draw(series: list[dict[str, Any]], title: str) -> bytes:
+    """A PNG line chart of Prometheus range series (time on x, one line per series)."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.dates import date2num
+        from matplotlib.figure import Figure
+    except ImportError as error:
+        raise ToolFailure(NEEDS_MATPLOTLIB) from error
+    figure = Figure(figsize=(9, 4), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    for item in series:
+        points = [(datetime.fromtimestamp(float(t), UTC), float(v)) for t, v in item["values"]]
+        labels = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
+        times = date2num([point[0] for point in points])
+        axes.plot(times, [point[1] for point in points], label=selector(labels))
+    axes.set_title(title if len(title) <= 90 else title[:89] + "…", fontsize=9)
+    axes.xaxis_date()
+    axes.grid(True, alpha=0.3)
+    if len(series) <= LEGEND_MAX:
+        axes.legend(fontsize=7, loc="best")
+    figure.autofmt_xdate()
+    out = io.BytesIO()
+    figure.savefig(out, format="png")
+    return out.getvalue()
+
+
+def _link(endpoint: Endpoint, query: str, window: tuple[float, float]) -> str:
+    """A Slack link to the query in the instance's own UI, when its `external_url` is set."""
+    if not endpoint.external_url:
+        return ""
+    start, end = window
+    params = {
+        "g0.expr": query,
+        "g0.tab": "0",
+        "g0.range_input": f"{max(1, round((end - start) / 60))}m",
+        "g0.end_input": datetime.fromtimestamp(end, UTC).strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    url = endpoint.external_url.rstrip("/") + "/graph?" + urlencode(params)
+    return f"\n<{url}|Open in Prometheus {endpoint.name}>"
