@@ -32,7 +32,16 @@ from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, WriteAuditLog
 from bot.approvals.recheck import Approvers, Bindings, CurrentPolicy
 from bot.approvals.service import ApprovalRequests, ApprovalService, ExpiryBell, RecordedWrites
-from bot.config import Config, ModelClient, OnNewMessage, Secrets, SlackMode, valid_roles
+from bot.approvals.verify import Rollbacks, Verifier
+from bot.config import (
+    ApprovalConfig,
+    Config,
+    ModelClient,
+    OnNewMessage,
+    Secrets,
+    SlackMode,
+    valid_roles,
+)
 from bot.health import health_app, serve
 from bot.metrics import (
     MeteredApprovalRepository,
@@ -105,6 +114,7 @@ from bot.store.repositories import (
 )
 from bot.store.retention import Pruner, Retention
 from bot.store.turns import Replica, TurnRepository
+from bot.store.verify import VerifyWatchRepository
 from bot.store.wakeups import PgListener, Wakeups
 from bot.terminal import (
     WAITING_AT_PROMPT,
@@ -122,6 +132,7 @@ from bot.terminal import (
 )
 from bot.toolsets.investigate import investigation_tool
 from bot.toolsets.kube.client import KubeClients
+from bot.toolsets.kube.effects import KubeEffects
 from bot.toolsets.kube.read import read_tools
 from bot.toolsets.kube.readback import KubeReadback
 from bot.toolsets.kube.write import write_tools
@@ -168,6 +179,8 @@ def slack_client(
 
 # Seconds a thread may hold the GIL while another waits for it (CPython's default: 0.005).
 GIL_SWITCH_S = 0.001
+# How often a verification watch reads its target (at most; a third of a lease at least).
+VERIFY_POLL_S = 5.0
 
 
 def model_gateway(
@@ -532,10 +545,10 @@ def build_core(
     session_hooks = SessionHooks(config.hooks.session_start, config.hooks.session_end)
     # An approved change is leased to this replica until its outcome (one of its own when
     # there is no replica: `kelpie chat`).
-    approval_store = MeteredApprovalRepository(
-        db=db, metrics=metrics, replica=replica or Replica.this_process(config.database.lease_s)
-    )
+    leases = replica or Replica.this_process(config.database.lease_s)
+    approval_store = MeteredApprovalRepository(db=db, metrics=metrics, replica=leases)
     bell = ExpiryBell()
+    requests = ApprovalRequests(store=approval_store, cards=front.cards, bell=bell)
     tool_audit = ToolAuditRepository(db)
     coordinator = WriteCoordinator(
         registry=registry,
@@ -546,7 +559,7 @@ def build_core(
     pipeline = call_pipeline(
         security_stages(config, gateways, messages),
         timeout_s=config.agent.tool_timeout_s,
-        approvals=ApprovalRequests(store=approval_store, cards=front.cards, bell=bell),
+        approvals=requests,
         writes=RecordedWrites(coordinator=coordinator, store=approval_store),
         post_hooks=[post_hooks],
         audit=tool_audit,
@@ -603,6 +616,7 @@ def build_core(
         ),
         readback=KubeReadback(kube),
         bell=bell,
+        verifier=_verifier(config, db, leases, approval_store, kube, registry, front, requests),
     )
     retention = Pruner(
         db=db,
@@ -630,6 +644,38 @@ def build_core(
         turns=turns,
         wakeups=wakeups,
     )
+
+
+def _verifier(
+    config: Config,
+    db: Database,
+    replica: Replica,
+    approval_store: ApprovalRepository,
+    kube: KubeClients,
+    registry: ToolRegistry,
+    front: FrontEnd,
+    requests: ApprovalRequests,
+) -> Verifier:
+    """Follows approved writes' effects (`agent.verify_s`), leased like approvals."""
+    return Verifier(
+        store=VerifyWatchRepository(db, replica),
+        approvals=approval_store,
+        effects=KubeEffects(kube),
+        cards=front.cards,
+        rollbacks=Rollbacks(
+            registry=registry,
+            proposals=requests,
+            timeout_s=lambda role: _approval_timeout(config, role),
+        ),
+        verify_s=config.agent.verify_s,
+        # Every poll renews the watch's lease: well within it.
+        poll_s=min(VERIFY_POLL_S, config.database.lease_s / 3),
+    )
+
+
+def _approval_timeout(config: Config, role: str) -> float:
+    found = config.roles.get(role)
+    return found.approval.timeout_s if found is not None else ApprovalConfig().timeout_s
 
 
 def _days(days: int | None) -> timedelta | None:

@@ -1,0 +1,185 @@
+"""A write that checks its own effect (#28 item 7): after an approved write ran, kelpie
+follows the target and says once, in the thread, "Recovered:" or "Not recovered:" with what
+it read; when not, a rollback card follows (a normal approval). End to end through the
+Slack and Kubernetes peers; the fake's `stall_rollouts` plays a rollout that never becomes
+available. Nothing here waits for time: a rollout that settled or gave up ends the watch at
+its first reading."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from bot.store.turns import Replica
+from bot.store.verify import VerifyWatchRepository
+from tests.bot_processes import Launcher, Start
+from tests.test_approval_crashes import wait_db
+from tests.test_approvals import (
+    approval_id,
+    card_text,
+    click,
+    propose_scale,
+    real_writes,
+    replicas,
+    wait_card,
+    wait_said,
+)
+from tests.world import ALICE, CAROL, OPS_CHANNEL, World
+
+DEPLOYMENT_PATH = "/apis/apps/v1/namespaces/shop/deployments/checkout-api"
+
+
+def said(world: World, thread_ts: str, start: str) -> list[Any]:
+    return [
+        m
+        for m in world.slack.thread(OPS_CHANNEL, thread_ts)
+        if m.is_bot and (m.text or "").startswith(start)
+    ]
+
+
+async def wait_rollback_card(world: World, thread_ts: str) -> Any:
+    def find(server: Any) -> Any:
+        for message in server.thread(OPS_CHANNEL, thread_ts):
+            blocks = message.blocks or []
+            if message.is_bot and any(
+                b.get("block_id", "").startswith("approval:") for b in blocks
+            ):
+                if "Proposed by kelpie" in card_text(message):
+                    return message
+        return None
+
+    return await world.slack.wait_for(find, timeout=20)
+
+
+async def propose_restart(world: World) -> tuple[Any, Any]:
+    world.model.reply_tool_calls(
+        [("restart_deployment", {"namespace": "shop", "name": "checkout-api"})]
+    )
+    world.model.reply_text("Restarting.")
+    mention = await world.mention(OPS_CHANNEL, ALICE, "restart checkout-api")
+    return mention, await wait_card(world, mention["ts"])
+
+
+def revision(world: World) -> int:
+    deployment = world.kube.get("Deployment", "shop", "checkout-api")
+    assert deployment is not None
+    return int(deployment["metadata"]["annotations"]["deployment.kubernetes.io/revision"])
+
+
+def template_writes(world: World) -> list[Any]:
+    return [w for w in real_writes(world) if w.path == DEPLOYMENT_PATH]
+
+
+async def test_an_approved_scale_is_followed_until_it_recovered(any_db_world: World):
+    world = any_db_world  # on SQLite and on the real PostgreSQL
+    bot = await world.start_bot()
+    mention, card = await propose_scale(world, then="Scaled.")
+    identifier = approval_id(card)
+    await click(world, CAROL, card)
+    verdict = await wait_said(world, mention["ts"], "Recovered:")
+    assert verdict.text.startswith("Recovered: Scale deployment shop/checkout-api from 3 to 5")
+    assert "5/5 replicas available at revision 2" in verdict.text
+    await world.drain()
+    assert len(said(world, mention["ts"], "Recovered:")) == 1
+    assert said(world, mention["ts"], "Not recovered:") == []
+    # The watch is on record, ended, with the verdict it said.
+    watches = VerifyWatchRepository(bot.db, Replica.this_process(15))
+    state = await watches.state(identifier)
+    assert state is not None and state[0] == "done" and state[1] == verdict.text
+
+
+async def test_a_restart_that_never_becomes_available_offers_a_rollback(world: World):
+    world.kube.stall_rollouts = True  # the new pods never become available
+    await world.start_bot()
+    before = revision(world)
+    mention, card = await propose_restart(world)
+    await click(world, CAROL, card)
+    verdict = await wait_said(world, mention["ts"], "Not recovered:")
+    assert f"0/3 replicas available at revision {before + 1}" in verdict.text
+    assert "ProgressDeadlineExceeded" in verdict.text
+    assert "A rollback is proposed on the card below" in verdict.text
+
+    rollback = await wait_rollback_card(world, mention["ts"])
+    text = card_text(rollback)
+    assert f"from revision {before + 1} to revision {before}" in text
+    assert rollback.ts > verdict.ts  # the verdict first, its card below
+    assert len(template_writes(world)) == 1  # the restart only: nothing runs unapproved
+
+    # Four eyes hold: the requester of the restart may not approve its undoing.
+    await click(world, ALICE, rollback)
+    assert len(template_writes(world)) == 1
+    world.kube.stall_rollouts = False
+    world.model.reply_text("Rolled back.")
+    await click(world, CAROL, rollback)
+    await click(world, CAROL, rollback)  # a double click runs it once
+    again = await world.slack.wait_for(
+        lambda s: len(said(world, mention["ts"], "Recovered:")) == 1, timeout=20
+    )
+    assert again
+    await world.drain()
+    assert len(template_writes(world)) == 2  # the restart and the rollback, once
+    (recovered,) = said(world, mention["ts"], "Recovered:")
+    assert recovered.text.startswith("Recovered: Roll back deployment shop/checkout-api")
+    assert len(said(world, mention["ts"], "Not recovered:")) == 1
+
+
+async def test_a_scale_that_stalls_offers_the_previous_replica_count(world: World):
+    world.kube.stall_rollouts = True
+    await world.start_bot()
+    mention, card = await propose_scale(world)
+    await click(world, CAROL, card)
+    verdict = await wait_said(world, mention["ts"], "Not recovered:")
+    assert "2/5 replicas available" in verdict.text
+    rollback = await wait_rollback_card(world, mention["ts"])
+    assert "spec.replicas 5 → 3" in card_text(rollback)
+    assert replicas(world) == 5  # proposed, not run
+
+
+async def test_verify_s_0_follows_nothing(world: World):
+    bot = await world.start_bot({"agent": {"verify_s": 0}})
+    mention, card = await propose_scale(world, then="Scaled.")
+    identifier = approval_id(card)
+    await click(world, CAROL, card)
+    await wait_said(world, mention["ts"], "Scaled.")
+    await world.drain()
+    watches = VerifyWatchRepository(bot.db, Replica.this_process(15))
+    assert await watches.state(identifier) is None
+    assert said(world, mention["ts"], "Recovered:") == []
+    assert said(world, mention["ts"], "Not recovered:") == []
+
+
+@pytest.fixture
+def short_leases(launch: Launcher) -> Start:
+    """`kelpie run` whose leases lapse within seconds of a kill."""
+    return launch({"database": {"lease_s": 3}})
+
+
+async def test_killed_during_the_watch_a_restart_finishes_it_once(
+    world: World, short_leases: Callable[[], Any]
+):
+    world.kube.stall_rollouts = True
+    world.kube.stall_deadline = False  # still progressing: the watch keeps following
+    bot = await short_leases()
+    mention, card = await propose_restart(world)
+    identifier = approval_id(card)
+    await click(world, CAROL, card)
+    await wait_db(
+        world.tmp / "k.db",
+        f"SELECT state FROM verify_watches WHERE approval_id = '{identifier}'",
+        lambda rows: rows == [("watching",)],
+    )
+    bot.kill()
+    world.kube.finish_rollout("shop", "checkout-api")
+    await short_leases()
+    verdict = await wait_said(world, mention["ts"], "Recovered:", timeout=120)
+    assert "3/3 replicas available" in verdict.text
+    assert "Kelpie restarted while following this change" in verdict.text
+    await wait_db(
+        world.tmp / "k.db",
+        f"SELECT state FROM verify_watches WHERE approval_id = '{identifier}'",
+        lambda rows: rows == [("done",)],
+    )
+    assert len(said(world, mention["ts"], "Recovered:")) == 1
+    assert said(world, mention["ts"], "Not recovered:") == []
