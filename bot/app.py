@@ -32,6 +32,7 @@ from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, WriteAuditLog
 from bot.approvals.recheck import Approvers, Bindings, CurrentPolicy
 from bot.approvals.service import ApprovalRequests, ApprovalService, ExpiryBell, RecordedWrites
+from bot.approvals.sli import PrometheusSlis
 from bot.approvals.verify import Rollbacks, Verifier
 from bot.config import (
     ApprovalConfig,
@@ -136,6 +137,8 @@ from bot.toolsets.kube.effects import KubeEffects
 from bot.toolsets.kube.read import read_tools
 from bot.toolsets.kube.readback import KubeReadback
 from bot.toolsets.kube.write import write_tools
+from bot.toolsets.observe.http import Endpoint, ObserveHttp
+from bot.toolsets.observe.prometheus import Prometheus
 from bot.toolsets.present import present_tools
 from bot.values import GitOpsPolicy
 
@@ -616,7 +619,9 @@ def build_core(
         ),
         readback=KubeReadback(kube),
         bell=bell,
-        verifier=_verifier(config, db, leases, approval_store, kube, registry, front, requests),
+        verifier=_verifier(
+            config, secrets, db, leases, approval_store, kube, registry, front, requests
+        ),
     )
     retention = Pruner(
         db=db,
@@ -648,6 +653,7 @@ def build_core(
 
 def _verifier(
     config: Config,
+    secrets: Secrets,
     db: Database,
     replica: Replica,
     approval_store: ApprovalRepository,
@@ -657,6 +663,7 @@ def _verifier(
     requests: ApprovalRequests,
 ) -> Verifier:
     """Follows approved writes' effects (`agent.verify_s`), leased like approvals."""
+    http = ObserveHttp()
     return Verifier(
         store=VerifyWatchRepository(db, replica),
         approvals=approval_store,
@@ -667,10 +674,43 @@ def _verifier(
             proposals=requests,
             timeout_s=lambda role: _approval_timeout(config, role),
         ),
+        slis=PrometheusSlis(
+            config.roles,
+            _prometheus_for(config, secrets, http),
+            denied=tuple(config.firewall.deny_namespaces),
+            http=http,
+        ),
         verify_s=config.agent.verify_s,
         # Every poll renews the watch's lease: well within it.
         poll_s=min(VERIFY_POLL_S, config.database.lease_s / 3),
     )
+
+
+def _prometheus_for(
+    config: Config, secrets: Secrets, http: ObserveHttp
+) -> Callable[[str], Prometheus | None]:
+    """The Prometheus serving a cluster (an instance naming no cluster serves every one)."""
+    observability = config.observability
+
+    def find(cluster: str) -> Prometheus | None:
+        for instance in observability.prometheus:
+            if instance.cluster in (None, cluster):
+                endpoint = Endpoint(
+                    kind="prometheus",
+                    name=instance.name,
+                    url=instance.url,
+                    cluster=instance.cluster,
+                    timeout_s=instance.timeout_s,
+                    headers=secrets.observability_headers(instance),
+                    namespace_label=instance.namespace_label,
+                    ca_file=instance.tls.ca_file,
+                    insecure_skip_verify=instance.tls.insecure_skip_verify,
+                )
+                limits = (observability.max_window_h, observability.max_series)
+                return Prometheus(http, endpoint, *limits)
+        return None
+
+    return find
 
 
 def _approval_timeout(config: Config, role: str) -> float:

@@ -767,6 +767,19 @@ class Secrets:
         """The optional app configuration token (`kelpie check` only)."""
         return self._environ.get(self._config.slack.config_token_env) or None
 
+    def observability_headers(self, instance: ObservabilityInstance) -> dict[str, str]:
+        """An observability instance's request headers: its bearer token (auth
+        environment) and each header's value, read from the variables it names."""
+        where = f"observability instance {instance.name}"
+        headers = {
+            name: self._need(env, f"{where}: headers.{name}")
+            for name, env in instance.headers.items()
+        }
+        if instance.auth.method is AuthMethod.ENVIRONMENT and instance.auth.env:
+            token = self._need(instance.auth.env, f"{where}: auth.env")
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
     def model_api_key(self, profile_name: str) -> str | None:
         auth = self._config.models.profiles[profile_name].auth
         if auth.method is AuthMethod.ENVIRONMENT and auth.env:

@@ -7,7 +7,8 @@ its first reading."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from bot.store.turns import Replica
 from bot.store.verify import VerifyWatchRepository
 from tests.bot_processes import Launcher, Start
+from tests.peers.prometheus import PrometheusServer, Sample
 from tests.test_approval_crashes import wait_db
 from tests.test_approvals import (
     approval_id,
@@ -183,3 +185,61 @@ async def test_killed_during_the_watch_a_restart_finishes_it_once(
     )
     assert len(said(world, mention["ts"], "Recovered:")) == 1
     assert said(world, mention["ts"], "Not recovered:") == []
+
+
+# --- the role's SLI, read from a real Prometheus at the end ------------------------------
+
+SLI_AT = time.time() - 60
+
+
+@pytest.fixture(scope="module")
+def prometheus() -> Iterator[PrometheusServer]:
+    """Known series: shop is healthy (error ratio 0.002) and slow (latency 2 s); payments,
+    outside the operator role, is failing (0.5): only a query scoped to shop reads 0.002."""
+    server = PrometheusServer()
+    samples = []
+    for minute in range(10):
+        at = SLI_AT - (9 - minute) * 60
+        for namespace, ratio in (("shop", 0.002), ("payments", 0.5)):
+            labels = {"namespace": namespace}
+            samples.append(Sample("http_error_ratio", labels, ratio, at))
+            samples.append(Sample("http_latency_seconds", labels, 2.0, at))
+    server.load(samples, types={"http_error_ratio": "gauge", "http_latency_seconds": "gauge"})
+    server.start()
+    yield server
+    server.stop()
+
+
+def with_sli(prometheus: PrometheusServer, query: str, below: float) -> dict[str, Any]:
+    return {
+        "observability": {"prometheus": [{"name": "main", "url": prometheus.url}]},
+        "roles": {"operator": {"verify": {"sli": {"query": query, "healthy_below": below}}}},
+    }
+
+
+async def test_a_settled_scale_is_recovered_only_with_its_sli_below_the_limit(
+    world: World, prometheus: PrometheusServer
+):
+    await world.start_bot(with_sli(prometheus, "max(http_error_ratio)", 0.01))
+    mention, card = await propose_scale(world)
+    await click(world, CAROL, card)
+    verdict = await wait_said(world, mention["ts"], "Recovered:")
+    assert "5/5 replicas available" in verdict.text
+    assert "max(http_error_ratio) = 0.002 (below 0.01)" in verdict.text
+    # The query Prometheus ran was limited to the role's namespaces (shop, team-*), minus
+    # the firewall's deny zone.
+    scoped = 'http_error_ratio{namespace=~"shop|team\\\\-.*",namespace!~"kube\\\\-system"}'
+    assert prometheus.queries()[-1] == f"max({scoped})"
+
+
+async def test_an_sli_above_its_limit_is_not_recovered_and_offers_a_rollback(
+    world: World, prometheus: PrometheusServer
+):
+    await world.start_bot(with_sli(prometheus, "max(http_latency_seconds)", 1))
+    mention, card = await propose_scale(world)
+    await click(world, CAROL, card)
+    verdict = await wait_said(world, mention["ts"], "Not recovered:")
+    assert "5/5 replicas available" in verdict.text
+    assert "max(http_latency_seconds) = 2, not below 1" in verdict.text
+    rollback = await wait_rollback_card(world, mention["ts"])
+    assert "spec.replicas 5 → 3" in card_text(rollback)

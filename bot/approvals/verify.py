@@ -84,10 +84,15 @@ class Slis(Protocol):
         """The role's (or namespace's) SLI now; None when none is configured."""
         ...
 
+    async def close(self) -> None: ...
+
 
 class NoSlis:
     async def check(self, approval: Approval) -> SliReading | None:
         return None
+
+    async def close(self) -> None:
+        pass
 
 
 class WatchStore(Protocol):
@@ -255,6 +260,7 @@ class Verifier:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._slis.close()
 
     async def _watch(self, approval: Approval, deadline: datetime, resumed: bool) -> None:
         try:
@@ -299,7 +305,8 @@ class Verifier:
         sli = await self._slis.check(approval)
         if sli is not None:
             evidence = f"{evidence}; {sli.render()}"
-            if not sli.healthy:
+            # Unreadable: said beside the verdict; an outage is no reason to roll back.
+            if sli.value is not None and not sli.healthy:
                 return Verdict(False, NOT_RECOVERED.format(what=what, evidence=evidence), evidence)
         return Verdict(True, RECOVERED.format(what=what, evidence=evidence), evidence)
 
