@@ -33,7 +33,7 @@ from bot.approvals.model import ApprovalCards, WriteAuditLog
 from bot.approvals.recheck import Approvers, Bindings, CurrentPolicy
 from bot.approvals.service import ApprovalRequests, ApprovalService, ExpiryBell, RecordedWrites
 from bot.approvals.sli import PrometheusSlis
-from bot.approvals.verify import Rollbacks, Verifier
+from bot.approvals.verify import REAL_TIME, Rollbacks, Verifier, WatchTime
 from bot.config import (
     ApprovalConfig,
     Config,
@@ -531,6 +531,7 @@ def build_core(
     *,
     write_audit: WriteAuditLog | None = None,
     replica: Replica | None = None,
+    watch_time: WatchTime = REAL_TIME,
 ) -> AgentCore:
     """The shared core, with approval cards and progress going to the given front end.
     With a `replica`, every turn is recorded with its state and this replica's lease."""
@@ -620,7 +621,7 @@ def build_core(
         readback=KubeReadback(kube),
         bell=bell,
         verifier=_verifier(
-            config, secrets, db, leases, approval_store, kube, registry, front, requests
+            config, secrets, db, leases, approval_store, kube, registry, front, requests, watch_time
         ),
     )
     retention = Pruner(
@@ -661,6 +662,7 @@ def _verifier(
     registry: ToolRegistry,
     front: FrontEnd,
     requests: ApprovalRequests,
+    watch_time: WatchTime,
 ) -> Verifier:
     """Follows approved writes' effects (`agent.verify_s`), leased like approvals."""
     http = ObserveHttp()
@@ -683,6 +685,7 @@ def _verifier(
         verify_s=config.agent.verify_s,
         # Every poll renews the watch's lease: well within it.
         poll_s=min(VERIFY_POLL_S, config.database.lease_s / 3),
+        time=watch_time,
     )
 
 
@@ -729,12 +732,14 @@ def build_kelpie(
     write_audit: WriteAuditLog | None = None,
     pacing: PacingLimits | None = None,
     clock: Callable[[], float] = time.monotonic,
+    watch_time: WatchTime = REAL_TIME,
 ) -> Kelpie:
     """Everything, wired. `write_audit` replaces the write-audit store (tests inject one that
     fails, to prove a write never runs without its intent audit); `pacing` replaces Slack's
     rate limits (tests count them over shorter windows, as their fake Slack does); `clock`
-    is what the click limit and the approvers' kept member lists measure time by (tests
-    move it on by hand)."""
+    is what the click limit and the approvers' kept member lists measure time by, and
+    `watch_time` what the verification watches measure and wait by (tests move both on by
+    hand)."""
     metrics = Metrics()
     pacer = slack_pacer(metrics, (pacing or PacingLimits()).shared(config.slack.rate_share))
     client = slack_client(config, secrets, metrics, pacer)
@@ -781,6 +786,7 @@ def build_kelpie(
         metrics=metrics,
         write_audit=write_audit,
         replica=replica,
+        watch_time=watch_time,
     )
     assert core.turns is not None
     agent = core.agent

@@ -7,12 +7,15 @@ its first reading."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from bot.approvals.verify import WatchTime
 from bot.store.turns import Replica
 from bot.store.verify import VerifyWatchRepository
 from tests.bot_processes import Launcher, Start
@@ -243,3 +246,91 @@ async def test_an_sli_above_its_limit_is_not_recovered_and_offers_a_rollback(
     assert "max(http_latency_seconds) = 2, not below 1" in verdict.text
     rollback = await wait_rollback_card(world, mention["ts"])
     assert "spec.replicas 5 → 3" in card_text(rollback)
+
+
+# --- time moved on by hand: a watch that keeps waiting ------------------------------------
+
+
+class HandTime:
+    """The watches' clock and waits: a wait ends only when the test wakes it."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+        self._asleep: asyncio.Queue[tuple[float, asyncio.Future[None]]] = asyncio.Queue()
+
+    @property
+    def time(self) -> WatchTime:
+        return WatchTime(clock=lambda: self.now, sleep=self._sleep)
+
+    async def _sleep(self, seconds: float) -> None:
+        woken = asyncio.get_running_loop().create_future()
+        self._asleep.put_nowait((seconds, woken))
+        await woken
+
+    async def asleep(self) -> float:
+        """Once the watch waits: how long it asked to."""
+        seconds, woken = await asyncio.wait_for(self._asleep.get(), 20)
+        self._woken = (seconds, woken)
+        return seconds
+
+    def wake(self, *, later: timedelta | None = None) -> None:
+        """End that wait, `later` on (default: as long as it asked)."""
+        seconds, woken = self._woken
+        self.now += later or timedelta(seconds=seconds)
+        woken.set_result(None)
+
+
+async def test_a_rollout_still_progressing_at_the_deadline_is_not_recovered(world: World):
+    world.kube.stall_rollouts = True
+    world.kube.stall_deadline = False  # progressing, never available, never given up
+    hand = HandTime()
+    await world.start_bot(watch_time=hand.time)
+    before = revision(world)
+    mention, card = await propose_restart(world)
+    await click(world, CAROL, card)
+    assert await hand.asleep() == 5  # it reads again every 5 s (a third of the 15 s lease)
+    hand.wake()
+    await hand.asleep()
+    assert said(world, mention["ts"], "Recovered:") == []
+    hand.wake(later=timedelta(seconds=300))
+    verdict = await wait_said(world, mention["ts"], "Not recovered:")
+    assert f"0/3 replicas available at revision {before + 1}; 3/3 updated" in verdict.text
+    assert "(still so after 300 s)" in verdict.text
+    rollback = await wait_rollback_card(world, mention["ts"])
+    assert f"from revision {before + 1} to revision {before}" in card_text(rollback)
+
+
+async def test_a_deleted_pod_recovers_once_its_replacement_runs(world: World):
+    hand = HandTime()
+    await world.start_bot(watch_time=hand.time)
+    rs = next(
+        r
+        for r in world.kube.objects("ReplicaSet")
+        if r["metadata"]["name"].startswith("checkout-api-") and r["spec"]["replicas"] == 3
+    )
+    crashing = f"{rs['metadata']['name']}-m4n8p"
+    world.model.reply_tool_calls([("delete_pod", {"namespace": "shop", "name": crashing})])
+    world.model.reply_text("Deleting it.")
+    mention = await world.mention(OPS_CHANNEL, ALICE, f"delete {crashing}")
+    card = await wait_card(world, mention["ts"])
+    await click(world, CAROL, card)
+    await hand.asleep()  # gone, and the replacement is not there yet: 2/3
+    assert said(world, mention["ts"], "Recovered:") == []
+    labels = rs["spec"]["selector"]["matchLabels"]
+    world.kube.add_pod("shop", f"{rs['metadata']['name']}-r3pl4", labels=labels, owner=rs)
+    hand.wake()
+    verdict = await wait_said(world, mention["ts"], "Recovered:")
+    name = rs["metadata"]["name"]
+    assert f"pod shop/{crashing} is gone; ReplicaSet {name} has 3/3 pods" in verdict.text
+    assert said(world, mention["ts"], "Not recovered:") == []
+
+
+async def test_a_cordoned_node_is_recovered_when_it_stays_cordoned(world: World):
+    await world.start_bot({"roles": {"operator": {"namespaces": ["*"]}}})
+    world.model.reply_tool_calls([("cordon_node", {"name": "node-a"})])
+    world.model.reply_text("Cordoning.")
+    mention = await world.mention(OPS_CHANNEL, ALICE, "cordon node-a")
+    card = await wait_card(world, mention["ts"])
+    await click(world, CAROL, card)
+    verdict = await wait_said(world, mention["ts"], "Recovered:")
+    assert "node node-a is cordoned (unschedulable)" in verdict.text

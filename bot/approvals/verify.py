@@ -122,6 +122,18 @@ def utcnow() -> datetime:
 
 
 @dataclass(frozen=True)
+class WatchTime:
+    """What a watch measures its deadline by and waits between readings with (tests move
+    time on by hand)."""
+
+    clock: Callable[[], datetime] = utcnow
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+
+REAL_TIME = WatchTime()
+
+
+@dataclass(frozen=True)
 class Verdict:
     recovered: bool
     text: str
@@ -209,8 +221,7 @@ class Verifier:
         verify_s: float,
         poll_s: float,
         slis: Slis | None = None,
-        clock: Callable[[], datetime] = utcnow,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        time: WatchTime = REAL_TIME,
     ) -> None:
         self._store = store
         self._approvals = approvals
@@ -220,8 +231,8 @@ class Verifier:
         self._verify_s = verify_s
         self._poll_s = poll_s
         self._slis = slis or NoSlis()
-        self._clock = clock
-        self._sleep = sleep
+        self._clock = time.clock
+        self._sleep = time.sleep
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     async def store(self, approval: Approval) -> datetime | None:

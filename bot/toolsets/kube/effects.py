@@ -138,9 +138,28 @@ class KubeEffects:
             )
         ]
         running = [p for p in owned if pod_phase(p) == "Running" and _ready(p)]
+        # Right after the delete the replacement may not exist yet: count against what the
+        # controller wants, where it says.
+        wanted = max(len(owned), await self._desired(kube, owner, target.namespace) or 0)
         who = f"{owner.get('kind')} {owner.get('name')}"
-        state = f"pod {where} is gone; {who} has {len(running)}/{len(owned)} pods Running and ready"
-        return Effect(bool(owned) and len(running) == len(owned), False, state)
+        state = f"pod {where} is gone; {who} has {len(running)}/{wanted} pods Running and ready"
+        return Effect(wanted > 0 and len(running) == wanted, False, state)
+
+    async def _desired(self, kube: KubeClient, owner: dict[str, Any], namespace: str) -> int | None:
+        """The replicas a ReplicaSet or StatefulSet wants (None: another kind, or gone)."""
+        reads = {
+            "ReplicaSet": kube.apps.read_namespaced_replica_set,
+            "StatefulSet": kube.apps.read_namespaced_stateful_set,
+        }
+        read = reads.get(str(owner.get("kind")))
+        if read is None:
+            return None
+        name = str(owner.get("name"))
+        found = await self._read(
+            kube, f"{owner.get('kind')} {namespace}/{name}", read, name, namespace
+        )
+        replicas = dig(found, "spec", "replicas") if found is not None else None
+        return replicas if isinstance(replicas, int) else None
 
     async def _node(self, kube: KubeClient, plan: WritePlan) -> Effect:
         name = plan.target.name
