@@ -180,7 +180,7 @@ async def test_killed_during_the_watch_a_restart_finishes_it_once(
     await short_leases()
     verdict = await wait_said(world, mention["ts"], "Recovered:", timeout=120)
     assert "3/3 replicas available" in verdict.text
-    assert "Kelpie restarted while following this change" in verdict.text
+    assert "The kelpie process following this change stopped" in verdict.text
     await wait_db(
         world.tmp / "k.db",
         f"SELECT state FROM verify_watches WHERE approval_id = '{identifier}'",
@@ -334,3 +334,25 @@ async def test_a_cordoned_node_is_recovered_when_it_stays_cordoned(world: World)
     await click(world, CAROL, card)
     verdict = await wait_said(world, mention["ts"], "Recovered:")
     assert "node node-a is cordoned (unschedulable)" in verdict.text
+
+
+async def test_a_watch_left_by_a_stopped_replica_is_finished_by_the_next_once(
+    any_db_world: World,
+):
+    world = any_db_world  # the watch's row and its hand-over, on SQLite and PostgreSQL
+    world.kube.stall_rollouts = True
+    world.kube.stall_deadline = False
+    hand = HandTime()
+    first = await world.start_bot(watch_time=hand.time)
+    mention, card = await propose_restart(world)
+    await click(world, CAROL, card)
+    await hand.asleep()  # following it: still rolling out
+    await world.stop_bot(first)  # hands the watch back (its row stays, its lease ends)
+    world.kube.finish_rollout("shop", "checkout-api")
+    await world.start_bot()
+    verdict = await wait_said(world, mention["ts"], "Recovered:")
+    assert "3/3 replicas available" in verdict.text
+    assert "The kelpie process following this change stopped" in verdict.text
+    await world.drain()
+    assert len(said(world, mention["ts"], "Recovered:")) == 1
+    assert said(world, mention["ts"], "Not recovered:") == []

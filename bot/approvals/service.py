@@ -447,7 +447,11 @@ class ApprovalService:
         ending = _Ending(
             outcome, note, answer=False, announce=f"{approval.plan.description}: {outcome}."
         )
+        # The change was made: its effect is followed like any other's.
+        watch = await self._verifier.store(approval) if done else None
         await self._finish(approval, ending)
+        if watch is not None:
+            self._verifier.start(approval, watch)
         return Resumed(ResumeResult.DECIDED, approval)
 
     async def _tell(self, approval: Approval, text: str) -> None:

@@ -45,7 +45,7 @@ FOLLOWED = {
 RECOVERED = "Recovered: {what}: {evidence}."
 NOT_RECOVERED = "Not recovered: {what}: {evidence}."
 TIMED_OUT = " (still so after {seconds:.0f} s)"
-RESUMED = " Kelpie restarted while following this change and checked it again."
+RESUMED = " (The kelpie process following this change stopped; it was read again after that.)"
 ROLLBACK_OFFERED = " A rollback is proposed on the card below; it runs only once approved."
 NO_ROLLBACK = " No rollback card: {why}."
 UNREADABLE = "the target could not be read ({error})"
@@ -105,6 +105,8 @@ class WatchStore(Protocol):
     async def orphans(self) -> list[tuple[str, datetime]]: ...
 
     async def claim(self, approval_id: str) -> bool: ...
+
+    async def release(self, approval_id: str) -> None: ...
 
 
 class Approvals(Protocol):
@@ -267,10 +269,16 @@ class Verifier:
 
     async def close(self) -> None:
         """Stop following (shutdown): the rows stay, so the next start resumes them."""
-        tasks = list(self._tasks.values())
-        for task in tasks:
+        followed = dict(self._tasks)
+        for task in followed.values():
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*followed.values(), return_exceptions=True)
+        for approval_id in followed:
+            try:
+                await self._store.release(approval_id)
+            except Exception:
+                # Its lease lapses instead: resumed a lease later.
+                log.warning("could not hand the verification watch of %s back", approval_id)
         await self._slis.close()
 
     async def _watch(self, approval: Approval, deadline: datetime, resumed: bool) -> None:

@@ -64,6 +64,14 @@ class VerifyWatchRepository:
         )
         return await self._db.write(counting(statement))
 
+    async def release(self, approval_id: str) -> None:
+        """This process stops following it (shutdown): its lease ends now, so the next
+        start, or another replica, resumes it without waiting for the lease to lapse."""
+        statement = (
+            update(VerifyWatchRow).where(*self._mine(approval_id)).values(lease_expires_at=None)
+        )
+        await self._db.write(counting(statement))
+
     async def orphans(self) -> list[tuple[str, datetime]]:
         """Watches no live replica follows (lease expired): (approval id, deadline)."""
         now = self._replica.clock()
