@@ -70,7 +70,7 @@ from bot.pipeline.flow import (
 from bot.pipeline.guardian import GuardianStage
 from bot.pipeline.harness import ToolHarness, ToolRegistry
 from bot.pipeline.hooks import PostToolUseHooks, PreToolUseStage, SessionHooks
-from bot.pipeline.roles import ChannelRoles, pattern_problems
+from bot.pipeline.roles import ChannelRoles, pattern_problems, tool_allowed
 from bot.pipeline.tail import (
     ApprovalPort,
     ApprovalStage,
@@ -675,6 +675,9 @@ def _verifier(
             registry=registry,
             proposals=requests,
             timeout_s=lambda role: _approval_timeout(config, role),
+            allowed=lambda role, tool: (
+                role in config.roles and tool_allowed(config.roles[role], tool)
+            ),
         ),
         slis=PrometheusSlis(
             config.roles,

@@ -356,3 +356,16 @@ async def test_a_watch_left_by_a_stopped_replica_is_finished_by_the_next_once(
     await world.drain()
     assert len(said(world, mention["ts"], "Recovered:")) == 1
     assert said(world, mention["ts"], "Not recovered:") == []
+
+
+async def test_no_rollback_card_where_the_role_may_not_roll_back(world: World):
+    world.kube.stall_rollouts = True
+    tools = ["present/*", "read/*", "write/restart_deployment"]
+    await world.start_bot({"roles": {"operator": {"tools": tools}}})
+    mention, card = await propose_restart(world)
+    await click(world, CAROL, card)
+    verdict = await wait_said(world, mention["ts"], "Not recovered:")
+    assert "No rollback card: role operator may not use rollback_deployment." in verdict.text
+    await world.drain()
+    thread = world.slack.thread(OPS_CHANNEL, mention["ts"])
+    assert not any("Proposed by kelpie" in card_text(m) for m in thread)

@@ -15,6 +15,11 @@ the outcome is recorded whatever
 Slack does; the conversation learns it (a new turn answers in the thread); and the card is
 updated last, best effort, with the outcome posted in the thread when it cannot be.
 
+A write that ran (or that reconciliation finds made) is then followed for `agent.verify_s`
+by the `Verification` port (`bot/approvals/verify.py`): its watch is stored before the
+thread hears the outcome and started after; `reconcile` also resumes the watches a stopped
+replica left.
+
 Knows no Slack: cards go through the `ApprovalCards` port, checks through `CallCheck`.
 The model can never approve: nothing the model writes reaches `resume()`.
 """

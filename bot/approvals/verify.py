@@ -23,8 +23,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from bot.approvals.model import ApprovalCards
+from bot.errors import KelpieError
 from bot.pipeline.harness import ToolRegistry
-from bot.toolsets.spec import ToolContext, bound_identity
+from bot.toolsets.spec import Tool, ToolContext, bound_identity
 from bot.values import Approval, ApprovalState, Effect, WritePlan
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,8 @@ TIMED_OUT = " (still so after {seconds:.0f} s)"
 RESUMED = " (The kelpie process following this change stopped; it was read again after that.)"
 ROLLBACK_OFFERED = " A rollback is proposed on the card below; it runs only once approved."
 NO_ROLLBACK = " No rollback card: {why}."
+NOT_ALLOWED = "role {role} may not use {tool}"
+UNPREPARED = "the rollback could not be prepared (logged)"
 UNREADABLE = "the target could not be read ({error})"
 ROLLBACK_REASON = (
     "Proposed by kelpie: approval {id} ({what}) did not recover: {evidence}. Undoes it."
@@ -151,8 +154,12 @@ class Rollbacks:
         registry: ToolRegistry,
         proposals: Proposals,
         timeout_s: Callable[[str], float],
+        allowed: Callable[[str, Tool], bool],
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
+        # (role, tool): whether the role may use it now; a card it could never run is noise
+        # (the click re-checks everything anyway).
+        self._allowed = allowed
         self._registry = registry
         self._proposals = proposals
         self._timeout_s = timeout_s
@@ -165,14 +172,19 @@ class Rollbacks:
         tool = self._registry.get(undo) if undo else None
         if tool is None or tool.write is None:
             return f"{plan.tool} cannot be undone by a write kelpie has"
+        if not self._allowed(approval.role, tool):
+            return NOT_ALLOWED.format(role=approval.role, tool=tool.name)
         args = undo_args(plan)
         if args is None:
             return "the plan does not say what the target was before"
         context = ToolContext(plan.cluster, plan.target.namespace or None, bound_identity(plan))
         try:
             rollback = await tool.write.prepare(args, context)
-        except Exception as error:  # the tool's own sentence (nothing to undo, no access)
+        except KelpieError as error:  # the tool's own sentence (nothing to undo, no access)
             return str(error).rstrip(".")
+        except Exception:
+            log.exception("could not prepare the rollback of approval %s", approval.id)
+            return UNPREPARED
         return Approval(
             id=uuid.uuid4().hex,
             session_id=approval.session_id,
