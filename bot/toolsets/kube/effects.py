@@ -146,18 +146,23 @@ class KubeEffects:
         return Effect(wanted > 0 and len(running) == wanted, False, state)
 
     async def _desired(self, kube: KubeClient, owner: dict[str, Any], namespace: str) -> int | None:
-        """The replicas a ReplicaSet or StatefulSet wants (None: another kind, or gone)."""
-        reads = {
-            "ReplicaSet": kube.apps.read_namespaced_replica_set,
-            "StatefulSet": kube.apps.read_namespaced_stateful_set,
-        }
-        read = reads.get(str(owner.get("kind")))
-        if read is None:
-            return None
+        """The replicas a ReplicaSet or StatefulSet wants (None: another kind, or gone).
+        ReplicaSets are listed by name: kelpie's ClusterRole lists them, never gets one."""
         name = str(owner.get("name"))
-        found = await self._read(
-            kube, f"{owner.get('kind')} {namespace}/{name}", read, name, namespace
-        )
+        what = f"{owner.get('kind')} {namespace}/{name}"
+        if owner.get("kind") == "ReplicaSet":
+            listing = await kube.call_json(
+                f"list {what}",
+                kube.apps.list_namespaced_replica_set,
+                namespace,
+                field_selector=f"metadata.name={name}",
+            )
+            found = next(iter(dig(listing, "items") or []), None)
+        elif owner.get("kind") == "StatefulSet":
+            read = kube.apps.read_namespaced_stateful_set
+            found = await self._read(kube, what, read, name, namespace)
+        else:
+            return None
         replicas = dig(found, "spec", "replicas") if found is not None else None
         return replicas if isinstance(replicas, int) else None
 
