@@ -32,7 +32,17 @@ from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, WriteAuditLog
 from bot.approvals.recheck import Approvers, Bindings, CurrentPolicy
 from bot.approvals.service import ApprovalRequests, ApprovalService, ExpiryBell, RecordedWrites
-from bot.config import Config, ModelClient, OnNewMessage, Secrets, SlackMode, valid_roles
+from bot.approvals.sli import PrometheusSlis
+from bot.approvals.verify import REAL_TIME, Rollbacks, Verifier, WatchTime
+from bot.config import (
+    ApprovalConfig,
+    Config,
+    ModelClient,
+    OnNewMessage,
+    Secrets,
+    SlackMode,
+    valid_roles,
+)
 from bot.health import health_app, serve
 from bot.metrics import (
     MeteredApprovalRepository,
@@ -60,7 +70,7 @@ from bot.pipeline.flow import (
 from bot.pipeline.guardian import GuardianStage
 from bot.pipeline.harness import ToolHarness, ToolRegistry
 from bot.pipeline.hooks import PostToolUseHooks, PreToolUseStage, SessionHooks
-from bot.pipeline.roles import ChannelRoles, pattern_problems
+from bot.pipeline.roles import ChannelRoles, pattern_problems, tool_allowed
 from bot.pipeline.tail import (
     ApprovalPort,
     ApprovalStage,
@@ -106,6 +116,7 @@ from bot.store.repositories import (
 )
 from bot.store.retention import Pruner, Retention
 from bot.store.turns import Replica, TurnRepository
+from bot.store.verify import VerifyWatchRepository
 from bot.store.wakeups import PgListener, Wakeups
 from bot.terminal import (
     WAITING_AT_PROMPT,
@@ -123,11 +134,13 @@ from bot.terminal import (
 )
 from bot.toolsets.investigate import investigation_tool
 from bot.toolsets.kube.client import KubeClients
+from bot.toolsets.kube.effects import KubeEffects
 from bot.toolsets.kube.read import read_tools
 from bot.toolsets.kube.readback import KubeReadback
 from bot.toolsets.kube.write import write_tools
-from bot.toolsets.observe.http import ObserveHttp
+from bot.toolsets.observe.http import ObserveError, ObserveHttp
 from bot.toolsets.observe.instances import KINDS, Instances
+from bot.toolsets.observe.prometheus import Prometheus
 from bot.toolsets.observe.tools import Observe, ObserveSettings
 from bot.toolsets.observe.toolset import observe_tools
 from bot.toolsets.present import present_tools
@@ -174,6 +187,8 @@ def slack_client(
 
 # Seconds a thread may hold the GIL while another waits for it (CPython's default: 0.005).
 GIL_SWITCH_S = 0.001
+# How often a verification watch reads its target (at most; a third of a lease at least).
+VERIFY_POLL_S = 5.0
 
 
 def model_gateway(
@@ -561,6 +576,7 @@ def build_core(
     *,
     write_audit: WriteAuditLog | None = None,
     replica: Replica | None = None,
+    watch_time: WatchTime = REAL_TIME,
 ) -> AgentCore:
     """The shared core, with approval cards and progress going to the given front end.
     With a `replica`, every turn is recorded with its state and this replica's lease."""
@@ -583,10 +599,10 @@ def build_core(
     session_hooks = SessionHooks(config.hooks.session_start, config.hooks.session_end)
     # An approved change is leased to this replica until its outcome (one of its own when
     # there is no replica: `kelpie chat`).
-    approval_store = MeteredApprovalRepository(
-        db=db, metrics=metrics, replica=replica or Replica.this_process(config.database.lease_s)
-    )
+    leases = replica or Replica.this_process(config.database.lease_s)
+    approval_store = MeteredApprovalRepository(db=db, metrics=metrics, replica=leases)
     bell = ExpiryBell()
+    requests = ApprovalRequests(store=approval_store, cards=front.cards, bell=bell)
     tool_audit = ToolAuditRepository(db)
     coordinator = WriteCoordinator(
         registry=registry,
@@ -597,7 +613,7 @@ def build_core(
     pipeline = call_pipeline(
         security_stages(config, gateways, messages),
         timeout_s=config.agent.tool_timeout_s,
-        approvals=ApprovalRequests(store=approval_store, cards=front.cards, bell=bell),
+        approvals=requests,
         writes=RecordedWrites(coordinator=coordinator, store=approval_store),
         post_hooks=[post_hooks],
         audit=tool_audit,
@@ -654,6 +670,9 @@ def build_core(
         ),
         readback=KubeReadback(kube),
         bell=bell,
+        verifier=_verifier(
+            config, secrets, db, leases, approval_store, kube, registry, front, requests, watch_time
+        ),
     )
     retention = Pruner(
         db=db,
@@ -684,6 +703,68 @@ def build_core(
     )
 
 
+def _verifier(
+    config: Config,
+    secrets: Secrets,
+    db: Database,
+    replica: Replica,
+    approval_store: ApprovalRepository,
+    kube: KubeClients,
+    registry: ToolRegistry,
+    front: FrontEnd,
+    requests: ApprovalRequests,
+    watch_time: WatchTime,
+) -> Verifier:
+    """Follows approved writes' effects (`agent.verify_s`), leased like approvals."""
+    http = ObserveHttp()
+    return Verifier(
+        store=VerifyWatchRepository(db, replica),
+        approvals=approval_store,
+        effects=KubeEffects(kube),
+        cards=front.cards,
+        rollbacks=Rollbacks(
+            registry=registry,
+            proposals=requests,
+            timeout_s=lambda role: _approval_timeout(config, role),
+            allowed=lambda role, tool: (
+                role in config.roles and tool_allowed(config.roles[role], tool)
+            ),
+        ),
+        slis=PrometheusSlis(
+            config.roles,
+            _prometheus_for(config, secrets, http),
+            denied=tuple(config.firewall.deny_namespaces),
+            http=http,
+        ),
+        verify_s=config.agent.verify_s,
+        # Every poll renews the watch's lease: well within it.
+        poll_s=min(VERIFY_POLL_S, config.database.lease_s / 3),
+        time=watch_time,
+    )
+
+
+def _prometheus_for(
+    config: Config, secrets: Secrets, http: ObserveHttp
+) -> Callable[[str], Prometheus | None]:
+    """The Prometheus serving a cluster, as the observe tools pick it (None: no instance)."""
+    instances = Instances.from_config(config.observability, secrets)
+    limits = (config.observability.max_window_h, config.observability.max_series)
+
+    def find(cluster: str) -> Prometheus | None:
+        try:
+            endpoint = instances.pick("prometheus", cluster)
+        except ObserveError:
+            return None
+        return Prometheus(http, endpoint, *limits)
+
+    return find
+
+
+def _approval_timeout(config: Config, role: str) -> float:
+    found = config.roles.get(role)
+    return found.approval.timeout_s if found is not None else ApprovalConfig().timeout_s
+
+
 def _days(days: int | None) -> timedelta | None:
     return timedelta(days=days) if days is not None else None
 
@@ -695,12 +776,14 @@ def build_kelpie(
     write_audit: WriteAuditLog | None = None,
     pacing: PacingLimits | None = None,
     clock: Callable[[], float] = time.monotonic,
+    watch_time: WatchTime = REAL_TIME,
 ) -> Kelpie:
     """Everything, wired. `write_audit` replaces the write-audit store (tests inject one that
     fails, to prove a write never runs without its intent audit); `pacing` replaces Slack's
     rate limits (tests count them over shorter windows, as their fake Slack does); `clock`
-    is what the click limit and the approvers' kept member lists measure time by (tests
-    move it on by hand)."""
+    is what the click limit and the approvers' kept member lists measure time by, and
+    `watch_time` what the verification watches measure and wait by (tests move both on by
+    hand)."""
     metrics = Metrics()
     pacer = slack_pacer(metrics, (pacing or PacingLimits()).shared(config.slack.rate_share))
     client = slack_client(config, secrets, metrics, pacer)
@@ -747,6 +830,7 @@ def build_kelpie(
         metrics=metrics,
         write_audit=write_audit,
         replica=replica,
+        watch_time=watch_time,
     )
     assert core.turns is not None
     agent = core.agent

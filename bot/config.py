@@ -345,6 +345,9 @@ class AgentConfig(_Strict):
     # one person's burst holds every slot and queues ahead of a colleague's question.
     max_turns_per_person: int | None = Field(default=2, ge=1)
     max_turns_per_channel: int | None = Field(default=None, ge=1)
+    # After an approved write ran, its effect is followed this long (rollout, pod, node,
+    # the role's SLI), then the thread hears "Recovered:" or "Not recovered:" (0: off).
+    verify_s: float = Field(default=300, ge=0)
 
 
 class Approvers(_Strict):
@@ -388,6 +391,18 @@ class RoleObservability(_Strict):
     cluster_metrics: bool = False
 
 
+class SliConfig(_Strict):
+    """A PromQL query (scoped to the role's namespaces) whose value must be below
+    `healthy_below` once a change settled, e.g. an error ratio."""
+
+    query: str = Field(min_length=1)
+    healthy_below: float
+
+
+class VerifyConfig(_Strict):
+    sli: SliConfig | None = None
+
+
 class RoleConfig(_Strict):
     tools: list[ToolPattern]
     namespaces: list[str] = Field(default_factory=lambda: ["*"])
@@ -395,6 +410,8 @@ class RoleConfig(_Strict):
     # With `impersonate`, the cluster's RBAC for that identity applies too.
     kubernetes: RoleKubernetesConfig = RoleKubernetesConfig()
     observability: RoleObservability = RoleObservability()
+    # What "recovered" also means after a write of this role (`agent.verify_s`).
+    verify: VerifyConfig = VerifyConfig()
 
 
 class ChannelMatch(_Strict):

@@ -216,6 +216,15 @@ class WriteOutcome:
     superseded: bool = False
 
 
+@dataclass(frozen=True)
+class Effect:
+    """What an approved write's target shows now, as the verification watch reads it."""
+
+    settled: bool  # the change took effect and the target is healthy
+    failed: bool  # it will not get there by itself (a rollout past its deadline, target gone)
+    evidence: str  # what was read, one sentence without a final stop: "3/3 replicas ready…"
+
+
 # --- The approval: a decision point that ends the turn ---
 
 

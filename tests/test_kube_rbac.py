@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from bot.toolsets.kube.client import KubeClients
+from bot.toolsets.kube.effects import KubeEffects
 from bot.toolsets.kube.read import read_tools
 from bot.toolsets.kube.write import write_tools
 from bot.toolsets.spec import ToolContext
@@ -173,10 +174,13 @@ async def test_the_cluster_role_grants_exactly_what_the_tools_use(
         "uncordon_node": {"name": "node-a"},
     }
     assert set(write_calls) == set(writes), "a new write tool: add it here"
+    effects = KubeEffects(clients)  # the verification watch reads each write's effect
     for name, args in write_calls.items():
         operation = writes[name].write
         assert operation is not None
-        await operation.execute(await operation.prepare(args, CTX), CTX)
+        plan = await operation.prepare(args, CTX)
+        await operation.execute(plan, CTX)
+        await effects.observe(plan)
 
     used: set[Grant] = set()
     for request in kube.requests:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.app import Kelpie, build_kelpie
+from bot.approvals.verify import REAL_TIME, WatchTime
 from bot.config import Config, Secrets, parse_config
 from bot.slack.pacing import PacingLimits
 from tests.peers.kube_server import KubeServer
@@ -135,15 +136,22 @@ class World:
         write_audit: Any = None,
         pacing: PacingLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        watch_time: WatchTime = REAL_TIME,
     ) -> Kelpie:
         """`pacing`: the bot's idea of Slack's limits (default: Slack's, scaled like the
-        fake's); `clock`: what its click limit and kept member lists measure time by."""
+        fake's); `clock`: what its click limit and kept member lists measure time by;
+        `watch_time`: what its verification watches measure and wait by."""
         if override:
             self.config_data = merge(self.config_data, override)
         secrets = Secrets(self.config, environ(self.slack))
         pacing = pacing or PacingLimits().scaled(SLACK_TIME_SCALE)
         bot = build_kelpie(
-            self.config, secrets, write_audit=write_audit, pacing=pacing, clock=clock
+            self.config,
+            secrets,
+            write_audit=write_audit,
+            pacing=pacing,
+            clock=clock,
+            watch_time=watch_time,
         )
         await bot.start()
         self.bots.append(bot)

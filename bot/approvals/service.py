@@ -15,6 +15,11 @@ the outcome is recorded whatever
 Slack does; the conversation learns it (a new turn answers in the thread); and the card is
 updated last, best effort, with the outcome posted in the thread when it cannot be.
 
+A write that ran (or that reconciliation finds made) is then followed for `agent.verify_s`
+by the `Verification` port (`bot/approvals/verify.py`): its watch is stored before the
+thread hears the outcome and started after; `reconcile` also resumes the watches a stopped
+replica left.
+
 Knows no Slack: cards go through the `ApprovalCards` port, checks through `CallCheck`.
 The model can never approve: nothing the model writes reaches `resume()`.
 """
@@ -117,6 +122,20 @@ class ApprovalRequests:
             expires_at=self._clock() + timedelta(seconds=scope.role.approval.timeout_s),
             requesters=tuple(dict.fromkeys([*asked, scope.slack_user])),
         )
+        if not await self.propose(approval):
+            return ToolOutcome(
+                ToolStatus.FAILED,
+                "Not executed: the approval card could not be posted in Slack.",
+                "not executed: approval card could not be posted",
+            )
+        # What the card warns the approver of (a GitOps controller), the model knows too.
+        pending = " ".join([PENDING_RESULT.format(id=approval.id[:8]), *plan.notes])
+        return ToolOutcome(ToolStatus.PENDING, pending, "waiting for approval")
+
+    async def propose(self, approval: Approval) -> bool:
+        """Store a pending approval and post its card (a model's proposal, or kelpie's own
+        rollback after a change did not recover); False (cancelled) when no card could be
+        posted."""
         await self._store.create(approval)
         try:
             # Shielded: a card in Slack whose ts is not stored could never be updated.
@@ -130,15 +149,9 @@ class ApprovalRequests:
                 now=self._clock(),
                 require_unexpired=False,
             )
-            return ToolOutcome(
-                ToolStatus.FAILED,
-                "Not executed: the approval card could not be posted in Slack.",
-                "not executed: approval card could not be posted",
-            )
+            return False
         self._bell.ring()
-        # What the card warns the approver of (a GitOps controller), the model knows too.
-        pending = " ".join([PENDING_RESULT.format(id=approval.id[:8]), *plan.notes])
-        return ToolOutcome(ToolStatus.PENDING, pending, "waiting for approval")
+        return True
 
     async def _post_card(self, approval: Approval) -> None:
         card_ts = await self._cards.post(approval)
@@ -202,6 +215,32 @@ class ApprovedCalls(Protocol):
     async def run(self, call: ToolInvocation, approved: Approval | None = None) -> CallFlow: ...
 
 
+class Verification(Protocol):
+    """Follows an approved write's effect (`bot/approvals/verify.py`)."""
+
+    async def store(self, approval: Approval) -> datetime | None: ...
+
+    def start(self, approval: Approval, deadline: datetime) -> None: ...
+
+    async def resume(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class NoVerification:
+    async def store(self, approval: Approval) -> datetime | None:
+        return None
+
+    def start(self, approval: Approval, deadline: datetime) -> None:
+        pass
+
+    async def resume(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+
 class ResumeResult(StrEnum):
     DECIDED = "decided"
     ALREADY_DECIDED = "already_decided"
@@ -226,6 +265,7 @@ class _Ending:
     answer: bool
     card_note: str = ""
     announce: str = ""  # said in the thread as well as on the card
+    ran: bool = False  # the write ran and succeeded: its effect is followed (verify)
 
 
 class ApprovalService:
@@ -240,6 +280,7 @@ class ApprovalService:
         bell: ExpiryBell,
         clock: Callable[[], datetime] = utcnow,
         delays: Sequence[float] = RETRY_DELAYS,
+        verifier: Verification | None = None,
     ) -> None:
         self._store = store
         self._cards = cards
@@ -250,6 +291,7 @@ class ApprovalService:
         self._bell = bell
         self._clock = clock
         self._delays = delays
+        self._verifier = verifier or NoVerification()
         self._sweeper: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[Resumed]] = set()
 
@@ -315,7 +357,11 @@ class ApprovalService:
             log.warning("approval %s is another replica's now; its outcome is theirs", approval.id)
             return Resumed(ResumeResult.ALREADY_DECIDED, approval)
         approval = replace(approval, outcome=ending.outcome)
+        # Stored before anything else is said, so a crash from here on still resumes it.
+        watch = await self._verifier.store(approval) if ending.ran else None
         await self._finish(approval, ending)
+        if watch is not None:
+            self._verifier.start(approval, watch)
         return Resumed(ResumeResult.DECIDED, approval)
 
     async def _approved(self, approval: Approval) -> _Ending | None:
@@ -360,6 +406,7 @@ class ApprovalService:
             f"<@{by}>; the change was {verb}. Result: {result}",
             answer=True,
             card_note=note,
+            ran=write.executed and write.ok,
         )
 
     async def _record_outcome(self, approval: Approval, outcome: str) -> bool:
@@ -405,7 +452,11 @@ class ApprovalService:
         ending = _Ending(
             outcome, note, answer=False, announce=f"{approval.plan.description}: {outcome}."
         )
+        # The change was made: its effect is followed like any other's.
+        watch = await self._verifier.store(approval) if done else None
         await self._finish(approval, ending)
+        if watch is not None:
+            self._verifier.start(approval, watch)
         return Resumed(ResumeResult.DECIDED, approval)
 
     async def _tell(self, approval: Approval, text: str) -> None:
@@ -431,6 +482,10 @@ class ApprovalService:
                 await self.resume(approval.id, ApprovalDecision(DecisionKind.RECONCILE))
             except Exception:
                 log.exception("could not reconcile approval %s", approval.id)
+        try:
+            await self._verifier.resume()
+        except Exception:
+            log.exception("could not resume the verification watches")
 
     async def sweep(self) -> None:
         for approval in await self._store.expired(self._clock()):
@@ -488,6 +543,7 @@ class ApprovalService:
         return await self._check.may_decide(approval, user)
 
     async def close(self) -> None:
+        await self._verifier.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)

@@ -40,6 +40,7 @@ from bot.store.tables import (
     ToolAuditRow,
     TurnRow,
     UsageRow,
+    VerifyWatchRow,
     WriteAuditRow,
     utcnow,
 )
@@ -205,6 +206,7 @@ class _OldApprovals:
     def delete(self, ids: Sequence[Any]) -> Op[Pruned]:
         def op(session: Session) -> Pruned:
             session.exec(delete(WriteAuditRow).where(col(WriteAuditRow.approval_id).in_(ids)))
+            session.exec(delete(VerifyWatchRow).where(col(VerifyWatchRow.approval_id).in_(ids)))
             result = session.exec(
                 delete(ApprovalRow).where(col(ApprovalRow.id).in_(ids), self._old())
             )

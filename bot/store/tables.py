@@ -254,3 +254,20 @@ class WriteReservationRow(SQLModel, table=True):
     target: str = Field(primary_key=True)  # cluster/Kind/namespace/name
     approval_id: str
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class VerifyWatchRow(SQLModel, table=True):
+    """An approved write's effect being followed (`agent.verify_s`): stored before the watch
+    starts, leased to the replica watching it (renewed at every poll), so a restart or
+    another replica resumes it once that lease expired. `state` moves only watching → done,
+    by a compare-and-set, and only its winner says the verdict in the thread."""
+
+    __tablename__ = "verify_watches"
+
+    approval_id: str = Field(foreign_key="approvals.id", primary_key=True)
+    state: str = Field(index=True)  # watching | done
+    deadline: datetime
+    owner: str | None = None
+    lease_expires_at: datetime | None = Field(default=None, index=True)
+    verdict: str | None = None  # the thread's message, once done
+    created_at: datetime = Field(default_factory=utcnow)

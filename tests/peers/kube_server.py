@@ -521,6 +521,12 @@ class KubeServer:
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
         self.auto_reconcile = True
+        # Verification watches (#28 item 7): with `stall_rollouts`, a changed Deployment
+        # starts its rollout (a new pod template gets its revision and ReplicaSet) but no new
+        # pod becomes available; with `stall_deadline` the controller has also given up
+        # (Progressing: ProgressDeadlineExceeded). `finish_rollout` completes one later.
+        self.stall_rollouts = False
+        self.stall_deadline = True
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {p: {} for p in RESOURCES}
         self._logs: dict[tuple[str, str, str, bool], list[tuple[datetime, str]]] = {}
         self._rv = 100
@@ -1379,6 +1385,36 @@ class KubeServer:
             current["status"] |= {"replicas": replicas, "readyReplicas": replicas}
             self._store("ReplicaSet", current)
 
+    # --- verification watches: rollouts that stall ---------------------------------------
+
+    def _stall_deployment(self, before: Obj, after: Obj) -> None:
+        """The controller starts the rollout (revision, ReplicaSet) but nothing new becomes
+        available: status says so, as a real controller's would."""
+        available = 0
+        if before["spec"]["template"] == after["spec"]["template"]:
+            available = int(before.get("status", {}).get("availableReplicas", 0))
+        self._reconcile_deployment(before, after)
+        replicas = after["spec"]["replicas"]
+        available = min(available, replicas)
+        status = after["status"]
+        status |= {"readyReplicas": available, "availableReplicas": available}
+        status["unavailableReplicas"] = replicas - available
+        stamp = _stamp(_now())
+        progressing = {"type": "Progressing", "lastUpdateTime": stamp, "lastTransitionTime": stamp}
+        if self.stall_deadline:
+            message = f'ReplicaSet "{self._rs_name(after)}" has timed out progressing.'
+            progressing |= {"status": "False", "reason": "ProgressDeadlineExceeded"}
+        else:
+            message = f'ReplicaSet "{self._rs_name(after)}" is progressing.'
+            progressing |= {"status": "True", "reason": "ReplicaSetUpdated"}
+        status["conditions"] = [progressing | {"message": message}]
+
+    def finish_rollout(self, namespace: str, name: str) -> None:
+        """A stalled rollout completes: every replica available."""
+        deployment = copy.deepcopy(self._objects["deployments"][(namespace, name)])
+        self._set_deployment_status(deployment, ready=deployment["spec"]["replicas"])
+        self._store("Deployment", deployment)
+
     def _owned_replicasets(self, deployment: Obj) -> list[Obj]:
         uid = deployment["metadata"]["uid"]
         return [
@@ -1700,7 +1736,9 @@ class KubeServer:
         self._validate(target, merged)
         if kind == "Deployment" and merged["spec"] != current["spec"]:
             merged["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
-            if self.auto_reconcile and not dry_run:
+            if self.stall_rollouts and not dry_run:
+                self._stall_deployment(current, merged)
+            elif self.auto_reconcile and not dry_run:
                 self._reconcile_deployment(current, merged)
         if dry_run:
             return merged

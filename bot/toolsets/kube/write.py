@@ -400,6 +400,8 @@ def _bound_metadata(target: WriteTarget) -> Obj:
 
 
 GENERATION = ("metadata", "generation")
+# The revision a template change started from: the verification watch's rollback target.
+FROM_REVISION = "from_revision"
 
 
 def _expect(obj: Obj, *paths: tuple[str, ...]) -> list[list[Any]]:
@@ -743,6 +745,7 @@ class RestartDeployment(_DeploymentWrite):
                 "name": name,
                 "restarted_at": restarted_at,
                 "expect": _expect(deployment, GENERATION),
+                FROM_REVISION: _revision(deployment),
             },
         )
 
@@ -849,6 +852,7 @@ class RollbackDeployment(_DeploymentWrite):
                 "revision": wanted,
                 "template": template_patch,
                 "expect": _expect(deployment, GENERATION),
+                FROM_REVISION: current,
             },
         )
 
@@ -967,6 +971,7 @@ class SetContainerResources(_DeploymentWrite):
                 "requests": requests,
                 "limits": limits,
                 "expect": _expect(deployment, GENERATION),
+                FROM_REVISION: _revision(deployment),
             },
         )
 
@@ -1059,11 +1064,12 @@ class DeletePod(_WriteOperation):
         if effective is None:
             effective = dig(pod, "spec", "terminationGracePeriodSeconds")
         effective = 30 if effective is None else effective
-        owners = [
-            f"{ref.get('kind')} {ref.get('name')}"
+        controllers = [
+            {"kind": ref.get("kind"), "name": ref.get("name"), "uid": ref.get("uid")}
             for ref in dig(pod, "metadata", "ownerReferences") or []
             if isinstance(ref, dict) and ref.get("controller")
         ]
+        owners = [f"{ref['kind']} {ref['name']}" for ref in controllers]
         if owners:
             aftermath = f"its controller ({owners[0]}) will create a replacement"
         else:
@@ -1091,6 +1097,8 @@ class DeletePod(_WriteOperation):
                 "name": name,
                 "grace_period_seconds": grace,
                 "expect": [],
+                # Whose pods the verification watch follows once this one is gone.
+                **({"owner": controllers[0]} if controllers else {}),
             },
         )
 

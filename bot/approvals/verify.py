@@ -1,0 +1,358 @@
+"""A write that checks its own effect: after an approved write ran, kelpie follows the
+target for `agent.verify_s` (0: never) without holding anything up (a task of its own), and
+then says ONE thing in the thread: "Recovered: …" with what it read, or "Not recovered: …"
+with what is wrong, followed, when not, by a rollback card proposed by kelpie (a normal
+approval: preview by dry run, four eyes, audit; nothing runs without a click).
+
+The watch is a stored row (`WatchStore`), written before it starts and leased to the
+replica following it (renewed at every poll). A restart, or another replica once that
+lease expired, claims it and follows it again (reading the target at once; a deadline that
+passed meanwhile ends it with that reading); the verdict is said by the one replica whose
+compare-and-set ends the row, so the thread hears it once. Time is injected (`clock`,
+`sleep`): tests never wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from bot.approvals.model import ApprovalCards
+from bot.errors import KelpieError
+from bot.pipeline.harness import ToolRegistry
+from bot.toolsets.spec import Tool, ToolContext, bound_identity
+from bot.values import Approval, ApprovalState, Effect, WritePlan
+
+log = logging.getLogger(__name__)
+
+# The tools whose effect is followed, and the tool that undoes each (None: nothing can).
+FOLLOWED = {
+    "scale_deployment": "scale_deployment",
+    "restart_deployment": "rollback_deployment",
+    "rollback_deployment": "rollback_deployment",
+    "set_container_resources": "rollback_deployment",
+    "delete_pod": None,
+    "cordon_node": None,
+    "uncordon_node": None,
+}
+
+# --- what the thread reads (one place) ---------------------------------------------------
+
+RECOVERED = "Recovered: {what}: {evidence}."
+NOT_RECOVERED = "Not recovered: {what}: {evidence}."
+TIMED_OUT = " (still so after {seconds:.0f} s)"
+RESUMED = " (The kelpie process following this change stopped; it was read again after that.)"
+ROLLBACK_OFFERED = " A rollback is proposed on the card below; it runs only once approved."
+NO_ROLLBACK = " No rollback card: {why}."
+NOT_ALLOWED = "role {role} may not use {tool}"
+UNPREPARED = "the rollback could not be prepared (logged)"
+UNREADABLE = "the target could not be read ({error})"
+ROLLBACK_REASON = (
+    "Proposed by kelpie: approval {id} ({what}) did not recover: {evidence}. Undoes it."
+)
+SLI_UNHEALTHY = "{query} = {value:g}, not below {limit:g}"
+SLI_HEALTHY = "{query} = {value:g} (below {limit:g})"
+SLI_UNREAD = "the SLI could not be read ({error})"
+
+
+@dataclass(frozen=True)
+class SliReading:
+    query: str
+    value: float | None  # None: could not be read (error says why)
+    limit: float
+    error: str = ""
+
+    @property
+    def healthy(self) -> bool:
+        return self.value is not None and self.value < self.limit
+
+    def render(self) -> str:
+        if self.value is None:
+            return SLI_UNREAD.format(error=self.error)
+        text = SLI_HEALTHY if self.healthy else SLI_UNHEALTHY
+        return text.format(query=self.query, value=self.value, limit=self.limit)
+
+
+class Effects(Protocol):
+    async def observe(self, plan: WritePlan) -> Effect: ...
+
+
+class Slis(Protocol):
+    async def check(self, approval: Approval) -> SliReading | None:
+        """The role's (or namespace's) SLI now; None when none is configured."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class NoSlis:
+    async def check(self, approval: Approval) -> SliReading | None:
+        return None
+
+    async def close(self) -> None:
+        pass
+
+
+class WatchStore(Protocol):
+    async def create(self, approval_id: str, deadline: datetime) -> bool: ...
+
+    async def renew(self, approval_id: str) -> bool: ...
+
+    async def finish(self, approval_id: str, verdict: str) -> bool: ...
+
+    async def orphans(self) -> list[tuple[str, datetime]]: ...
+
+    async def claim(self, approval_id: str) -> bool: ...
+
+    async def release(self, approval_id: str) -> None: ...
+
+
+class Approvals(Protocol):
+    async def get(self, approval_id: str) -> Approval | None: ...
+
+
+class Proposals(Protocol):
+    """Stores an approval kelpie proposes and posts its card (`ApprovalRequests.propose`)."""
+
+    async def propose(self, approval: Approval) -> bool: ...
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class WatchTime:
+    """What a watch measures its deadline by and waits between readings with (tests move
+    time on by hand)."""
+
+    clock: Callable[[], datetime] = utcnow
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+
+REAL_TIME = WatchTime()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    recovered: bool
+    text: str
+    evidence: str
+
+
+class Rollbacks:
+    """The card that undoes a change that did not recover, prepared like any write (its
+    tool's own dry-run preview) and proposed through the approval flow."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        proposals: Proposals,
+        timeout_s: Callable[[str], float],
+        allowed: Callable[[str, Tool], bool],
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        # (role, tool): whether the role may use it now; a card it could never run is noise
+        # (the click re-checks everything anyway).
+        self._allowed = allowed
+        self._registry = registry
+        self._proposals = proposals
+        self._timeout_s = timeout_s
+        self._clock = clock
+
+    async def prepare(self, approval: Approval, evidence: str) -> Approval | str:
+        """The rollback approval (not stored yet); or why there is none."""
+        plan = approval.plan
+        undo = FOLLOWED.get(plan.tool)
+        tool = self._registry.get(undo) if undo else None
+        if tool is None or tool.write is None:
+            return f"{plan.tool} cannot be undone by a write kelpie has"
+        if not self._allowed(approval.role, tool):
+            return NOT_ALLOWED.format(role=approval.role, tool=tool.name)
+        args = undo_args(plan)
+        if args is None:
+            return "the plan does not say what the target was before"
+        context = ToolContext(plan.cluster, plan.target.namespace or None, bound_identity(plan))
+        try:
+            rollback = await tool.write.prepare(args, context)
+        except KelpieError as error:  # the tool's own sentence (nothing to undo, no access)
+            return str(error).rstrip(".")
+        except Exception:
+            log.exception("could not prepare the rollback of approval %s", approval.id)
+            return UNPREPARED
+        return Approval(
+            id=uuid.uuid4().hex,
+            session_id=approval.session_id,
+            turn_id=approval.turn_id,
+            tool_call_id=f"verify-{approval.id[:8]}",
+            plan=rollback,
+            reason=ROLLBACK_REASON.format(
+                id=approval.id[:8], what=plan.description, evidence=evidence
+            ),
+            role=approval.role,
+            channel_id=approval.channel_id,
+            thread_ts=approval.thread_ts,
+            # Whoever asked for the change is asking for its undoing: four eyes still hold.
+            requested_by=approval.requested_by,
+            status=ApprovalState.PENDING,
+            expires_at=self._clock() + timedelta(seconds=self._timeout_s(approval.role)),
+            requesters=approval.requesters,
+        )
+
+    async def propose(self, rollback: Approval) -> None:
+        if not await self._proposals.propose(rollback):
+            log.warning("the rollback card %s could not be posted", rollback.id)
+
+
+def undo_args(plan: WritePlan) -> dict[str, object] | None:
+    """The undoing tool's arguments: the previous replica count, or the previous revision."""
+    where = {"namespace": plan.target.namespace, "name": plan.target.name}
+    if plan.tool == "scale_deployment":
+        try:
+            return where | {"replicas": int(plan.changes[0].before)}
+        except (IndexError, ValueError):
+            return None
+    revision = plan.args.get("from_revision")
+    return where | {"revision": revision} if isinstance(revision, int) else None
+
+
+class Verifier:
+    """Follows approved writes' effects; `ApprovalService` stores, starts and resumes."""
+
+    def __init__(
+        self,
+        store: WatchStore,
+        approvals: Approvals,
+        effects: Effects,
+        cards: ApprovalCards,
+        rollbacks: Rollbacks,
+        *,
+        verify_s: float,
+        poll_s: float,
+        slis: Slis | None = None,
+        time: WatchTime = REAL_TIME,
+    ) -> None:
+        self._store = store
+        self._approvals = approvals
+        self._effects = effects
+        self._cards = cards
+        self._rollbacks = rollbacks
+        self._verify_s = verify_s
+        self._poll_s = poll_s
+        self._slis = slis or NoSlis()
+        self._clock = time.clock
+        self._sleep = time.sleep
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    async def store(self, approval: Approval) -> datetime | None:
+        """Store the watch of a write that ran; its deadline, or None when not followed."""
+        if self._verify_s <= 0 or approval.plan.tool not in FOLLOWED:
+            return None
+        deadline = self._clock() + timedelta(seconds=self._verify_s)
+        try:
+            created = await self._store.create(approval.id, deadline)
+        except Exception:
+            log.exception("could not store the verification watch of %s", approval.id)
+            return None
+        return deadline if created else None
+
+    def start(self, approval: Approval, deadline: datetime, *, resumed: bool = False) -> None:
+        task = asyncio.create_task(
+            self._watch(approval, deadline, resumed), name=f"verify-{approval.id[:8]}"
+        )
+        self._tasks[approval.id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(approval.id, None))
+
+    async def resume(self) -> None:
+        """Watches a stopped process left (its lease expired): followed again here."""
+        for approval_id, deadline in await self._store.orphans():
+            if approval_id in self._tasks or not await self._store.claim(approval_id):
+                continue
+            approval = await self._approvals.get(approval_id)
+            if approval is None:
+                await self._store.finish(approval_id, "the approval is gone")
+                continue
+            self.start(approval, deadline, resumed=True)
+
+    async def close(self) -> None:
+        """Stop following (shutdown): the rows stay, so the next start resumes them."""
+        followed = dict(self._tasks)
+        for task in followed.values():
+            task.cancel()
+        await asyncio.gather(*followed.values(), return_exceptions=True)
+        for approval_id in followed:
+            try:
+                await self._store.release(approval_id)
+            except Exception:
+                # Its lease lapses instead: resumed a lease later.
+                log.warning("could not hand the verification watch of %s back", approval_id)
+        await self._slis.close()
+
+    async def _watch(self, approval: Approval, deadline: datetime, resumed: bool) -> None:
+        try:
+            effect = await self._follow(approval, deadline)
+            if effect is None:
+                return  # another replica follows it now
+            verdict = await self._verdict(approval, effect, deadline)
+            if not await self._store.finish(approval.id, verdict.text):
+                return
+            await self._say(approval, verdict, resumed)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("the verification watch of approval %s failed", approval.id)
+
+    async def _follow(self, approval: Approval, deadline: datetime) -> Effect | None:
+        """Polls until the effect settles or fails, or the deadline passes; None when
+        another replica took the watch over (this one's lease lapsed)."""
+        while True:
+            effect = await self._observe(approval.plan)
+            left = (deadline - self._clock()).total_seconds()
+            if effect.settled or effect.failed or left <= 0:
+                return effect
+            if not await self._store.renew(approval.id):
+                return None
+            await self._sleep(min(self._poll_s, left))
+
+    async def _observe(self, plan: WritePlan) -> Effect:
+        try:
+            return await self._effects.observe(plan)
+        except Exception as error:
+            log.warning("could not read %s to verify it: %s", plan.target.key, error)
+            return Effect(False, False, UNREADABLE.format(error=str(error).rstrip(".")))
+
+    async def _verdict(self, approval: Approval, effect: Effect, deadline: datetime) -> Verdict:
+        what = approval.plan.description
+        evidence = effect.evidence
+        if not effect.settled:
+            if not effect.failed:
+                evidence += TIMED_OUT.format(seconds=self._verify_s)
+            return Verdict(False, NOT_RECOVERED.format(what=what, evidence=evidence), evidence)
+        sli = await self._slis.check(approval)
+        if sli is not None:
+            evidence = f"{evidence}; {sli.render()}"
+            # Unreadable: said beside the verdict; an outage is no reason to roll back.
+            if sli.value is not None and not sli.healthy:
+                return Verdict(False, NOT_RECOVERED.format(what=what, evidence=evidence), evidence)
+        return Verdict(True, RECOVERED.format(what=what, evidence=evidence), evidence)
+
+    async def _say(self, approval: Approval, verdict: Verdict, resumed: bool) -> None:
+        """The verdict, then (not recovered) the rollback card below it."""
+        text = verdict.text + (RESUMED if resumed else "")
+        rollback: Approval | str = ""
+        if not verdict.recovered:
+            rollback = await self._rollbacks.prepare(approval, verdict.evidence)
+            text += (
+                NO_ROLLBACK.format(why=rollback) if isinstance(rollback, str) else ROLLBACK_OFFERED
+            )
+        try:
+            await self._cards.tell(approval, text)
+        except Exception:
+            log.exception("could not say the verdict on approval %s", approval.id)
+        if isinstance(rollback, Approval):
+            await self._rollbacks.propose(rollback)

@@ -1,0 +1,371 @@
+"""A write that checks its own effect (#28 item 7): after an approved write ran, kelpie
+follows the target and says once, in the thread, "Recovered:" or "Not recovered:" with what
+it read; when not, a rollback card follows (a normal approval). End to end through the
+Slack and Kubernetes peers; the fake's `stall_rollouts` plays a rollout that never becomes
+available. Nothing here waits for time: a rollout that settled or gave up ends the watch at
+its first reading."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from bot.approvals.verify import WatchTime
+from bot.store.turns import Replica
+from bot.store.verify import VerifyWatchRepository
+from tests.bot_processes import Launcher, Start
+from tests.peers.prometheus import PrometheusServer, Sample
+from tests.test_approval_crashes import wait_db
+from tests.test_approvals import (
+    approval_id,
+    card_text,
+    click,
+    propose_scale,
+    real_writes,
+    replicas,
+    wait_card,
+    wait_said,
+)
+from tests.world import ALICE, CAROL, OPS_CHANNEL, World
+
+DEPLOYMENT_PATH = "/apis/apps/v1/namespaces/shop/deployments/checkout-api"
+
+
+def said(world: World, thread_ts: str, start: str) -> list[Any]:
+    return [
+        m
+        for m in world.slack.thread(OPS_CHANNEL, thread_ts)
+        if m.is_bot and (m.text or "").startswith(start)
+    ]
+
+
+async def wait_rollback_card(world: World, thread_ts: str) -> Any:
+    def find(server: Any) -> Any:
+        for message in server.thread(OPS_CHANNEL, thread_ts):
+            blocks = message.blocks or []
+            if message.is_bot and any(
+                b.get("block_id", "").startswith("approval:") for b in blocks
+            ):
+                if "Proposed by kelpie" in card_text(message):
+                    return message
+        return None
+
+    return await world.slack.wait_for(find, timeout=20)
+
+
+async def propose_restart(world: World) -> tuple[Any, Any]:
+    world.model.reply_tool_calls(
+        [("restart_deployment", {"namespace": "shop", "name": "checkout-api"})]
+    )
+    world.model.reply_text("Restarting.")
+    mention = await world.mention(OPS_CHANNEL, ALICE, "restart checkout-api")
+    return mention, await wait_card(world, mention["ts"])
+
+
+def revision(world: World) -> int:
+    deployment = world.kube.get("Deployment", "shop", "checkout-api")
+    assert deployment is not None
+    return int(deployment["metadata"]["annotations"]["deployment.kubernetes.io/revision"])
+
+
+def template_writes(world: World) -> list[Any]:
+    return [w for w in real_writes(world) if w.path == DEPLOYMENT_PATH]
+
+
+async def test_an_approved_scale_is_followed_until_it_recovered(any_db_world: World):
+    world = any_db_world  # on SQLite and on the real PostgreSQL
+    bot = await world.start_bot()
+    mention, card = await propose_scale(world, then="Scaled.")
+    identifier = approval_id(card)
+    await click(world, CAROL, card)
+    verdict = await wait_said(world, mention["ts"], "Recovered:")
+    assert verdict.text.startswith("Recovered: Scale deployment shop/checkout-api from 3 to 5")
+    assert "5/5 replicas available at revision 2" in verdict.text
+    await world.drain()
+    assert len(said(world, mention["ts"], "Recovered:")) == 1
+    assert said(world, mention["ts"], "Not recovered:") == []
+    # The watch is on record, ended, with the verdict it said.
+    watches = VerifyWatchRepository(bot.db, Replica.this_process(15))
+    state = await watches.state(identifier)
+    assert state is not None and state[0] == "done" and state[1] == verdict.text
+
+
+async def test_a_restart_that_never_becomes_available_offers_a_rollback(world: World):
+    world.kube.stall_rollouts = True  # the new pods never become available
+    await world.start_bot()
+    before = revision(world)
+    mention, card = await propose_restart(world)
+    await click(world, CAROL, card)
+    verdict = await wait_said(world, mention["ts"], "Not recovered:")
+    assert f"0/3 replicas available at revision {before + 1}" in verdict.text
+    assert "ProgressDeadlineExceeded" in verdict.text
+    assert "A rollback is proposed on the card below" in verdict.text
+
+    rollback = await wait_rollback_card(world, mention["ts"])
+    text = card_text(rollback)
+    assert f"from revision {before + 1} to revision {before}" in text
+    assert rollback.ts > verdict.ts  # the verdict first, its card below
+    assert len(template_writes(world)) == 1  # the restart only: nothing runs unapproved
+
+    # Four eyes hold: the requester of the restart may not approve its undoing.
+    await click(world, ALICE, rollback)
+    assert len(template_writes(world)) == 1
+    world.kube.stall_rollouts = False
+    world.model.reply_text("Rolled back.")
+    await click(world, CAROL, rollback)
+    await click(world, CAROL, rollback)  # a double click runs it once
+    again = await world.slack.wait_for(
+        lambda s: len(said(world, mention["ts"], "Recovered:")) == 1, timeout=20
+    )
+    assert again
+    await world.drain()
+    assert len(template_writes(world)) == 2  # the restart and the rollback, once
+    (recovered,) = said(world, mention["ts"], "Recovered:")
+    assert recovered.text.startswith("Recovered: Roll back deployment shop/checkout-api")
+    assert len(said(world, mention["ts"], "Not recovered:")) == 1
+
+
+async def test_a_scale_that_stalls_offers_the_previous_replica_count(world: World):
+    world.kube.stall_rollouts = True
+    await world.start_bot()
+    mention, card = await propose_scale(world)
+    await click(world, CAROL, card)
+    verdict = await wait_said(world, mention["ts"], "Not recovered:")
+    assert "2/5 replicas available" in verdict.text
+    rollback = await wait_rollback_card(world, mention["ts"])
+    assert "spec.replicas 5 → 3" in card_text(rollback)
+    assert replicas(world) == 5  # proposed, not run
+
+
+async def test_verify_s_0_follows_nothing(world: World):
+    bot = await world.start_bot({"agent": {"verify_s": 0}})
+    mention, card = await propose_scale(world, then="Scaled.")
+    identifier = approval_id(card)
+    await click(world, CAROL, card)
+    await wait_said(world, mention["ts"], "Scaled.")
+    await world.drain()
+    watches = VerifyWatchRepository(bot.db, Replica.this_process(15))
+    assert await watches.state(identifier) is None
+    assert said(world, mention["ts"], "Recovered:") == []
+    assert said(world, mention["ts"], "Not recovered:") == []
+
+
+@pytest.fixture
+def short_leases(launch: Launcher) -> Start:
+    """`kelpie run` whose leases lapse within seconds of a kill."""
+    return launch({"database": {"lease_s": 3}})
+
+
+async def test_killed_during_the_watch_a_restart_finishes_it_once(
+    world: World, short_leases: Callable[[], Any]
+):
+    world.kube.stall_rollouts = True
+    world.kube.stall_deadline = False  # still progressing: the watch keeps following
+    bot = await short_leases()
+    mention, card = await propose_restart(world)
+    identifier = approval_id(card)
+    await click(world, CAROL, card)
+    await wait_db(
+        world.tmp / "k.db",
+        f"SELECT state FROM verify_watches WHERE approval_id = '{identifier}'",
+        lambda rows: rows == [("watching",)],
+    )
+    bot.kill()
+    world.kube.finish_rollout("shop", "checkout-api")
+    await short_leases()
+    verdict = await wait_said(world, mention["ts"], "Recovered:", timeout=120)
+    assert "3/3 replicas available" in verdict.text
+    assert "The kelpie process following this change stopped" in verdict.text
+    await wait_db(
+        world.tmp / "k.db",
+        f"SELECT state FROM verify_watches WHERE approval_id = '{identifier}'",
+        lambda rows: rows == [("done",)],
+    )
+    assert len(said(world, mention["ts"], "Recovered:")) == 1
+    assert said(world, mention["ts"], "Not recovered:") == []
+
+
+# --- the role's SLI, read from a real Prometheus at the end ------------------------------
+
+SLI_AT = time.time() - 60
+
+
+@pytest.fixture(scope="module")
+def prometheus() -> Iterator[PrometheusServer]:
+    """Known series: shop is healthy (error ratio 0.002) and slow (latency 2 s); payments,
+    outside the operator role, is failing (0.5): only a query scoped to shop reads 0.002."""
+    server = PrometheusServer()
+    samples = []
+    for minute in range(10):
+        at = SLI_AT - (9 - minute) * 60
+        for namespace, ratio in (("shop", 0.002), ("payments", 0.5)):
+            labels = {"namespace": namespace}
+            samples.append(Sample("http_error_ratio", labels, ratio, at))
+            samples.append(Sample("http_latency_seconds", labels, 2.0, at))
+    server.load(samples, types={"http_error_ratio": "gauge", "http_latency_seconds": "gauge"})
+    server.start()
+    yield server
+    server.stop()
+
+
+def with_sli(prometheus: PrometheusServer, query: str, below: float) -> dict[str, Any]:
+    return {
+        "observability": {"prometheus": [{"name": "main", "url": prometheus.url}]},
+        "roles": {"operator": {"verify": {"sli": {"query": query, "healthy_below": below}}}},
+    }
+
+
+async def test_a_settled_scale_is_recovered_only_with_its_sli_below_the_limit(
+    world: World, prometheus: PrometheusServer
+):
+    await world.start_bot(with_sli(prometheus, "max(http_error_ratio)", 0.01))
+    mention, card = await propose_scale(world)
+    await click(world, CAROL, card)
+    verdict = await wait_said(world, mention["ts"], "Recovered:")
+    assert "5/5 replicas available" in verdict.text
+    assert "max(http_error_ratio) = 0.002 (below 0.01)" in verdict.text
+    # The query Prometheus ran was limited to the role's namespaces (shop, team-*), minus
+    # the firewall's deny zone.
+    scoped = 'http_error_ratio{namespace=~"shop|team\\\\-.*",namespace!~"kube\\\\-system"}'
+    assert prometheus.queries()[-1] == f"max({scoped})"
+
+
+async def test_an_sli_above_its_limit_is_not_recovered_and_offers_a_rollback(
+    world: World, prometheus: PrometheusServer
+):
+    await world.start_bot(with_sli(prometheus, "max(http_latency_seconds)", 1))
+    mention, card = await propose_scale(world)
+    await click(world, CAROL, card)
+    verdict = await wait_said(world, mention["ts"], "Not recovered:")
+    assert "5/5 replicas available" in verdict.text
+    assert "max(http_latency_seconds) = 2, not below 1" in verdict.text
+    rollback = await wait_rollback_card(world, mention["ts"])
+    assert "spec.replicas 5 → 3" in card_text(rollback)
+
+
+# --- time moved on by hand: a watch that keeps waiting ------------------------------------
+
+
+class HandTime:
+    """The watches' clock and waits: a wait ends only when the test wakes it."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+        self._asleep: asyncio.Queue[tuple[float, asyncio.Future[None]]] = asyncio.Queue()
+
+    @property
+    def time(self) -> WatchTime:
+        return WatchTime(clock=lambda: self.now, sleep=self._sleep)
+
+    async def _sleep(self, seconds: float) -> None:
+        woken = asyncio.get_running_loop().create_future()
+        self._asleep.put_nowait((seconds, woken))
+        await woken
+
+    async def asleep(self) -> float:
+        """Once the watch waits: how long it asked to."""
+        seconds, woken = await asyncio.wait_for(self._asleep.get(), 20)
+        self._woken = (seconds, woken)
+        return seconds
+
+    def wake(self, *, later: timedelta | None = None) -> None:
+        """End that wait, `later` on (default: as long as it asked)."""
+        seconds, woken = self._woken
+        self.now += later or timedelta(seconds=seconds)
+        woken.set_result(None)
+
+
+async def test_a_rollout_still_progressing_at_the_deadline_is_not_recovered(world: World):
+    world.kube.stall_rollouts = True
+    world.kube.stall_deadline = False  # progressing, never available, never given up
+    hand = HandTime()
+    await world.start_bot(watch_time=hand.time)
+    before = revision(world)
+    mention, card = await propose_restart(world)
+    await click(world, CAROL, card)
+    assert await hand.asleep() == 5  # it reads again every 5 s (a third of the 15 s lease)
+    hand.wake()
+    await hand.asleep()
+    assert said(world, mention["ts"], "Recovered:") == []
+    hand.wake(later=timedelta(seconds=300))
+    verdict = await wait_said(world, mention["ts"], "Not recovered:")
+    assert f"0/3 replicas available at revision {before + 1}; 3/3 updated" in verdict.text
+    assert "(still so after 300 s)" in verdict.text
+    rollback = await wait_rollback_card(world, mention["ts"])
+    assert f"from revision {before + 1} to revision {before}" in card_text(rollback)
+
+
+async def test_a_deleted_pod_recovers_once_its_replacement_runs(world: World):
+    hand = HandTime()
+    await world.start_bot(watch_time=hand.time)
+    rs = next(
+        r
+        for r in world.kube.objects("ReplicaSet")
+        if r["metadata"]["name"].startswith("checkout-api-") and r["spec"]["replicas"] == 3
+    )
+    crashing = f"{rs['metadata']['name']}-m4n8p"
+    world.model.reply_tool_calls([("delete_pod", {"namespace": "shop", "name": crashing})])
+    world.model.reply_text("Deleting it.")
+    mention = await world.mention(OPS_CHANNEL, ALICE, f"delete {crashing}")
+    card = await wait_card(world, mention["ts"])
+    await click(world, CAROL, card)
+    await hand.asleep()  # gone, and the replacement is not there yet: 2/3
+    assert said(world, mention["ts"], "Recovered:") == []
+    labels = rs["spec"]["selector"]["matchLabels"]
+    world.kube.add_pod("shop", f"{rs['metadata']['name']}-r3pl4", labels=labels, owner=rs)
+    hand.wake()
+    verdict = await wait_said(world, mention["ts"], "Recovered:")
+    name = rs["metadata"]["name"]
+    assert f"pod shop/{crashing} is gone; ReplicaSet {name} has 3/3 pods" in verdict.text
+    assert said(world, mention["ts"], "Not recovered:") == []
+
+
+async def test_a_cordoned_node_is_recovered_when_it_stays_cordoned(world: World):
+    await world.start_bot({"roles": {"operator": {"namespaces": ["*"]}}})
+    world.model.reply_tool_calls([("cordon_node", {"name": "node-a"})])
+    world.model.reply_text("Cordoning.")
+    mention = await world.mention(OPS_CHANNEL, ALICE, "cordon node-a")
+    card = await wait_card(world, mention["ts"])
+    await click(world, CAROL, card)
+    verdict = await wait_said(world, mention["ts"], "Recovered:")
+    assert "node node-a is cordoned (unschedulable)" in verdict.text
+
+
+async def test_a_watch_left_by_a_stopped_replica_is_finished_by_the_next_once(
+    any_db_world: World,
+):
+    world = any_db_world  # the watch's row and its hand-over, on SQLite and PostgreSQL
+    world.kube.stall_rollouts = True
+    world.kube.stall_deadline = False
+    hand = HandTime()
+    first = await world.start_bot(watch_time=hand.time)
+    mention, card = await propose_restart(world)
+    await click(world, CAROL, card)
+    await hand.asleep()  # following it: still rolling out
+    await world.stop_bot(first)  # hands the watch back (its row stays, its lease ends)
+    world.kube.finish_rollout("shop", "checkout-api")
+    await world.start_bot()
+    verdict = await wait_said(world, mention["ts"], "Recovered:")
+    assert "3/3 replicas available" in verdict.text
+    assert "The kelpie process following this change stopped" in verdict.text
+    await world.drain()
+    assert len(said(world, mention["ts"], "Recovered:")) == 1
+    assert said(world, mention["ts"], "Not recovered:") == []
+
+
+async def test_no_rollback_card_where_the_role_may_not_roll_back(world: World):
+    world.kube.stall_rollouts = True
+    tools = ["present/*", "read/*", "write/restart_deployment"]
+    await world.start_bot({"roles": {"operator": {"tools": tools}}})
+    mention, card = await propose_restart(world)
+    await click(world, CAROL, card)
+    verdict = await wait_said(world, mention["ts"], "Not recovered:")
+    assert "No rollback card: role operator may not use rollback_deployment." in verdict.text
+    await world.drain()
+    thread = world.slack.thread(OPS_CHANNEL, mention["ts"])
+    assert not any("Proposed by kelpie" in card_text(m) for m in thread)
