@@ -3,10 +3,10 @@
 Run: `python bench/tool_schemas.py [config.yaml]` (default: config/kelpie.example.yaml).
 Every model request carries the schemas of the tools the channel's role is offered, so a
 tool's description and arguments are paid for on every round of every turn. This prints,
-for each role of the config and for a role with every read, diagnose and present toolset
-enabled, how many tools are offered and their size as the wire client sends them (compact
-JSON of the `tools` array), plus the largest tools. Issue #27 holds the all-reads role
-under 12 kB.
+for each role of the config (every observability backend counted as configured) and for
+roles with every read and diagnose (and present) toolset, how many tools are offered and
+their size as the wire client sends them (compact JSON of the `tools` array), and the
+largest tools. Issue #27 holds every read and diagnose toolset under 12 kB.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from bot.app import tool_registry
+from bot.app import buildable_tools
 from bot.config import RoleConfig, load_config
 from bot.pipeline.roles import offered_tools
-from bot.toolsets.kube.client import KubeClients
 from bot.toolsets.spec import Tool
 
 ROOT = Path(__file__).resolve().parents[1]
 ALL_READS = RoleConfig(tools=["present/*", "read/*", "diagnose/*"], namespaces=["*"])
+READ_DIAGNOSE = RoleConfig(tools=["read/*", "diagnose/*"], namespaces=["*"])
 BUDGET_BYTES = 12_000
 
 
@@ -38,8 +38,12 @@ def size(tools: list[Tool]) -> int:
 def main() -> None:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "config" / "kelpie.example.yaml"
     config = load_config(path)
-    tools = tool_registry(KubeClients({})).all()
-    roles = {**config.roles, "(every read, diagnose and present toolset)": ALL_READS}
+    tools = buildable_tools()  # every toolset, Prometheus, Loki and Alertmanager included
+    roles = {
+        **config.roles,
+        "(every read and diagnose toolset)": READ_DIAGNOSE,
+        "(every read, diagnose and present toolset)": ALL_READS,
+    }
     print(f"{'role':<46} {'tools':>5} {'bytes':>7}")
     for name, role in roles.items():
         offered = offered_tools(role, tools)

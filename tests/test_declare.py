@@ -39,6 +39,8 @@ SELF_EXPLANATORY = {
     "sort_by",
     "warnings_only",
     "question",
+    "query",
+    "continue_analysis",
 }
 
 

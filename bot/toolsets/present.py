@@ -31,9 +31,7 @@ class ShowLogs(ToolArgs):
     ] = None
     tail_lines: Annotated[int, Field(ge=1, le=5000)] = DEFAULT_SHOW_LINES
     previous: Annotated[bool, Field(description="The crashed instance's logs.")] = False
-    continue_analysis: Annotated[
-        bool, Field(description="Keep working after showing the logs.")
-    ] = False
+    continue_analysis: bool = False
 
 
 def present_tools(read_tools: Sequence[Tool]) -> list[Tool]:
@@ -69,7 +67,7 @@ def present_tools(read_tools: Sequence[Tool]) -> list[Tool]:
         declare(
             SHOW_LOGS,
             ToolKind.PRESENT,
-            "Post a pod's logs to the person as a file; the turn ends unless continue_analysis.",
+            "Post a pod's logs as a file; ends the turn unless continue_analysis.",
             ShowLogs,
             show_logs,
             kinds=pod_logs.resource_kinds,

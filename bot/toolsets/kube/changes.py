@@ -134,12 +134,10 @@ class HistoryArgs(ToolArgs):
     kind: Annotated[WorkloadKind, checked(_kind)]
     name: Annotated[str, NAME]
     namespace: ObjectNamespace = None
-    revision: Annotated[
-        int | None, _revision_field("Revision to show; default: the current one.")
-    ] = None
-    compare_to: Annotated[
-        int | None, _revision_field("Revision to diff it against; default: the previous.")
-    ] = None
+    revision: Annotated[int | None, _revision_field("Default: the current one.")] = None
+    compare_to: Annotated[int | None, _revision_field("Diff against; default: the previous.")] = (
+        None
+    )
 
 
 class ChangesArgs(ToolArgs):
@@ -818,7 +816,7 @@ def change_tools(clients: KubeClients, *, clock: Clock = system_clock) -> list[T
         declare(
             "what_changed",
             ToolKind.READ,
-            "Timeline of rollouts, scaling, restarts, warnings, ConfigMap, HPA and node changes.",
+            "Recent changes: rollouts, scaling, restarts, warnings, ConfigMaps, HPA, nodes.",
             ChangesArgs,
             reads.audited(reads.what_changed),
             kinds=_TIMELINE_KINDS,

@@ -10,10 +10,8 @@ from __future__ import annotations
 import asyncio
 import io
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import urlencode
-
-from pydantic import Field
 
 from bot.toolsets.declare import declare
 from bot.toolsets.observe.http import Endpoint
@@ -33,9 +31,7 @@ LEGEND_MAX = 8
 
 
 class ShowGraph(RangeQuery):
-    continue_analysis: Annotated[
-        bool, Field(description="Keep working after showing the graph.")
-    ] = False
+    continue_analysis: bool = False
 
 
 def graph_tool(observe: Observe) -> Tool:
@@ -64,7 +60,7 @@ def graph_tool(observe: Observe) -> Tool:
     return declare(
         SHOW_GRAPH,
         ToolKind.PRESENT,
-        "Show a PromQL range query to the person as a line chart in the thread.",
+        "Post a PromQL range query as a chart; ends the turn unless continue_analysis.",
         ShowGraph,
         show_graph,
         scope=ToolScope.QUERY,

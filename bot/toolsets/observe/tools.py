@@ -106,31 +106,27 @@ def sentences(
 
 
 class InstantQuery(ToolArgs):
-    query: Annotated[str, QUERY, Field(description="PromQL expression.")]
+    query: Annotated[str, QUERY]
     time: Annotated[
-        str | None, TIME, Field(description="RFC3339 or how long ago, e.g. 1h. Default now.")
+        str | None, TIME, Field(description="RFC3339 or how long ago; default now.")
     ] = None
 
 
 class RangeQuery(Window):
-    query: Annotated[str, QUERY, Field(description="PromQL expression.")]
+    query: Annotated[str, QUERY]
 
 
 class SeriesMatch(Window):
-    match: Annotated[str, QUERY, Field(description='Series selector, e.g. up{job="api"}.')]
+    match: Annotated[str, QUERY, Field(description='e.g. up{job="api"}')]
 
 
 class LogQuery(Window):
-    query: Annotated[str, QUERY, Field(description='LogQL, e.g. {app="api"} |= "error".')]
-    limit: Annotated[
-        int | None, Field(ge=1, description="Most lines to return (default 100, at most 500).")
-    ] = None
+    query: Annotated[str, QUERY, Field(description='e.g. {app="api"} |= "error"')]
+    limit: Annotated[int | None, Field(ge=1, description="Default 100, at most 500.")] = None
 
 
 class LogMetric(Window):
-    query: Annotated[
-        str, QUERY, Field(description='LogQL metric, e.g. sum(rate({app="api"}[5m])).')
-    ]
+    query: Annotated[str, QUERY, Field(description='e.g. sum(rate({app="api"}[5m]))')]
 
 
 class NoArgs(ToolArgs):
@@ -225,12 +221,12 @@ def read_tools(observe: Observe) -> list[Tool]:
     reads = Reads(observe)
     read, query = ToolKind.READ, ToolScope.QUERY
     return [
-        declare("prometheus_query", read, "Run an instant PromQL query (one value per series).", InstantQuery, sentences(reads.instant), scope=query),  # noqa: E501
-        declare("prometheus_range", read, "Run a PromQL range query; each series summarised (min, max, mean, last).", RangeQuery, sentences(reads.range), scope=query),  # noqa: E501
-        declare("prometheus_series", read, "List which Prometheus series and labels a selector matches.", SeriesMatch, sentences(reads.series), scope=query),  # noqa: E501
-        declare("loki_query", read, "Read log lines from Loki with LogQL, newest first (default 100, at most 500).", LogQuery, sentences(reads.log_lines), scope=query),  # noqa: E501
-        declare("loki_metric", read, "Run a LogQL metric query (e.g. error rate), summarised like a range.", LogMetric, sentences(reads.log_metric), scope=query),  # noqa: E501
-        declare("list_alerts", read, "List active Alertmanager alerts of this channel's namespaces.", NoArgs, sentences(reads.alerts), scope=query),  # noqa: E501
+        declare("prometheus_query", read, "An instant PromQL query.", InstantQuery, sentences(reads.instant), scope=query),  # noqa: E501
+        declare("prometheus_range", read, "A PromQL range query, each series as min/max/mean/last.", RangeQuery, sentences(reads.range), scope=query),  # noqa: E501
+        declare("prometheus_series", read, "Series and labels a selector matches.", SeriesMatch, sentences(reads.series), scope=query),  # noqa: E501
+        declare("loki_query", read, "Loki log lines for a LogQL query, newest first.", LogQuery, sentences(reads.log_lines), scope=query),  # noqa: E501
+        declare("loki_metric", read, "A LogQL metric query, summarised like a range.", LogMetric, sentences(reads.log_metric), scope=query),  # noqa: E501
+        declare("list_alerts", read, "Active alerts of this channel's namespaces.", NoArgs, sentences(reads.alerts), scope=query),  # noqa: E501
     ]  # fmt: skip
 
 

@@ -76,11 +76,9 @@ class Window(ToolArgs):
     start: Annotated[
         str | None,
         TIME,
-        Field(description='Start: RFC3339 or how long ago, e.g. "6h". Default 1h ago.'),
+        Field(description='RFC3339 or how long ago, e.g. "6h"; default 1h'),
     ] = None
-    end: Annotated[
-        str | None, TIME, Field(description="End: RFC3339 or how long ago. Default now.")
-    ] = None
+    end: Annotated[str | None, TIME, Field(description="Default now.")] = None
 
     def resolve(self, now: float) -> tuple[float, float]:
         end = resolve_time(self.end, now)
