@@ -21,14 +21,20 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.realkube.backends import RealBackend
 from tests.realkube.cluster import Admin, RealKube, eventually
-from tests.test_kube_change import REAL_IMAGE, roll
-from tests.test_kube_diagnose import _crash_looping, _real_node, _real_pod
-from tests.test_kube_generic_backends import _grant_custom_kinds, _seed
+from tests.realkube.seeding import (
+    crash_looping,
+    grant_custom_kinds,
+    real_node,
+    real_pod,
+    roll,
+    seed_kinds,
+)
 from tests.world import ALICE, SHOP_CHANNEL, World
 
 pytestmark = pytest.mark.realkube
 
 SECRET_REFUSAL = "kelpie never reads Secrets, not even their names; ask a person with access."
+REAL_IMAGE = "registry.example.com/web"
 FORBIDDEN = "payments"  # a namespace the shop-only channel may not touch
 
 
@@ -58,10 +64,10 @@ def _seed_diagnoses(real: RealBackend, node: str) -> None:
     """A node under memory pressure, two crash-looping pods on it, and a Service selecting
     only them: the endpoints controller lists them as not ready."""
     admin, ns = real.admin, real.namespace
-    _real_node(admin, node)
+    real_node(admin, node)
     for i, name in enumerate(("api-1", "api-2")):
-        _real_pod(admin, ns, name, node=node, labels={"app": "api"})
-        status = _crash_looping(ns, name)
+        real_pod(admin, ns, name, node=node, labels={"app": "api"})
+        status = crash_looping(ns, name)
         status["status"]["podIP"] = f"10.244.1.{i + 10}"  # the endpoints controller needs one
         admin.core.patch_namespaced_pod_status(name, ns, status)
     service = {"selector": {"app": "api"}, "ports": [{"port": 80, "targetPort": 8080}]}
@@ -84,8 +90,8 @@ def seeded(realkube: tuple[RealKube, Admin]) -> Iterator[Seeded]:
     real = RealBackend(cluster, admin)
     node = real.node_name("pressed")
     try:
-        _seed(real)  # StatefulSet ledger, CronJob cleanup (batch/v1beta1), Gadget sprocket
-        _grant_custom_kinds(real)
+        seed_kinds(admin, real.namespace)
+        grant_custom_kinds(real)
         real.deployment("web", replicas=1, image=f"{REAL_IMAGE}:1")
         roll(real, "web", f"{REAL_IMAGE}:2", "release 2: new cart", 2)
         roll(real, "web", f"{REAL_IMAGE}:3", "release 3: hotfix", 3)
