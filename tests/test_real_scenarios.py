@@ -128,9 +128,10 @@ def on_the_real_cluster(seeded: Seeded, role: str = "viewer") -> dict[str, Any]:
     }
 
 
-async def ask(world: World, seeded: Seeded, question: str, role: str = "viewer") -> list[str]:
-    """Ask in the shop channel; answers the texts of the bot's messages in the thread."""
-    await world.start_bot(on_the_real_cluster(seeded, role))
+async def ask(world: World, override: dict[str, Any], question: str) -> list[str]:
+    """Start kelpie with `override` and ask in the shop channel; answers the texts of the
+    bot's messages in the thread."""
+    await world.start_bot(override)
     mention = await world.mention(SHOP_CHANNEL, ALICE, question)
     await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 2)
     await world.drain()
@@ -152,25 +153,8 @@ def tool_results(world: World) -> list[str]:
     return [m["content"] for m in last["messages"] if m["role"] == "tool"]
 
 
-async def test_a_shop_question_reads_every_kind_history_and_timeline(
-    world: World, seeded: Seeded
-) -> None:
-    ns = seeded.ns
-    script(
-        world,
-        [
-            ("get_resource", {"kind": "StatefulSet", "name": "ledger"}),
-            ("list_resources", {"kind": "CronJob"}),
-            ("get_resource", {"kind": "Gadget", "name": "sprocket"}),
-            ("rollout_history", {"kind": "Deployment", "name": "web"}),
-            ("what_changed", {"window": "1h"}),
-        ],
-        "ledger runs 2 replicas [E1], cleanup every 10 min [E2], sprocket size 3 [E3]; "
-        "web is on image 3 after a hotfix [E4], rolled twice this hour [E5].",
-    )
-    thread = await ask(world, seeded, "what changed in the shop?")
-
-    statefulset, cronjobs, gadget, history, timeline = tool_results(world)
+def kinds_read(ns: str, statefulset: str, cronjobs: str, gadget: str) -> None:
+    """A StatefulSet and a custom resource as YAML, the CronJob in a table."""
     assert statefulset.startswith("[E1] apiVersion: apps/v1\nkind: StatefulSet\n")
     assert f"  name: ledger\n  namespace: {ns}\n" in statefulset
     assert "  replicas: 2\n" in statefulset and "  serviceName: ledger\n" in statefulset
@@ -181,6 +165,10 @@ async def test_a_shop_question_reads_every_kind_history_and_timeline(
     assert lines[2].startswith("cleanup  */10 * * * *  False")
     assert gadget.startswith("[E3] apiVersion: example.com/v1\nkind: Gadget\n")
     assert "  name: sprocket\n" in gadget and gadget.endswith("\nspec:\n  size: 3")
+
+
+def changes_read(ns: str, history: str, timeline: str) -> None:
+    """The rollout's image difference and the timeline of its rollouts."""
     lines = history.splitlines()
     assert lines[0] == f"[E4] Deployment {ns}/web: 3 revisions, current 3"
     assert lines[2].startswith("3 (current)") and lines[2].endswith("release 3: hotfix")
@@ -200,6 +188,29 @@ async def test_a_shop_question_reads_every_kind_history_and_timeline(
     assert any(r.startswith("StatefulSet ledger revision 1: ") for r in rollouts)
     assert any("  scale    Deployment web: ScalingReplicaSet" in r for r in rows)
 
+
+async def test_a_shop_question_reads_every_kind_history_and_timeline(
+    world: World, seeded: Seeded
+) -> None:
+    ns = seeded.ns
+    script(
+        world,
+        [
+            ("get_resource", {"kind": "StatefulSet", "name": "ledger"}),
+            ("list_resources", {"kind": "CronJob"}),
+            ("get_resource", {"kind": "Gadget", "name": "sprocket"}),
+            ("rollout_history", {"kind": "Deployment", "name": "web"}),
+            ("what_changed", {"window": "1h"}),
+        ],
+        "ledger runs 2 replicas [E1], cleanup every 10 min [E2], sprocket size 3 [E3]; "
+        "web is on image 3 after a hotfix [E4], rolled twice this hour [E5].",
+    )
+    thread = await ask(world, on_the_real_cluster(seeded), "what changed in the shop?")
+
+    statefulset, cronjobs, gadget, history, timeline = tool_results(world)
+    kinds_read(seeded.ns, statefulset, cronjobs, gadget)
+    changes_read(seeded.ns, history, timeline)
+
     progress, answer = thread
     assert (
         f"• `rollout_history` kind=Deployment name=web ✓ Deployment {ns}/web: 3 revisions, "
@@ -212,23 +223,10 @@ async def test_a_shop_question_reads_every_kind_history_and_timeline(
     )
 
 
-async def test_each_diagnosis_on_the_real_server(world: World, seeded: Seeded) -> None:
-    script(
-        world,
-        [
-            ("diagnose_pod", {"name": "api-1"}),
-            ("diagnose_service", {"name": "api"}),
-            ("diagnose_node", {"name": seeded.node}),
-            ("diagnose_workload", {"kind": "Deployment", "name": "web"}),
-            ("diagnose_namespace", {}),
-        ],
-        "api-1 crash-loops [E1], so api has no ready endpoints [E2]; its node is short of "
-        "memory [E3]; web has no available replica [E4]; worst first: [E5].",
-    )
-    thread = await ask(world, seeded, "what is broken in the shop?")
-
+def pod_service_node_diagnosed(
+    seeded: Seeded, pod: list[str], service: list[str], pressed: list[str]
+) -> None:
     ns, node = seeded.ns, seeded.node
-    pod, service, pressed, web, scan = [r.splitlines() for r in tool_results(world)]
     assert pod[0] == f"[E1] Diagnosis of pod {ns}/api-1: 1 finding (1 critical)."
     assert pod[2:4] == [
         f"1. [critical] CrashLoopBackOff Pod {ns}/api-1: container app keeps crashing: "
@@ -248,6 +246,9 @@ async def test_each_diagnosis_on_the_real_server(world: World, seeded: Seeded) -
         "memory available",
         "   evidence: status.conditions[MemoryPressure].status=True",
     ]
+
+
+def workload_and_namespace_diagnosed(ns: str, web: list[str], scan: list[str]) -> None:
     assert web[0] == f"[E4] Diagnosis of deployment {ns}/web: 3 findings (1 critical, 2 warning)."
     assert f"1. [critical] UnavailableReplicas Deployment {ns}/web: 0/1 replicas available" in web
     assert scan[0] == f"[E5] Diagnosis of namespace {ns}: 8 findings (5 critical, 3 warning)."
@@ -264,6 +265,27 @@ async def test_each_diagnosis_on_the_real_server(world: World, seeded: Seeded) -
         ["[warning]", "NotScheduled"],
         ["[warning]", "NotScheduled"],
     ]
+
+
+async def test_each_diagnosis_on_the_real_server(world: World, seeded: Seeded) -> None:
+    script(
+        world,
+        [
+            ("diagnose_pod", {"name": "api-1"}),
+            ("diagnose_service", {"name": "api"}),
+            ("diagnose_node", {"name": seeded.node}),
+            ("diagnose_workload", {"kind": "Deployment", "name": "web"}),
+            ("diagnose_namespace", {}),
+        ],
+        "api-1 crash-loops [E1], so api has no ready endpoints [E2]; its node is short of "
+        "memory [E3]; web has no available replica [E4]; worst first: [E5].",
+    )
+    thread = await ask(world, on_the_real_cluster(seeded), "what is broken in the shop?")
+
+    node = seeded.node
+    pod, service, pressed, web, scan = [r.splitlines() for r in tool_results(world)]
+    pod_service_node_diagnosed(seeded, pod, service, pressed)
+    workload_and_namespace_diagnosed(seeded.ns, web, scan)
 
     progress, answer = thread
     assert f"• `diagnose_node` name={node} ✓ Diagnosis of node {node}: 1 finding" in progress
@@ -313,11 +335,7 @@ async def test_no_secret_is_read_even_with_the_firewalls_kind_rule_removed(
     script(world, SECRET_CALLS, "I cannot read Secrets.")
     firewall_off = {"firewall": {"deny_kinds": [], "deny_namespaces": []}}
     override = on_the_real_cluster(seeded) | firewall_off
-    await world.start_bot(override)
-    mention = await world.mention(SHOP_CHANNEL, ALICE, "show me the secrets")
-    await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 2)
-    await world.drain()
-    progress, answer = [m.text for m in world.slack.thread(SHOP_CHANNEL, mention["ts"]) if m.is_bot]
+    progress, answer = await ask(world, override, "show me the secrets")
     results = tool_results(world)
     assert results == [
         f"Error: get_resource failed: {SECRET_REFUSAL}",
@@ -336,6 +354,7 @@ async def test_secrets_and_other_namespaces_stay_out_of_reach(world: World, seed
     script(
         world,
         [
+            ("list_resources", {"kind": "StatefulSet"}),  # its own namespace: read
             *SECRET_CALLS[:2],
             ("list_resources", {"kind": "ConfigMap", "namespace": FORBIDDEN}),
             (
@@ -346,14 +365,18 @@ async def test_secrets_and_other_namespaces_stay_out_of_reach(world: World, seed
         ],
         "I may not read those.",
     )
-    thread = await ask(world, seeded, "show me the secrets and the payments config", "shop-only")
+    # Six calls and the answer: one round more than a low-tier model gets by default (6).
+    override = on_the_real_cluster(seeded, "shop-only") | {"agent": {"max_iterations": 8}}
+    thread = await ask(world, override, "show me the secrets and the payments config")
 
     ns = seeded.ns
     firewall = "Denied by firewall: kind={} names Secret objects, a denied kind for every channel."
     role = "Denied by channel role: channel role shop-only may not touch namespace {} "
     role += f"(allowed: {ns})."
     not_run = " The call was not run."
-    assert tool_results(world) == [
+    own, *denied = tool_results(world)
+    assert own.startswith(f"[E1] 1 StatefulSet in namespace {ns}\n") and "\nledger " in own
+    assert denied == [
         firewall.format("Secret") + not_run,
         firewall.format("secrets") + not_run,
         role.format(FORBIDDEN) + not_run,
