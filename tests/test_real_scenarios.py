@@ -391,3 +391,32 @@ async def test_secrets_and_other_namespaces_stay_out_of_reach(world: World, seed
         f"role: channel role shop-only may not touch namespace payments (allowed: {ns})"
     ) in progress
     assert answer == "I may not read those."
+
+
+async def test_a_custom_kind_the_firewall_denies_is_denied_in_every_spelling(
+    world: World, seeded: Seeded
+) -> None:
+    """`deny_kinds: [Gadget.example.com]`: kelpie's RBAC may read gadgets, the firewall
+    keeps them out of every channel, whatever the spelling."""
+    script(
+        world,
+        [
+            ("get_resource", {"kind": "Gadget", "name": "sprocket"}),
+            ("list_resources", {"kind": "example.com/v1/Gadget"}),
+        ],
+        "Gadgets are off limits here.",
+    )
+    firewall = {"firewall": {"deny_kinds": ["Secret", "Gadget.example.com"]}}
+    progress, answer = await ask(world, on_the_real_cluster(seeded) | firewall, "any gadgets?")
+    denied = "a denied kind for every channel. The call was not run."
+    assert tool_results(world) == [
+        f"Denied by firewall: get_resource touches Gadget.example.com objects, {denied}",
+        "Denied by firewall: kind=example.com/v1/Gadget names Gadget.example.com objects, "
+        + denied,
+    ]
+    assert (
+        "• `get_resource` kind=Gadget name=sprocket ⛔ denied by firewall: get_resource "
+        "touches Gadget.example.com objects, a denied kind for every channel"
+    ) in progress
+    assert "size: 3" not in json.dumps(world.model.requests)
+    assert answer == "Gadgets are off limits here."
