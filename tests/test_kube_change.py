@@ -30,6 +30,7 @@ from bot.values import GitOpsPolicy
 from tests.peers.kube_server import SSAR_PATH, KubeServer
 from tests.realkube.backends import RealBackend
 from tests.realkube.cluster import Admin, RealKube, eventually
+from tests.realkube.seeding import roll
 from tests.test_approvals import card_text, click, propose_scale, real_writes, replicas, wait_said
 from tests.world import ALICE, CAROL, OPS_CHANNEL, World
 
@@ -383,27 +384,6 @@ async def test_the_marks_argo_cd_and_flux_leave(
 # --- the real API server (its controller manager makes the ReplicaSets and revisions) --------
 
 REAL_IMAGE = "registry.example.com/web"
-
-
-def roll(real: RealBackend, name: str, image: str, cause: str, revision: int) -> None:
-    """Change a deployment's image and change-cause in one patch (the controller copies the
-    deployment's annotations onto the new ReplicaSet) and wait for that revision."""
-    patch = {
-        "metadata": {"annotations": {"kubernetes.io/change-cause": cause}},
-        "spec": {"template": {"spec": {"containers": [{"name": "app", "image": image}]}}},
-    }
-    real.admin.apps.patch_namespaced_deployment(name, real.namespace, patch)
-
-    def revised() -> bool:
-        found = real.admin.json(
-            real.admin.apps.list_namespaced_replica_set,
-            real.namespace,
-            label_selector=f"app={name}",
-        )
-        annotations = [(rs["metadata"].get("annotations") or {}) for rs in found["items"]]
-        return any(a.get("deployment.kubernetes.io/revision") == str(revision) for a in annotations)
-
-    eventually(f"revision {revision} of {name}", revised)
 
 
 def crashed_pod_on_a_node(real: RealBackend, moment: datetime) -> None:

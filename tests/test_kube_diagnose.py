@@ -35,6 +35,7 @@ from bot.toolsets.spec import Tool, ToolContext, ToolKind, ToolResult, ToolScope
 from tests.peers.kube_server import KubeServer
 from tests.realkube.backends import RealBackend
 from tests.realkube.cluster import Admin, RealKube, eventually
+from tests.realkube.seeding import crash_looping, real_node, real_pod
 from tests.world import ALICE, SHOP_CHANNEL, World
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -680,48 +681,6 @@ async def test_a_supporting_read_refused_is_a_not_checked_line(
 # --- the real API server (no kubelet: statuses written through the status subresource) -----
 
 
-def _real_pod(admin: Admin, ns: str, name: str, *, node: str | None, labels: Obj) -> None:
-    spec: Obj = {"containers": [{"name": "app", "image": "registry.example.com/app:1.0"}]}
-    spec |= {"nodeName": node} if node else {}
-    admin.core.create_namespaced_pod(
-        ns, {"metadata": {"name": name, "labels": labels}} | {"spec": spec}
-    )
-
-
-def _crash_looping(ns: str, name: str) -> Obj:
-    """What a kubelet reports for a container that exited 1 seven times."""
-    status = {
-        "name": "app",
-        "image": "registry.example.com/app:1.0",
-        "imageID": "",
-        "ready": False,
-        "restartCount": 7,
-        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s"}},
-        "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
-    }
-    not_ready = {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
-    return {
-        "status": {"phase": "Running", "conditions": [not_ready], "containerStatuses": [status]}
-    }
-
-
-def _real_node(admin: Admin, name: str) -> None:
-    admin.core.create_node({"metadata": {"name": name}})
-    conditions = [
-        {"type": "Ready", "status": "True", "reason": "KubeletReady"},
-        {
-            "type": "MemoryPressure",
-            "status": "True",
-            "reason": "KubeletHasInsufficientMemory",
-            "message": "kubelet has insufficient memory available",
-        },
-    ]
-    capacity = {"cpu": "4", "memory": "16Gi", "pods": "110"}
-    admin.core.patch_node_status(
-        name, {"status": {"conditions": conditions, "capacity": capacity, "allocatable": capacity}}
-    )
-
-
 @pytest.mark.realkube
 async def test_diagnoses_on_the_real_api_server(realkube: tuple[RealKube, Admin]) -> None:
     cluster, admin = realkube
@@ -729,17 +688,17 @@ async def test_diagnoses_on_the_real_api_server(realkube: tuple[RealKube, Admin]
     ns = real.namespace
     tools = {t.name: t for t in read_tools(real.clients) if t.kind is ToolKind.DIAGNOSE}
     node = node_name("pressed")
-    _real_node(admin, node)
+    real_node(admin, node)
     for name in ("api-1", "api-2"):
-        _real_pod(admin, ns, name, node=node, labels={"app": "api"})
-        admin.core.patch_namespaced_pod_status(name, ns, _crash_looping(ns, name))
-    _real_pod(admin, ns, "big-1", node=None, labels={"app": "big"})
+        real_pod(admin, ns, name, node=node, labels={"app": "api"})
+        admin.core.patch_namespaced_pod_status(name, ns, crash_looping(ns, name))
+    real_pod(admin, ns, "big-1", node=None, labels={"app": "big"})
     message = "0/1 nodes are available: 1 Insufficient memory."
     unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
     admin.core.patch_namespaced_pod_status(
         "big-1", ns, {"status": {"conditions": [unschedulable | {"message": message}]}}
     )
-    _real_pod(admin, ns, "web-1", node=node, labels={"app": "web"})
+    real_pod(admin, ns, "web-1", node=node, labels={"app": "web"})
     admin.core.patch_namespaced_pod_status(
         "web-1", ns, {"status": {"phase": "Running", "podIP": "10.244.1.5"}}
     )

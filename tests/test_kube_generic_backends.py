@@ -9,12 +9,9 @@ managedFields: the tools must find the one and drop the other.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
-import yaml
-from kubernetes.client.exceptions import ApiException
 
 from bot.config import FirewallConfig, RoleConfig
 from bot.pipeline.decision import CallScope, ToolInvocation
@@ -26,89 +23,7 @@ from bot.toolsets.kube.read import read_tools
 from bot.toolsets.spec import Tool, ToolContext, ToolFailure
 from bot.values import ToolOutcome, ToolStatus, WriteOutcome
 from tests.realkube.backends import CLUSTER, Backend, FakeBackend, RealBackend
-from tests.realkube.cluster import KELPIE_USER, ROOT, Admin, binding, eventually
-
-CUSTOM_KINDS_RBAC = ROOT / "deploy" / "base" / "rbac-custom-kinds.yaml"
-GADGETS_READER: dict[str, Any] = {
-    "apiVersion": "rbac.authorization.k8s.io/v1",
-    "kind": "ClusterRole",
-    "metadata": {
-        "name": "kelpie-read-gadgets",
-        "labels": {"kelpie.dev/aggregate-to-reader": "true"},
-    },
-    "rules": [
-        {"apiGroups": ["example.com"], "resources": ["gadgets"], "verbs": ["get", "list", "watch"]}
-    ],
-}
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "gadgets.example.com"},
-    "spec": {
-        "group": "example.com",
-        "scope": "Namespaced",
-        "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget"}
-        | {"listKind": "GadgetList"},
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
-
-
-def _admin_request(admin: Admin, method: str, path: str, body: Any = None) -> Any:
-    """A raw admin request (the client has no typed API for batch/v1beta1 or a CRD's kind)."""
-    request = admin.api.param_serialize(
-        method,
-        path,
-        body=body,
-        header_params={"Content-Type": "application/json", "Accept": "application/json"},
-        auth_settings=["BearerToken"],
-    )
-    response = admin.api.call_api(*request)
-    response.read()
-    if not 200 <= response.status <= 299:
-        raise ApiException(http_resp=response)
-    return json.loads(response.data or b"null")
-
-
-def _create(admin: Admin, path: str, body: Any) -> None:
-    try:
-        _admin_request(admin, "POST", path, body)
-    except ApiException as exc:
-        if exc.status != 409:  # one CRD (and its reader) per session
-            raise
-
-
-def _grant_custom_kinds(backend: Backend) -> None:
-    """The shipped aggregated ClusterRole, bound to user kelpie too, and an operator's
-    labelled ClusterRole for gadgets."""
-    documents = [d for d in yaml.safe_load_all(CUSTOM_KINDS_RBAC.read_text()) if d]
-    (aggregated,) = [d for d in documents if d["kind"] == "ClusterRole"]
-    user = {"kind": "User", "name": KELPIE_USER}
-    for doc in [*documents, binding(aggregated, user), GADGETS_READER]:
-        try:
-            backend.grant(doc)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-    if isinstance(backend, RealBackend):
-        eventually(
-            "the aggregated ClusterRole's rules",
-            lambda: backend.admin.json(backend.admin.rbac.read_cluster_role, "kelpie-custom-kinds")[
-                "rules"
-            ],
-        )
+from tests.realkube.seeding import grant_custom_kinds, seed_kinds
 
 
 def _seed(backend: Backend) -> None:
@@ -121,44 +36,14 @@ def _seed(backend: Backend) -> None:
         backend.kube.add_custom("example.com", "gadgets", gadget)
         return
     assert isinstance(backend, RealBackend)
-    admin = backend.admin
-    labels = {"app": "ledger"}
-    template = {"metadata": {"labels": labels}}
-    template["spec"] = {"containers": [{"name": "ledger", "image": "registry.example.com/l:1"}]}
-    statefulset = {"metadata": {"name": "ledger"}, "spec": {"replicas": 2}}
-    statefulset["spec"] |= {"serviceName": "ledger", "selector": {"matchLabels": labels}}
-    statefulset["spec"]["template"] = template
-    admin.apps.create_namespaced_stateful_set(ns, statefulset)
-    job_spec = {"template": {"spec": template["spec"] | {"restartPolicy": "OnFailure"}}}
-    cronjob = {"apiVersion": "batch/v1beta1", "kind": "CronJob", "metadata": {"name": "cleanup"}}
-    cronjob["spec"] = {"schedule": "*/10 * * * *", "jobTemplate": {"spec": job_spec}}
-    _admin_request(admin, "POST", f"/apis/batch/v1beta1/namespaces/{ns}/cronjobs", cronjob)
-    _create(admin, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", CRD)
-
-    def established() -> bool:
-        crd = _admin_request(
-            admin,
-            "GET",
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gadgets.example.com",
-        )
-        conditions = (crd.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    eventually("the Gadget CRD to be established", established)
-    gadget = {"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "sprocket"}}
-    _admin_request(
-        admin,
-        "POST",
-        f"/apis/example.com/v1/namespaces/{ns}/gadgets",
-        gadget | {"spec": {"size": 3}},
-    )
+    seed_kinds(backend.admin, ns)
 
 
 async def test_a_statefulset_a_cronjob_and_a_custom_resource_with_least_privilege(
     backend: Backend,
 ) -> None:
     _seed(backend)
-    _grant_custom_kinds(backend)
+    grant_custom_kinds(backend)
     tools: dict[str, Tool] = {t.name: t for t in read_tools(backend.clients)}
     ctx = ToolContext(cluster=CLUSTER, default_namespace=backend.namespace)
 
