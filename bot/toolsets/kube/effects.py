@@ -8,7 +8,9 @@
 - A deleted pod: gone (its uid), and the pods of its controller Running and ready again.
 - A node: cordoned or schedulable as the write left it.
 
-Kelpie's own identity reads (the RBAC in deploy/base grants get/list on all three).
+The reads act as the identity the write was made as (the role's `impersonate`, bound to the
+plan), else kelpie's own (the RBAC in deploy/base grants get/list on all three): following a
+change never reads with more than making it could.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from bot.toolsets.kube.client import KubeClient, KubeClients, KubeFailure
 from bot.toolsets.kube.render import dig, pod_phase
+from bot.toolsets.spec import bound_identity
 from bot.values import Effect, WritePlan
 
 log = logging.getLogger(__name__)
@@ -81,7 +84,7 @@ class KubeEffects:
 
     async def observe(self, plan: WritePlan) -> Effect:
         target = plan.target
-        kube = self._clients.client_for(plan.cluster)
+        kube = self._clients.client_for(plan.cluster).acting_as(bound_identity(plan))
         where = f"{target.namespace}/{target.name}" if target.namespace else target.name
         if target.kind == "Deployment":
             return await self._deployment(kube, plan, where)
