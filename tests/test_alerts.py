@@ -1,0 +1,338 @@
+"""Alerts open their own investigation (issue 29): a real Alertmanager posts its webhooks
+to kelpie's receiver; the fake Slack shows the threads and the scripted model the turns.
+
+Alertmanager groups by `alertname` within 100 ms and sends a change within a second; each
+test fires alerts of its own names, so one Alertmanager serves the module."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+import pytest
+
+from bot.app import Kelpie
+from tests.bot_processes import Launcher
+from tests.peers.alertmanager import AlertmanagerServer
+from tests.peers.slack_server import Message
+from tests.postgres import free_port
+from tests.world import ALERTS_TOKEN, SHOP_CHANNEL, World
+
+PORT = free_port()
+QUESTION_MARK = "[alert from alertmanager, not a person]"
+
+
+@pytest.fixture(scope="module")
+def alertmanager() -> Iterator[AlertmanagerServer]:
+    server = AlertmanagerServer(
+        f"http://127.0.0.1:{PORT}/alerts/alertmanager",
+        webhook_token=ALERTS_TOKEN,
+        group_by=("alertname",),
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+def alerting(port: int = PORT, limit: int = 10) -> dict[str, Any]:
+    """SHOP_CHANNEL gets shop's alerts under a role that may list pods only."""
+    return {
+        "server": {"alerts": {"host": "127.0.0.1", "port": port}},
+        "roles": {"pods-only": {"tools": ["read/list_pods"], "namespaces": ["shop"]}},
+        "channels": [{"match": {"id": SHOP_CHANNEL}, "role": "pods-only", "namespace": "shop"}],
+        "alerts": {
+            "receivers": [
+                {
+                    "type": "alertmanager",
+                    "auth": {"method": "bearer", "token_env": "KELPIE_TEST_ALERTS_TOKEN"},
+                }
+            ],
+            "routes": [
+                {"match": {"team": "nobody"}, "channel": "C0NOWHERE"},
+                {
+                    "match_re": {"namespace": "shop|payments"},
+                    "channel": SHOP_CHANNEL,
+                    "instruction": "check the last rollout first",
+                },
+            ],
+            "max_investigations_per_hour": limit,
+        },
+    }
+
+
+def fired(name: str, pod: str, *, ended: bool = False, **labels: str) -> dict[str, Any]:
+    """An alert as Prometheus posts it (ended: its endsAt in the past, i.e. resolved)."""
+    alert: dict[str, Any] = {
+        "labels": {"alertname": name, "namespace": "shop", "pod": pod, **labels},
+        "annotations": {"summary": f"<!channel> {pod} restarts"},
+        "startsAt": STARTED.isoformat(),
+        "generatorURL": "http://prometheus.example/graph?g0.expr=up",
+    }
+    if ended:
+        alert["endsAt"] = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
+    return alert
+
+
+STARTED = datetime.now(UTC) - timedelta(minutes=5)
+
+
+def payload(group: str, alerts: list[dict[str, Any]], status: str = "firing") -> dict[str, Any]:
+    """Alertmanager's webhook payload (version 4), as a test sends it directly."""
+    return {
+        "version": "4",
+        "groupKey": group,
+        "status": status,
+        "receiver": "kelpie",
+        "groupLabels": {},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://am.example",
+        "alerts": [
+            {
+                "status": status,
+                "labels": a["labels"],
+                "annotations": a["annotations"],
+                "startsAt": a["startsAt"],
+                "endsAt": "0001-01-01T00:00:00Z",
+                "generatorURL": a["generatorURL"],
+                "fingerprint": f"{abs(hash(json.dumps(a['labels'], sort_keys=True))):016x}",
+            }
+            for a in alerts
+        ],
+    }
+
+
+async def post(
+    port: int, body: bytes | dict[str, Any], token: str | None = ALERTS_TOKEN
+) -> tuple[int, str]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    async with aiohttp.ClientSession() as session:
+        url = f"http://127.0.0.1:{port}/alerts/alertmanager"
+        async with session.post(url, data=data, headers=headers) as answer:
+            return answer.status, await answer.text()
+
+
+def headers_of(world: World, name: str) -> list[Message]:
+    return [m for m in world.slack.channel_messages(SHOP_CHANNEL) if name in m.text]
+
+
+async def header(world: World, name: str, want: str, timeout: float = 30) -> Message:
+    def found(server: Any) -> Message | None:
+        shown = headers_of(world, name)
+        return shown[0] if shown and want in shown[0].text else None
+
+    message: Message = await world.slack.wait_for(found, timeout=timeout)
+    return message
+
+
+async def thread_line(world: World, ts: str, want: str, timeout: float = 30) -> Message:
+    def found(server: Any) -> Message | None:
+        lines = [m for m in server.thread(SHOP_CHANNEL, ts) if m.ts != ts and want in m.text]
+        return lines[0] if lines else None
+
+    message: Message = await world.slack.wait_for(found, timeout=timeout)
+    return message
+
+
+def offered_tools(request: dict[str, Any]) -> set[str]:
+    return {tool["function"]["name"] for tool in request.get("tools") or []}
+
+
+def metric(bot: Kelpie, event: str) -> float:
+    value = bot.metrics.registry.get_sample_value(
+        "kelpie_alert_notifications_total", {"receiver": "alertmanager", "event": event}
+    )
+    return value or 0.0
+
+
+async def test_an_alert_opens_one_thread_investigated_with_the_channels_tools_then_resolves(
+    world: World, alertmanager: AlertmanagerServer
+):
+    bot = await world.start_bot(alerting())
+    world.model.reply_text("checkout-0 restarts after OOM kills.")
+    alertmanager.post_alerts([fired("ShopCrashLooping", "checkout-0")])
+
+    first = await header(world, "ShopCrashLooping", "Firing")
+    # The header: every untrusted part escaped (the summary's <!channel> pings nobody).
+    assert "severity" in first.text and "&lt;!channel&gt;" in first.text
+    assert "<!channel>" not in first.text and "prometheus.example" in first.text
+    answer = await thread_line(world, first.ts, "OOM kills")
+    assert answer.is_bot
+    [request] = world.model.requests
+    assert offered_tools(request) <= {"list_pods"}
+    asked = "\n".join(str(m.get("content")) for m in request["messages"] if m["role"] == "user")
+    assert QUESTION_MARK in asked and "check the last rollout first" in asked
+    assert "ShopCrashLooping" in asked
+
+    # A second alert of the group: the same thread, its header counts two, one line says so.
+    alertmanager.post_alerts([fired("ShopCrashLooping", "checkout-1")])
+    await header(world, "ShopCrashLooping", "(2 alert(s))")
+    await thread_line(world, first.ts, "Now 2 firing")
+    # Both resolved: the header says so, with the duration.
+    alertmanager.post_alerts(
+        [fired("ShopCrashLooping", pod, ended=True) for pod in ("checkout-0", "checkout-1")]
+    )
+    await header(world, "ShopCrashLooping", "Resolved")
+    await thread_line(world, first.ts, "Resolved after")
+    assert len(headers_of(world, "ShopCrashLooping")) == 1
+    assert len(world.model.requests) == 1  # one investigation, no more turns
+    assert metric(bot, "investigated") == 1 and metric(bot, "routed") >= 3
+
+
+async def test_wrong_or_missing_credentials_are_401_and_nothing_is_posted(
+    world: World, caplog: pytest.LogCaptureFixture
+):
+    port = free_port()
+    await world.start_bot(alerting(port))
+    notification = payload('{}:{alertname="Refused"}', [fired("Refused", "checkout-0")])
+    with caplog.at_level(logging.WARNING, logger="bot.alerts.receiver"):
+        assert (await post(port, notification, token="wrong"))[0] == 401
+        assert (await post(port, notification, token=None))[0] == 401
+    assert sum("refused a request" in r.getMessage() for r in caplog.records) == 2
+    assert (await post(port, b"{not json"))[0] == 400
+    assert (await post(port, {**notification, "version": "3"}))[0] == 400
+    assert (await post(port, b"x" * 3_000_000))[0] == 413
+    assert world.slack.calls_to("chat.postMessage") == []
+
+
+async def test_a_redelivered_notification_is_answered_200_and_posts_nothing_new(world: World):
+    port = free_port()
+    bot = await world.start_bot(alerting(port))
+    world.model.reply_text("Looked.")
+    notification = payload('{}:{alertname="Twice"}', [fired("Twice", "checkout-0")])
+    assert (await post(port, notification))[0] == 200
+    first = await header(world, "Twice", "Firing")
+    await thread_line(world, first.ts, "Looked.")
+    posted = len(world.slack.calls_to("chat.postMessage"))
+    assert (await post(port, notification))[0] == 200
+    await bot.alerts.drain() if bot.alerts else None
+    assert len(world.slack.calls_to("chat.postMessage")) == posted
+    assert metric(bot, "deduplicated") == 1
+
+
+async def test_an_alert_matching_no_route_is_counted_and_never_posted(world: World):
+    port = free_port()
+    bot = await world.start_bot(alerting(port))
+    alert = fired("Elsewhere", "x-0")
+    alert["labels"]["namespace"] = "kube-system"
+    assert (await post(port, payload('{}:{alertname="Elsewhere"}', [alert])))[0] == 200
+    assert bot.alerts is not None
+    await bot.alerts.drain()
+    assert metric(bot, "dropped") == 1
+    assert world.slack.calls_to("chat.postMessage") == []
+
+
+async def test_a_storm_of_200_alerts_gets_every_group_a_thread_and_at_most_the_limit_investigated(
+    world: World, alertmanager: AlertmanagerServer
+):
+    bot = await world.start_bot(alerting(limit=3))
+    world.model.reply_default(None)
+    for _ in range(3):
+        world.model.reply_text("Investigated.")
+    names = [f"Storm{group:02d}" for group in range(20)]
+    alertmanager.post_alerts([fired(name, f"pod-{index}") for name in names for index in range(10)])
+
+    def threads(server: Any) -> list[Message] | None:
+        shown = [m for m in server.channel_messages(SHOP_CHANNEL) if "Storm" in m.text]
+        return shown if len(shown) >= 20 else None
+
+    shown = await world.slack.wait_for(threads, timeout=120)
+    assert sorted(m.text.split("`")[1] for m in shown) == names  # every group, once
+    lines = []
+    for message in shown:
+        said = await thread_line(world, message.ts, "", timeout=60)
+        lines.append(said.text)
+    limited = [line for line in lines if line.startswith("No investigation ran:")]
+    assert len(limited) == 17 and "alerts.max_investigations_per_hour" in limited[0]
+    assert lines.count("Investigated.") == 3
+    assert len(world.model.requests) == 3
+    assert metric(bot, "investigated") == 3 and metric(bot, "limited") == 17
+
+
+async def test_the_investigations_per_hour_come_back_after_an_hour(world: World):
+    port = free_port()
+    now = [datetime.now(UTC)]
+    await world.start_bot(alerting(port, limit=1), alert_clock=lambda: now[0])
+    world.model.reply_text("First.")
+    world.model.reply_text("Third.")
+    for name in ("HourA", "HourB"):
+        await post(port, payload(f'{{}}:{{alertname="{name}"}}', [fired(name, "p-0")]))
+    a = await header(world, "HourA", "Firing")
+    b = await header(world, "HourB", "Firing")
+    said = [await thread_line(world, ts, "") for ts in (a.ts, b.ts)]
+    assert sorted(m.text.split(":")[0] for m in said) == ["First.", "No investigation ran"]
+    now[0] += timedelta(hours=1, seconds=1)
+    await post(port, payload('{}:{alertname="HourC"}', [fired("HourC", "p-0")]))
+    c = await header(world, "HourC", "Firing")
+    await thread_line(world, c.ts, "Third.")
+
+
+async def test_two_replicas_receiving_the_same_notification_make_one_thread(world: World):
+    ports = free_port(), free_port()
+    for port in ports:
+        await world.start_bot(alerting(port))
+    world.model.reply_text("One investigation.")
+    notification = payload('{}:{alertname="Both"}', [fired("Both", "checkout-0")])
+    answers = await asyncio.gather(*(post(port, notification) for port in ports))
+    assert [status for status, _ in answers] == [200, 200]
+    first = await header(world, "Both", "Firing")
+    await thread_line(world, first.ts, "One investigation.")
+    for bot in world.bots:
+        if bot.alerts is not None:
+            await bot.alerts.drain()
+    assert len(headers_of(world, "Both")) == 1 and len(world.model.requests) == 1
+
+
+async def test_two_replicas_receiving_a_groups_notifications_keep_one_thread(world: World):
+    ports = free_port(), free_port()
+    for port in ports:
+        await world.start_bot(alerting(port))
+    world.model.reply_text("Looked once.")
+    group = '{}:{alertname="Split"}'
+    await post(ports[0], payload(group, [fired("Split", "a-0")]))
+    first = await header(world, "Split", "Firing")
+    await post(ports[1], payload(group, [fired("Split", "a-0"), fired("Split", "a-1")]))
+    await header(world, "Split", "(2 alert(s))")
+    await thread_line(world, first.ts, "Now 2 firing")
+    assert len(headers_of(world, "Split")) == 1
+
+
+async def test_killed_between_receipt_and_thread_the_notification_is_taken_over(
+    world: World, launch: Launcher
+):
+    port = free_port()
+    start = launch({**alerting(port), "database": {"lease_s": 3}})
+    bot = await start()
+    await _listening(port)
+    world.model.reply_text("Investigated after the restart.")
+    world.slack.delay("chat.postMessage", 60)  # stored and answered 200; the header hangs
+    notification = payload('{}:{alertname="Killed"}', [fired("Killed", "checkout-0")])
+    assert (await post(port, notification))[0] == 200
+    await world.slack.wait_for(lambda s: s.calls_to("auth.test"), timeout=30)
+    bot.kill()
+    world.slack.clear_faults()
+    await start()
+    first = await header(world, "Killed", "Firing", timeout=120)
+    await thread_line(world, first.ts, "Investigated after the restart.", timeout=120)
+    assert len(headers_of(world, "Killed")) == 1
+
+
+async def _listening(port: int) -> None:
+    for _ in range(600):
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.1)  # a fresh process importing its libraries
+            continue
+        writer.close()
+        await writer.wait_closed()
+        return
+    raise AssertionError("the alerts listener never opened")
