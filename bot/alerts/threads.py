@@ -130,9 +130,9 @@ class AlertThreads:
             log.info("alert group %s has its thread already", notification.group_key)
             return False
         if row is not None:
-            await self._groups.save(
-                fresh.key, **fresh.model_dump(exclude={"key", "created_at"}), thread_ts=None
-            )
+            # Taken over before its header was posted, or reopened after `reopen_s`.
+            values = fresh.model_dump(exclude={"key", "created_at", "investigated_at"})
+            await self._groups.save(fresh.key, **values)
         posted = await self._post(route.config.channel, header(notification, fresh, None))
         if posted is None or not await self._groups.posted(fresh.key, posted):
             return False
