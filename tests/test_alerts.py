@@ -17,12 +17,14 @@ import aiohttp
 import pytest
 
 from bot.app import Kelpie
+from bot.checks import alert_checks
+from bot.config import Secrets, parse_config
 from tests.bot_processes import Launcher
 from tests.peers.alertmanager import AlertmanagerServer
 from tests.peers.model_server import DynamicStep, TextStep
 from tests.peers.slack_server import Message
 from tests.postgres import free_port
-from tests.world import ALERTS_TOKEN, ALICE, DEV_CHANNEL, SHOP_CHANNEL, World, merge
+from tests.world import ALERTS_TOKEN, ALICE, DEV_CHANNEL, SHOP_CHANNEL, World, environ, merge
 
 PORT = free_port()
 QUESTION_MARK = "[alert from alertmanager, not a person]"
@@ -55,7 +57,15 @@ def alerting(port: int = PORT, limit: int = 10) -> dict[str, Any]:
                 {
                     "type": "alertmanager",
                     "auth": {"method": "bearer", "token_env": "KELPIE_TEST_ALERTS_TOKEN"},
-                }
+                },
+                {
+                    "type": "grafana",
+                    "auth": {
+                        "method": "basic",
+                        "username_env": "KELPIE_TEST_ALERTS_USER",
+                        "password_env": "KELPIE_TEST_ALERTS_PASSWORD",
+                    },
+                },
             ],
             "routes": [
                 {"match": {"team": "nobody"}, "channel": "C0NOWHERE"},
@@ -239,6 +249,13 @@ async def test_an_alert_matching_no_route_is_counted_and_never_posted(world: Wor
     await bot.alerts.drain()
     assert metric(bot, "dropped") == 1
     assert world.slack.calls_to("chat.postMessage") == []
+    async with aiohttp.ClientSession() as session:
+        url = f"http://127.0.0.1:{bot.health_port}/metrics"
+        async with session.get(url) as answer:
+            page = await answer.text()
+    for event in ("received", "dropped"):
+        shown = f'kelpie_alert_notifications_total{{event="{event}",receiver="alertmanager"}} 1.0'
+        assert shown in page
 
 
 async def test_a_storm_of_200_alerts_gets_every_group_a_thread_and_at_most_the_limit_investigated(
@@ -393,3 +410,40 @@ async def test_a_flapping_group_reuses_its_thread_within_reopen_s_and_opens_a_ne
     await world.slack.wait_for(lambda s: len(headers_of(world, "Flap")) == 2)
     assert bot.alerts is not None
     await bot.alerts.drain()
+
+
+async def test_grafana_posts_with_basic_auth_and_gets_its_thread(world: World):
+    port = free_port()
+    await world.start_bot(alerting(port))
+    world.model.reply_default(TextStep("Investigated."))
+    notification = {**payload('{}/{}:{alertname="FromGrafana"}', [fired("FromGrafana", "g-0")])}
+    notification["version"] = "1"
+    user, password = environ(world.slack)["KELPIE_TEST_ALERTS_USER"], ALERTS_TOKEN[::-1]
+    url = f"http://127.0.0.1:{port}/alerts/grafana"
+    async with aiohttp.ClientSession() as session:
+        wrong = aiohttp.BasicAuth(user, "wrong")
+        async with session.post(url, json=notification, auth=wrong) as answer:
+            assert answer.status == 401
+        right = aiohttp.BasicAuth(user, password)
+        async with session.post(url, json=notification, auth=right) as answer:
+            assert answer.status == 200
+    first = await header(world, "FromGrafana", "Firing")
+    await thread_line(world, first.ts, "Investigated.")
+
+
+def test_kelpie_check_shows_the_receivers_and_routes(world: World):
+    config = parse_config(merge(world.config_data, alerting()))
+    lines = [r.line() for r in alert_checks(config, Secrets(config, environ(world.slack)))]
+    assert lines == [
+        f"ok   alert receiver alertmanager: POST 127.0.0.1:{PORT}/alerts/alertmanager, "
+        "bearer auth set",
+        f"ok   alert receiver grafana: POST 127.0.0.1:{PORT}/alerts/grafana, basic auth set",
+        "ok   alert route 1: team=nobody -> C0NOWHERE: no role by its id (by name, resolved later)",
+        f"ok   alert route 2: namespace=~shop|payments -> {SHOP_CHANNEL} (role pods-only, "
+        "investigated)",
+    ]
+    unset = [r.line() for r in alert_checks(config, Secrets(config, {}))]
+    assert unset[0] == (
+        "FAIL alert receiver alertmanager: alerts.receivers[0].auth.token_env: "
+        "environment variable KELPIE_TEST_ALERTS_TOKEN is not set"
+    )

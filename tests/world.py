@@ -107,6 +107,8 @@ def environ(slack: SlackServer) -> dict[str, str]:
         "SLACK_SIGNING_SECRET": slack.signing_secret,
         "KELPIE_TEST_MODEL_KEY": MODEL_KEY,
         "KELPIE_TEST_ALERTS_TOKEN": ALERTS_TOKEN,
+        "KELPIE_TEST_ALERTS_USER": "grafana",
+        "KELPIE_TEST_ALERTS_PASSWORD": ALERTS_TOKEN[::-1],
     }
 
 
