@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from bot.app import Kelpie
 from bot.checks import alert_checks
@@ -447,3 +450,27 @@ def test_kelpie_check_shows_the_receivers_and_routes(world: World):
         "FAIL alert receiver alertmanager: alerts.receivers[0].auth.token_env: "
         "environment variable KELPIE_TEST_ALERTS_TOKEN is not set"
     )
+
+
+def test_the_readme_and_example_config_show_alerts_config_that_parses(world: World, tmp_path: Path):
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    section = readme[readme.index("## Alerts open their own investigation") :]
+    snippet = section.split("```yaml\n")[1].split("```")[0]
+    parse_config(merge(world.config_data, yaml.safe_load(snippet)))
+    example = (root / "config" / "kelpie.example.yaml").read_text()
+    commented = example[example.index("# alerts:\n#   receivers") :].splitlines()
+    block = "\n".join(line[2:] for line in commented if line.startswith("#"))
+    parse_config(
+        merge(world.config_data, {**yaml.safe_load(block), "server": alerting()["server"]})
+    )
+    # Alertmanager's own checker reads the receiver snippet (with a route to it).
+    receiver = yaml.safe_load(section.split("```yaml\n")[2].split("```")[0])
+    receiver["receivers"][0]["webhook_configs"][0]["http_config"]["authorization"] = {
+        "type": "Bearer",
+        "credentials": "token",  # credentials_file must exist; the shape is the same
+    }
+    checked = tmp_path / "alertmanager.yml"
+    checked.write_text(yaml.safe_dump({"route": {"receiver": "kelpie"}, **receiver}))
+    amtool = subprocess.run(["amtool", "check-config", str(checked)], capture_output=True)
+    assert amtool.returncode == 0, amtool.stdout + amtool.stderr
