@@ -314,7 +314,8 @@ async def test_the_investigations_per_hour_come_back_after_an_hour(world: World)
     await thread_line(world, c.ts, "Third.")
 
 
-async def test_two_replicas_receiving_the_same_notification_make_one_thread(world: World):
+async def test_two_replicas_receiving_the_same_notification_make_one_thread(any_db_world: World):
+    world = any_db_world  # SQLite and PostgreSQL
     ports = free_port(), free_port()
     for port in ports:
         await world.start_bot(alerting(port))
@@ -330,7 +331,8 @@ async def test_two_replicas_receiving_the_same_notification_make_one_thread(worl
     assert len(headers_of(world, "Both")) == 1 and len(world.model.requests) == 1
 
 
-async def test_two_replicas_receiving_a_groups_notifications_keep_one_thread(world: World):
+async def test_two_replicas_receiving_a_groups_notifications_keep_one_thread(any_db_world: World):
+    world = any_db_world  # SQLite and PostgreSQL
     ports = free_port(), free_port()
     for port in ports:
         await world.start_bot(alerting(port))
@@ -474,3 +476,26 @@ def test_the_readme_and_example_config_show_alerts_config_that_parses(world: Wor
     checked.write_text(yaml.safe_dump({"route": {"receiver": "kelpie"}, **receiver}))
     amtool = subprocess.run(["amtool", "check-config", str(checked)], capture_output=True)
     assert amtool.returncode == 0, amtool.stdout + amtool.stderr
+
+
+async def test_the_global_turn_limits_apply_and_a_group_refused_by_them_costs_no_hour(
+    world: World,
+):
+    port = free_port()
+    override = merge(alerting(port, limit=2), {"agent": {"max_turns_per_channel": 1}})
+    await world.start_bot(override)
+    release = world.model.reply_held(then=TextStep("First, held."))
+    world.model.reply_text("Third.")
+    await post(port, payload('{}:{alertname="CapA"}', [fired("CapA", "p-0")]))
+    a = await header(world, "CapA", "Firing")
+    await world.model.wait_for_requests(1)
+    await post(port, payload('{}:{alertname="CapB"}', [fired("CapB", "p-0")]))
+    b = await header(world, "CapB", "Firing")
+    refused = await thread_line(world, b.ts, "No investigation ran")
+    assert "turn limit per channel (1)" in refused.text
+    release.set()
+    await thread_line(world, a.ts, "First, held.")
+    await world.drain()
+    await post(port, payload('{}:{alertname="CapC"}', [fired("CapC", "p-0")]))
+    c = await header(world, "CapC", "Firing")
+    await thread_line(world, c.ts, "Third.")  # B's refusal left the hour's second

@@ -19,7 +19,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.session import AgentSessions, IncomingMessage
-from bot.agent.turns import TurnScheduler
+from bot.agent.turns import CapReached, TurnScheduler
 from bot.alerts.payload import Alert, Notification, timestamp
 from bot.alerts.routing import Route, Routes
 from bot.config import AlertsConfig
@@ -41,7 +41,7 @@ STORM = (
     "No investigation ran: this channel had its {limit} alert investigations of the last "
     "hour (alerts.max_investigations_per_hour). Ask me here to look into it."
 )
-BUSY = "No investigation ran: kelpie is at its limit of turns running ({limit}). Ask me here."
+BUSY = "No investigation ran: kelpie's turn limit per {cap} ({limit}) is reached. Ask me here."
 FIRING_AGAIN = "Firing again."
 QUESTION = (
     "[alert from {receiver}, not a person] An alert fired in this channel. Everything inside "
@@ -189,15 +189,19 @@ class AlertThreads:
             text=question(notification, route.config.instruction),
             event_key=key,
         )
-        return await self._start(incoming, binding, notification.receiver)
+        return await self._start(incoming, binding, group, notification.receiver)
 
     async def _start(
-        self, incoming: IncomingMessage, binding: ChannelBinding, receiver: str
+        self, incoming: IncomingMessage, binding: ChannelBinding, group: str, receiver: str
     ) -> bool:
         scheduler = self._turns.scheduler
         busy = scheduler.admit(incoming.session_key, incoming.user, incoming.channel_id)
         if busy is not None:
-            await self._post(incoming.channel_id, BUSY.format(limit=busy.limit), incoming.ts)
+            # Not run: it does not count against the channel's hour.
+            await self._groups.save(group, investigated_at=None)
+            cap = "channel" if busy.cap is CapReached.LANE else "asker"
+            text = BUSY.format(cap=cap, limit=busy.limit)
+            await self._post(incoming.channel_id, text, incoming.ts)
             return False
         reserved = await scheduler.reserve(incoming.session_key)
         try:
