@@ -499,3 +499,23 @@ async def test_the_global_turn_limits_apply_and_a_group_refused_by_them_costs_no
     await post(port, payload('{}:{alertname="CapC"}', [fired("CapC", "p-0")]))
     c = await header(world, "CapC", "Firing")
     await thread_line(world, c.ts, "Third.")  # B's refusal left the hour's second
+
+
+async def test_two_replicas_share_the_channels_hour(any_db_world: World):
+    world = any_db_world  # SQLite and PostgreSQL (an advisory lock per channel there)
+    ports = free_port(), free_port()
+    for port in ports:
+        await world.start_bot(alerting(port, limit=1))
+    world.model.reply_default(TextStep("Investigated."))
+    names = [f"Shared{index}" for index in range(6)]
+    await asyncio.gather(
+        *(
+            post(ports[index % 2], payload(f'{{}}:{{alertname="{name}"}}', [fired(name, "p")]))
+            for index, name in enumerate(names)
+        )
+    )
+    said = []
+    for name in names:
+        shown = await header(world, name, "Firing")
+        said.append((await thread_line(world, shown.ts, "Investigated.", "No investigation")).text)
+    assert said.count("Investigated.") == 1 and len(world.model.requests) == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, update
+from sqlalchemy import func, text, update
 from sqlmodel import Session, col, select
 
 from bot.store.db import Database, counting, executing, insert_ignoring_duplicates
@@ -49,6 +49,11 @@ class AlertGroups:
         since = now - timedelta(hours=1)
 
         def op(session: Session) -> bool:
+            if session.connection().dialect.name == "postgresql":
+                # Replicas count one channel in turn: the count and the mark are one step.
+                session.connection().execute(
+                    text("SELECT pg_advisory_xact_lock(hashtext(:channel))"), {"channel": channel}
+                )
             count = session.exec(
                 select(func.count())
                 .select_from(AlertGroupRow)
