@@ -27,7 +27,18 @@ from tests.peers.alertmanager import AlertmanagerServer
 from tests.peers.model_server import DynamicStep, TextStep
 from tests.peers.slack_server import Message
 from tests.postgres import free_port
-from tests.world import ALERTS_TOKEN, ALICE, DEV_CHANNEL, SHOP_CHANNEL, World, environ, merge
+from tests.test_approvals import card_text, click, wait_card
+from tests.world import (
+    ALERTS_TOKEN,
+    ALICE,
+    CAROL,
+    DEV_CHANNEL,
+    OPS_CHANNEL,
+    SHOP_CHANNEL,
+    World,
+    environ,
+    merge,
+)
 
 PORT = free_port()
 QUESTION_MARK = "[alert from alertmanager, not a person]"
@@ -519,3 +530,31 @@ async def test_two_replicas_share_the_channels_hour(any_db_world: World):
         shown = await header(world, name, "Firing")
         said.append((await thread_line(world, shown.ts, "Investigated.", "No investigation")).text)
     assert said.count("Investigated.") == 1 and len(world.model.requests) == 1
+
+
+async def test_a_change_an_alert_investigation_proposes_is_a_card_a_person_decides(world: World):
+    port = free_port()
+    override = alerting(port)
+    override["alerts"]["routes"][1]["channel"] = OPS_CHANNEL
+    override["channels"].append(
+        {"match": {"id": OPS_CHANNEL}, "role": "operator", "namespace": "shop"}
+    )
+    await world.start_bot(override)
+    world.model.reply_tool_calls(
+        [("scale_deployment", {"namespace": "shop", "name": "checkout-api", "replicas": 5})]
+    )
+    world.model.reply_text("Scaled.")
+    await post(port, payload('{}:{alertname="Proposes"}', [fired("Proposes", "checkout-0")]))
+
+    def found(server: Any) -> Message | None:
+        shown = [m for m in server.channel_messages(OPS_CHANNEL) if "Proposes" in m.text]
+        return shown[0] if shown else None
+
+    first: Message = await world.slack.wait_for(found, timeout=30)
+    card = await wait_card(world, first.ts)
+    assert "the alert (alertmanager)" in card_text(card)
+    assert "Approve" in json.dumps(card.blocks)  # waits for a person: the alert decides nothing
+    await click(world, CAROL, card)
+    await world.slack.wait_for(
+        lambda s: any("Scaled." in m.text for m in s.thread(OPS_CHANNEL, first.ts)), timeout=30
+    )

@@ -29,6 +29,7 @@ from bot.slack.queued import QueuedNotices
 from bot.slack.safe_text import quoted_inline
 from bot.store.alerts import AlertGroups
 from bot.store.tables import AlertGroupRow
+from bot.values import ALERT_ASKER_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ class AlertThreads:
             is_dm=False,
             thread_ts=thread_ts,
             ts=thread_ts,
-            user=f"alert-{notification.receiver}",
+            user=f"{ALERT_ASKER_PREFIX}{notification.receiver}",
             text=question(notification, route.config.instruction),
             event_key=key,
         )
