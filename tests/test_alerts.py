@@ -21,7 +21,7 @@ import yaml
 
 from bot.app import Kelpie
 from bot.checks import alert_checks
-from bot.config import Secrets, parse_config
+from bot.config import ConfigError, Secrets, parse_config
 from tests.bot_processes import Launcher
 from tests.peers.alertmanager import AlertmanagerServer
 from tests.peers.model_server import DynamicStep, TextStep
@@ -558,3 +558,26 @@ async def test_a_change_an_alert_investigation_proposes_is_a_card_a_person_decid
     await world.slack.wait_for(
         lambda s: any("Scaled." in m.text for m in s.thread(OPS_CHANNEL, first.ts)), timeout=30
     )
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ({"routes": [{"match_re": {"namespace": "shop("}, "channel": "C0A"}]}, "regular expr"),
+        ({"receivers": [{"type": "grafana", "auth": {"method": "basic"}}]}, "username_env"),
+        ({"receivers": [{"type": "alertmanager", "auth": {"method": "bearer"}}]}, "token_env"),
+        ({"routes": [{"channel": "#oncall"}]}, "channel"),
+    ],
+)
+def test_alerts_config_mistakes_are_refused_with_a_sentence(
+    world: World, override: dict[str, Any], said: str
+):
+    with pytest.raises(ConfigError, match=said):
+        parse_config(merge(world.config_data, {**alerting(), "alerts": override}))
+
+
+def test_receivers_in_socket_mode_need_their_own_listener(world: World):
+    data = merge(world.config_data, alerting())
+    del data["server"]["alerts"]
+    with pytest.raises(ConfigError, match=r"server\.alerts"):
+        parse_config(data)
