@@ -581,3 +581,22 @@ def test_receivers_in_socket_mode_need_their_own_listener(world: World):
     del data["server"]["alerts"]
     with pytest.raises(ConfigError, match=r"server\.alerts"):
         parse_config(data)
+
+
+async def test_a_large_chunked_notification_is_read_whole(world: World):
+    port = free_port()
+    await world.start_bot(alerting(port))
+    world.model.reply_default(TextStep("Investigated."))
+    alerts = [fired("Chunked", f"pod-{index}", note="x" * 2000) for index in range(200)]
+    body = json.dumps(payload('{}:{alertname="Chunked"}', alerts)).encode()
+
+    async def pieces() -> Any:
+        for start in range(0, len(body), 1000):
+            yield body[start : start + 1000]
+
+    headers = {"Authorization": f"Bearer {ALERTS_TOKEN}", "Content-Type": "application/json"}
+    async with aiohttp.ClientSession() as session:
+        url = f"http://127.0.0.1:{port}/alerts/alertmanager"
+        async with session.post(url, data=pieces(), headers=headers) as answer:
+            assert answer.status == 200, await answer.text()
+    await header(world, "Chunked", "(200 alert(s))")

@@ -83,8 +83,8 @@ class AlertReceivers:
             return web.Response(status=401, text="unauthorized\n")
         if (request.content_length or 0) > credentials.max_body_bytes:
             return web.Response(status=413, text="too large\n")
-        body = await request.content.read(credentials.max_body_bytes + 1)
-        if len(body) > credentials.max_body_bytes:
+        body = await _body_within(request, credentials.max_body_bytes)
+        if body is None:
             return web.Response(status=413, text="too large\n")
         try:
             notification = parse(credentials.receiver, json.loads(body))
@@ -116,6 +116,18 @@ class AlertReceivers:
     async def drain(self) -> None:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def _body_within(request: web.Request, limit: int) -> bytes | None:
+    """The whole body (a chunked one has no Content-Length), None past `limit`."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def stored_notification(body_json: str) -> Notification:
