@@ -312,15 +312,21 @@ async def test_the_investigations_per_hour_come_back_after_an_hour(world: World)
     now = [datetime.now(UTC)]
     await world.start_bot(alerting(port, limit=1), alert_clock=lambda: now[0])
     world.model.reply_text("First.")
-    world.model.reply_text("Third.")
     for name in ("HourA", "HourB"):
         await post(port, payload(f'{{}}:{{alertname="{name}"}}', [fired(name, "p-0")]))
     a = await header(world, "HourA", "Firing")
     b = await header(world, "HourB", "Firing")
     said = [await thread_line(world, ts, "First.", "No investigation") for ts in (a.ts, b.ts)]
     assert sorted(m.text.split(":")[0] for m in said) == ["First.", "No investigation ran"]
+    # A person asks in the thread that had no investigation, and is answered there.
+    [limited] = [(m, x) for m, x in zip(said, (a, b), strict=True) if "No investigation" in m.text]
+    assert "Mention me in this thread" in limited[0].text
+    world.model.reply_text("Asked by a person.")
+    await world.mention(SHOP_CHANNEL, ALICE, "<@UKELPIE> why?", thread_ts=limited[1].ts)
+    await thread_line(world, limited[1].ts, "Asked by a person.")
     now[0] += timedelta(hours=1, seconds=1)
     await post(port, payload('{}:{alertname="HourC"}', [fired("HourC", "p-0")]))
+    world.model.reply_text("Third.")
     c = await header(world, "HourC", "Firing")
     await thread_line(world, c.ts, "Third.")
 

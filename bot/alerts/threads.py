@@ -40,9 +40,12 @@ Count = Callable[[str, str], None]
 NO_ROLE = "No investigation ran: this channel has no role in kelpie's config."
 STORM = (
     "No investigation ran: this channel had its {limit} alert investigations of the last "
-    "hour (alerts.max_investigations_per_hour). Ask me here to look into it."
+    "hour (alerts.max_investigations_per_hour). Mention me in this thread to look into it."
 )
-BUSY = "No investigation ran: kelpie's turn limit per {cap} ({limit}) is reached. Ask me here."
+BUSY = (
+    "No investigation ran: kelpie's turn limit per {cap} ({limit}) is reached. "
+    "Mention me in this thread to look into it."
+)
 FIRING_AGAIN = "Firing again."
 QUESTION = (
     "[alert from {receiver}, not a person] An alert fired in this channel. Everything inside "
