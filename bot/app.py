@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,8 +26,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.continuation import DecisionTurns, TurnSubmit
 from bot.agent.engine import Engine, RetryPolicy
 from bot.agent.session import AgentSessions, ReporterFactory
-from bot.agent.takeover import LeaseKeeper, Takeover
+from bot.agent.takeover import LeaseKeeper, Redelivery, Takeover
 from bot.agent.turns import TurnCaps, TurnScheduler
+from bot.alerts.receiver import AlertReceivers, Credentials
+from bot.alerts.recovery import AlertRedelivery
+from bot.alerts.threads import AlertThreads, AlertTurns
 from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, WriteAuditLog
 from bot.approvals.recheck import Approvers, Bindings, CurrentPolicy
@@ -100,6 +103,7 @@ from bot.slack.queued import QueuedNotices
 from bot.slack.recovery import SlackClosings, SlackOrphanNotices, SlackRedelivery
 from bot.slack.safe_client import SafeWebClient
 from bot.slack.stop import StopHandler
+from bot.store.alerts import AlertGroups
 from bot.store.approvals import (
     ApprovalRepository,
     WriteAuditRepository,
@@ -115,6 +119,7 @@ from bot.store.repositories import (
     ToolAuditRepository,
 )
 from bot.store.retention import Pruner, Retention
+from bot.store.tables import utcnow
 from bot.store.turns import Replica, TurnRepository
 from bot.store.verify import VerifyWatchRepository
 from bot.store.wakeups import PgListener, Wakeups
@@ -187,6 +192,9 @@ def slack_client(
 
 # Seconds a thread may hold the GIL while another waits for it (CPython's default: 0.005).
 GIL_SWITCH_S = 0.001
+# aiohttp's own body limit on the alerts' listener: above every receiver's (a receiver
+# answers 413 by its own limit, read from Content-Length or the body).
+_ALERT_BODY_CEILING = 64 * 1024 * 1024
 # How often a verification watch reads its target (at most; a third of a lease at least).
 VERIFY_POLL_S = 5.0
 
@@ -395,6 +403,10 @@ class Kelpie:
     http_port: int | None = None
     _health: web.AppRunner | None = None
     health_port: int | None = None
+    # The alert webhooks (None: no receiver configured), on their own listener or Slack's.
+    alerts: AlertReceivers | None = None
+    _alerts_runner: web.AppRunner | None = None
+    alerts_port: int | None = None
     _started: bool = False
 
     # Handles the tests use to look inside.
@@ -449,6 +461,7 @@ class Kelpie:
             log.info("connected to Slack in socket mode")
         else:
             await self._start_http()
+        await self._start_alerts()
         # After Slack: what a dead process left may need a reply in its thread.
         self.keeper.start()
         self._started = True
@@ -473,13 +486,28 @@ class Kelpie:
             app=self.slack_app, signing_secret=self.signing_secret, ledger=self.inbox
         )
         web_app.router.add_post(settings.path, route.handle)
+        if self.alerts is not None and self.config.server.alerts is None:
+            self.alerts.add_to(web_app)
         self._runner, self.http_port = await serve(web_app, settings.host, settings.port)
         log.info(
             "listening for Slack events on %s:%s%s", settings.host, self.http_port, settings.path
         )
 
+    async def _start_alerts(self) -> None:
+        listen = self.config.server.alerts
+        if self.alerts is None or listen is None:
+            return
+        web_app = web.Application(client_max_size=_ALERT_BODY_CEILING)
+        self.alerts.add_to(web_app)
+        self._alerts_runner, self.alerts_port = await serve(web_app, listen.host, listen.port)
+        log.info("listening for alert webhooks on %s:%s", listen.host, self.alerts_port)
+
     async def stop(self) -> None:
         await self.keeper.stop()
+        if self._alerts_runner is not None:
+            await self._alerts_runner.cleanup()
+        if self.alerts is not None:
+            await self.alerts.drain()
         if self.listener is not None:
             await self.listener.drain()
         if self._socket is not None:
@@ -777,6 +805,7 @@ def build_kelpie(
     pacing: PacingLimits | None = None,
     clock: Callable[[], float] = time.monotonic,
     watch_time: WatchTime = REAL_TIME,
+    alert_clock: Callable[[], datetime] = utcnow,
 ) -> Kelpie:
     """Everything, wired. `write_audit` replaces the write-audit store (tests inject one that
     fails, to prove a write never runs without its intent audit); `pacing` replaces Slack's
@@ -883,11 +912,32 @@ def build_kelpie(
         handled=inbox.handled,
         notices=notices,
     ).register()
+    redelivery: Redelivery = SlackRedelivery(app=slack_app, handled=inbox.handled)
+    receivers = None
+    if config.alerts.receivers:
+        threads = AlertThreads(
+            config=config.alerts,
+            client=client,
+            groups=AlertGroups(core.db),
+            turns=AlertTurns(
+                agent=agent, scheduler=scheduler, roles=roles, channels=channels, notices=notices
+            ),
+            handled=inbox.handled,
+            count=metrics.count_alert,
+            clock=alert_clock,
+        )
+        receivers = AlertReceivers(
+            _receiver_credentials(config, secrets),
+            inbox.record,
+            threads.handle,
+            metrics.count_alert,
+        )
+        redelivery = AlertRedelivery(threads, redelivery, inbox.handled)
     takeover = Takeover(
         leases=core.turns,
         deliveries=inbox,
         notices=SlackOrphanNotices(client=client, sessions=reporters.sessions),
-        redelivery=SlackRedelivery(app=slack_app, handled=inbox.handled),
+        redelivery=redelivery,
         agent=agent,
         submit=scheduler.submit,
         interrupt=stop.interrupt_elsewhere,
@@ -916,7 +966,21 @@ def build_kelpie(
         keeper=keeper,
         listener=listener,
         reporters=reporters,
+        alerts=receivers,
     )
+
+
+def _receiver_credentials(config: Config, secrets: Secrets) -> list[Credentials]:
+    """Each receiver's expected credentials, read from the environment once, at startup."""
+    return [
+        Credentials.build(
+            receiver.type.value,
+            receiver.auth.method,
+            secrets.receiver_credentials(index),
+            receiver.max_body_bytes,
+        )
+        for index, receiver in enumerate(config.alerts.receivers)
+    ]
 
 
 def build_terminal(

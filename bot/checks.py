@@ -13,8 +13,9 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.config import Config, ConfigError, Secrets, SlackMode
+from bot.config import AlertRoute, Config, ConfigError, Secrets, SlackMode
 from bot.model.types import ModelError
+from bot.pipeline.roles import ChannelRoles
 from bot.slack.manifest import BOT_EVENTS, BOT_SCOPES
 from bot.toolsets.observe.alertmanager import Alertmanager
 from bot.toolsets.observe.http import Endpoint, ObserveError, ObserveHttp
@@ -286,6 +287,42 @@ async def _observe_check(http: ObserveHttp, endpoint: Endpoint) -> CheckResult:
     return CheckResult(name, True, f"{said} at {endpoint.url}{where}")
 
 
+def alert_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
+    """Each alert receiver (where it listens, whether its credentials are set) and each
+    route (what it matches, the channel and the role that channel gets), one line each."""
+    listen = config.server.alerts
+    where = f"{listen.host}:{listen.port}" if listen else "the Slack HTTP listener"
+    results = []
+    for index, receiver in enumerate(config.alerts.receivers):
+        name = f"alert receiver {receiver.type.value}"
+        try:
+            secrets.receiver_credentials(index)
+        except ConfigError as error:
+            results.append(CheckResult(name, False, "; ".join(error.problems)))
+            continue
+        method = receiver.auth.method.value
+        detail = f"POST {where}/alerts/{receiver.type.value}, {method} auth set"
+        results.append(CheckResult(name, True, detail))
+    roles = ChannelRoles(config)
+    for index, route in enumerate(config.alerts.routes):
+        results.append(_route_check(index, route, roles))
+    return results
+
+
+def _route_check(index: int, route: AlertRoute, roles: ChannelRoles) -> CheckResult:
+    matched = {**route.match, **{k: f"~{v}" for k, v in route.match_re.items()}}
+    shown = ", ".join(f"{k}={v}" for k, v in matched.items()) or "every alert"
+    binding = roles.bind(route.channel, None, False)
+    name = f"alert route {index + 1}"
+    if binding is None:
+        # A channel matched by name only is bound when an alert comes (its name from Slack).
+        detail = f"{shown} -> {route.channel}: no role by its id (by name, resolved later)"
+        return CheckResult(name, True, detail)
+    investigate = "investigated" if route.investigate else "posted only"
+    detail = f"{shown} -> {route.channel} (role {binding.role_name}, {investigate})"
+    return CheckResult(name, True, detail)
+
+
 async def run_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     results = [CheckResult("config", True, "valid")]
     results += await startup_checks(config, secrets)
@@ -293,4 +330,5 @@ async def run_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     results += model_clients(config)
     results.append(await model_check(config, secrets))
     results += await observability_checks(config, secrets)
+    results += alert_checks(config, secrets)
     return results

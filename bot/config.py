@@ -17,6 +17,7 @@ from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
+import re2
 import yaml
 from pydantic import (
     AfterValidator,
@@ -557,6 +558,96 @@ class HealthConfig(ListenConfig):
 
 class ServerConfig(_Strict):
     health: HealthConfig = HealthConfig()
+    # The alert receivers' listener: its own host and port (None: on the Slack HTTP
+    # listener, which HTTP mode needs then).
+    alerts: ListenConfig | None = None
+
+
+class ReceiverType(StrEnum):
+    ALERTMANAGER = "alertmanager"
+    GRAFANA = "grafana"
+
+
+class ReceiverAuthMethod(StrEnum):
+    BEARER = "bearer"
+    BASIC = "basic"
+
+
+class ReceiverAuth(_Strict):
+    """How a webhook proves itself (Alertmanager's `http_config`): a bearer token, or basic
+    auth, each read from the environment at startup (never a literal)."""
+
+    method: ReceiverAuthMethod
+    token_env: str | None = None
+    username_env: str | None = None
+    password_env: str | None = None
+
+    @model_validator(mode="after")
+    def _envs_for_method(self) -> ReceiverAuth:
+        if self.method is ReceiverAuthMethod.BEARER and not self.token_env:
+            raise ValueError("bearer auth needs token_env")
+        if self.method is ReceiverAuthMethod.BASIC and not (
+            self.username_env and self.password_env
+        ):
+            raise ValueError("basic auth needs username_env and password_env")
+        return self
+
+    def envs(self) -> list[tuple[str, str]]:
+        """(environment variable, its key) the method needs."""
+        if self.method is ReceiverAuthMethod.BEARER:
+            return [(self.token_env or "", "token_env")]
+        return [
+            (self.username_env or "", "username_env"),
+            (self.password_env or "", "password_env"),
+        ]
+
+
+class AlertReceiver(_Strict):
+    type: ReceiverType
+    auth: ReceiverAuth
+    # Bodies over this get 413 (Alertmanager's 200-alert notification is ~200 KB).
+    max_body_bytes: int = Field(default=2_000_000, ge=1024)
+
+
+def _re2_valid(pattern: str) -> str:
+    try:
+        re2.compile(f"(?:{pattern})")
+    except re2.error as error:
+        raise ValueError(f"invalid regular expression {pattern!r}: {error}") from None
+    return pattern
+
+
+class AlertRoute(_Strict):
+    """First match wins: every `match` label equal, every `match_re` label matching whole."""
+
+    match: dict[str, str] = Field(default_factory=dict)
+    match_re: dict[str, str] = Field(default_factory=dict)
+    channel: str = Field(pattern=r"^[CG][A-Z0-9]+$")
+    investigate: bool = True
+    instruction: str | None = None
+
+    @field_validator("match_re")
+    @classmethod
+    def _patterns(cls, patterns: dict[str, str]) -> dict[str, str]:
+        for pattern in patterns.values():
+            _re2_valid(pattern)
+        return patterns
+
+
+class AlertsConfig(_Strict):
+    receivers: list[AlertReceiver] = Field(default_factory=list)
+    routes: list[AlertRoute] = Field(default_factory=list)
+    max_investigations_per_hour: int = Field(default=10, ge=0)
+    # A group resolved and firing again within this reuses its thread.
+    reopen_s: float = Field(default=3600, ge=0)
+
+    @field_validator("receivers")
+    @classmethod
+    def _one_per_type(cls, receivers: list[AlertReceiver]) -> list[AlertReceiver]:
+        types = [receiver.type for receiver in receivers]
+        if len(types) != len(set(types)):
+            raise ValueError("one receiver per type (each has its own path)")
+        return receivers
 
 
 NO_ROLE = "none"
@@ -578,6 +669,16 @@ class Config(_Strict):
     observability: ObservabilityConfig = ObservabilityConfig()
     logging: LoggingConfig = LoggingConfig()
     server: ServerConfig = ServerConfig()
+    alerts: AlertsConfig = AlertsConfig()
+
+    @model_validator(mode="after")
+    def _alerts_listener(self) -> Config:
+        # Socket mode has no listener of its own to share.
+        if self.alerts.receivers and self.server.alerts is None:
+            if self.slack.mode is SlackMode.SOCKET:
+                raise ValueError("alerts.receivers need server.alerts (host, port) in socket mode")
+        return self
+
     # The names sections give each other are checked by `parse_config`
     # (`reference_problems`), alongside the schema: not here, where a schema mistake
     # anywhere would hide them.
@@ -809,6 +910,12 @@ class Secrets:
             headers[name] = f"Bearer {value}" if path.endswith(".auth.env") else value
         return headers
 
+    def receiver_credentials(self, index: int) -> tuple[str, ...]:
+        """An alert receiver's secret values (the token, or the user name and password)."""
+        receiver = self._config.alerts.receivers[index]
+        path = f"alerts.receivers[{index}].auth"
+        return tuple(self._need(env, f"{path}.{key}") for env, key in receiver.auth.envs())
+
     def check_all(self) -> list[str]:
         """Every missing secret, one line each, for startup and `kelpie check`."""
         problems: list[str] = []
@@ -828,6 +935,9 @@ class Secrets:
             for index, instance in enumerate(listed):
                 found = _observability_env(kind, index, instance)
                 needed += [(env, path) for _, env, path in found]
+        for index, receiver in enumerate(self._config.alerts.receivers):
+            path = f"alerts.receivers[{index}].auth"
+            needed += [(env, f"{path}.{key}") for env, key in receiver.auth.envs()]
         for env, key_path in needed:
             if not self._environ.get(env):
                 problems.append(f"{key_path}: environment variable {env} is not set")

@@ -35,6 +35,10 @@ _LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 40, 80, 160)
 # The `tool` label of a call to a name kelpie has no tool for: the model writes the names,
 # and a label per invented name would grow the series without bound.
 UNKNOWN_TOOL = "unknown"
+# What becomes of an alert notification: every one is `received`, then `deduplicated` (a
+# redelivery), `dropped` (no route) or `routed`; a routed group's investigation is
+# `investigated` or `limited` (the channel's hour is used up).
+ALERT_EVENTS = ("received", "deduplicated", "dropped", "routed", "investigated", "limited")
 
 
 class Metrics:
@@ -76,6 +80,18 @@ class Metrics:
             ["model", "direction"],
             registry=r,
         )
+
+        self.alerts = Counter(
+            "kelpie_alert_notifications",
+            "Alert notifications by receiver and what became of them",
+            ["receiver", "event"],
+            registry=r,
+        )
+
+    def count_alert(self, receiver: str, event: str) -> None:
+        """`event` is one of ALERT_EVENTS, `receiver` a configured receiver type: a closed
+        label set (nothing from a payload becomes a label)."""
+        self.alerts.labels(receiver=receiver, event=event).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

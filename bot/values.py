@@ -530,3 +530,15 @@ def ts_after(ts: str | None, than: str | None) -> bool:
         return ts is not None and than is not None and Decimal(ts) > Decimal(than)
     except InvalidOperation:
         return False
+
+
+# The asker of a turn an alert started (followed by the receiver type): no Slack user has
+# such an id, so nobody can click as the alert and it approves nothing.
+ALERT_ASKER_PREFIX = "alert-"
+
+
+def shown_person(user: str) -> str:
+    """A turn's asker as Slack shows it: a mention, or which alert asked."""
+    if user.startswith(ALERT_ASKER_PREFIX):
+        return f"the alert ({user.removeprefix(ALERT_ASKER_PREFIX)})"
+    return f"<@{user}>"

@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ SRE_GROUP = "S0SRE"
 ALICE = "U0ALICE"
 BOB = "U0BOB"
 MODEL_KEY = "sk-test-model-key-0123456789"
+# The bearer token alert webhooks send (`alerts.receivers[].auth.token_env`).
+ALERTS_TOKEN = "alerts-test-token-0123456789"
 # Slack's rate limits keep their counts but run 30 times faster, in the fake Slack and in
 # kelpie's pacer alike (a minute's budget every 2 s), so bursts stay quick to test.
 SLACK_TIME_SCALE = 1 / 30
@@ -103,6 +106,9 @@ def environ(slack: SlackServer) -> dict[str, str]:
         "SLACK_APP_TOKEN": slack.app_token,
         "SLACK_SIGNING_SECRET": slack.signing_secret,
         "KELPIE_TEST_MODEL_KEY": MODEL_KEY,
+        "KELPIE_TEST_ALERTS_TOKEN": ALERTS_TOKEN,
+        "KELPIE_TEST_ALERTS_USER": "grafana",
+        "KELPIE_TEST_ALERTS_PASSWORD": ALERTS_TOKEN[::-1],
     }
 
 
@@ -137,6 +143,7 @@ class World:
         pacing: PacingLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
         watch_time: WatchTime = REAL_TIME,
+        alert_clock: Callable[[], datetime] | None = None,
     ) -> Kelpie:
         """`pacing`: the bot's idea of Slack's limits (default: Slack's, scaled like the
         fake's); `clock`: what its click limit and kept member lists measure time by;
@@ -152,6 +159,7 @@ class World:
             pacing=pacing,
             clock=clock,
             watch_time=watch_time,
+            **({"alert_clock": alert_clock} if alert_clock else {}),
         )
         await bot.start()
         self.bots.append(bot)

@@ -33,7 +33,7 @@ from bot.slack.markdown import SECTION_LIMIT, split_text
 from bot.slack.progress.writer import ThreadWriter
 from bot.slack.replies import whisper
 from bot.slack.safe_text import escape_mrkdwn, one_line, quoted, quoted_inline
-from bot.values import Approval, ApprovalDecision, ApprovalState, DecisionKind
+from bot.values import Approval, ApprovalDecision, ApprovalState, DecisionKind, shown_person
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def card_blocks(approval: Approval, note: str = "") -> list[dict[str, Any]]:
 
 def _people(approval: Approval) -> str:
     people = approval.requesters or (approval.requested_by,)
-    return ", ".join(f"<@{user}>" for user in people)
+    return ", ".join(shown_person(user) for user in people)
 
 
 def _fallback_text(approval: Approval) -> str:

@@ -24,8 +24,9 @@ from bot.store.turns import Replica
 from bot.values import OrphanDelivery
 
 # Taken over when their replica died before handling them: what a listener turns into a
-# turn, a click (Approve, Reject, Stop) and a slash command. Slack never sends them again.
-TAKEN_OVER = frozenset({"app_mention", "message", "block_actions", "command"})
+# turn, a click (Approve, Reject, Stop), a slash command and an alert notification. Their
+# senders never send them again.
+TAKEN_OVER = frozenset({"app_mention", "message", "block_actions", "command", "alert"})
 
 
 # Columns of a record, each given in every row: one multi-row INSERT needs the same ones.

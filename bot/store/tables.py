@@ -271,3 +271,21 @@ class VerifyWatchRow(SQLModel, table=True):
     lease_expires_at: datetime | None = Field(default=None, index=True)
     verdict: str | None = None  # the thread's message, once done
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class AlertGroupRow(SQLModel, table=True):
+    """One alert group (a receiver's `groupKey`) and its Slack thread: the unique key makes
+    one group one thread across replicas; the first to insert the row posts its header."""
+
+    __tablename__ = "alert_groups"
+
+    key: str = Field(primary_key=True)  # receiver type + ":" + groupKey
+    channel_id: str = Field(index=True)
+    thread_ts: str | None = None  # the header's ts, once posted
+    status: str  # firing | resolved
+    alerts_json: str  # the current alerts' fingerprints, sorted (a JSON list)
+    firing_count: int = 0
+    fired_at: datetime  # since when the group fires (its earliest startsAt)
+    resolved_at: datetime | None = None
+    investigated_at: datetime | None = Field(default=None, index=True)
+    created_at: datetime = Field(default_factory=utcnow)

@@ -20,10 +20,21 @@ ALERTMANAGER = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-a
 
 
 class AlertmanagerServer:
-    def __init__(self, webhook_url: str | None = None) -> None:
+    def __init__(
+        self,
+        webhook_url: str | None = None,
+        *,
+        webhook_token: str | None = None,
+        group_by: tuple[str, ...] = (),
+    ) -> None:
+        """`webhook_token`: sent as a bearer token (`http_config.authorization`);
+        `group_by` set: notifications grouped by those labels, sent within a second of a
+        change (group_wait 100ms, group_interval 1s) and repeated only hourly."""
         self.root = Path(tempfile.mkdtemp(prefix="kelpie-am-"))
         self.port = free_port()
         self._webhook_url = webhook_url
+        self._webhook_token = webhook_token
+        self._group_by = group_by
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -31,10 +42,23 @@ class AlertmanagerServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        receiver = {"name": "kelpie"}
+        receiver: dict[str, Any] = {"name": "kelpie"}
         if self._webhook_url:
-            receiver["webhook_configs"] = [{"url": self._webhook_url}]  # type: ignore[assignment]
-        config = {"route": {"receiver": "kelpie"}, "receivers": [receiver]}
+            webhook: dict[str, Any] = {"url": self._webhook_url, "send_resolved": True}
+            if self._webhook_token:
+                webhook["http_config"] = {
+                    "authorization": {"type": "Bearer", "credentials": self._webhook_token}
+                }
+            receiver["webhook_configs"] = [webhook]
+        route: dict[str, Any] = {"receiver": "kelpie"}
+        if self._group_by:
+            route |= {
+                "group_by": list(self._group_by),
+                "group_wait": "100ms",
+                "group_interval": "1s",
+                "repeat_interval": "1h",
+            }
+        config = {"route": route, "receivers": [receiver]}
         (self.root / "alertmanager.yml").write_text(json.dumps(config))
         self._process = subprocess.Popen(
             [
