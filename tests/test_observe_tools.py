@@ -32,17 +32,24 @@ from tests.postgres import free_port
 from tests.test_approvals import approval_id, card_text, click, wait_card, wait_said
 from tests.world import ALICE, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World, environ
 
-NOW = time.time() - 60
 PLANTED = "AKIAIOSFODNN7EXAMPL3"  # an AWS access key id the masker knows
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def prometheus() -> Iterator[PrometheusServer]:
+def now() -> float:
+    """A minute ago when this module starts, not at import: the bot queries at the real time
+    and Prometheus looks back 5 minutes, so series ending at import would be gone when the
+    whole fast tier reaches this module."""
+    return time.time() - 60
+
+
+@pytest.fixture(scope="module")
+def prometheus(now: float) -> Iterator[PrometheusServer]:
     server = PrometheusServer()
     samples = []
     for minute in range(90):
-        at = NOW - (89 - minute) * 60
+        at = now - (89 - minute) * 60
         for namespace in ("shop", "payments"):
             labels = {"namespace": namespace, "pod": f"{namespace}-0"}
             samples.append(Sample("container_cpu", labels, 0.5 + minute / 100, at))
@@ -75,11 +82,12 @@ def alertmanager() -> Iterator[AlertmanagerServer]:
 @pytest.fixture
 async def loki() -> AsyncIterator[LokiServer]:
     server = LokiServer()
+    now = time.time() - 60
     for second in range(600):
         for namespace in ("shop", "payments"):
             line = f"level=info msg=request {second} in {namespace}"
-            server.push({"namespace": namespace, "app": "checkout"}, NOW - 600 + second, line)
-    server.push({"namespace": "shop", "app": "checkout"}, NOW - 0.5, f"boot key {PLANTED}")
+            server.push({"namespace": namespace, "app": "checkout"}, now - 600 + second, line)
+    server.push({"namespace": "shop", "app": "checkout"}, now - 0.5, f"boot key {PLANTED}")
     await server.start()
     yield server
     await server.stop()
@@ -332,12 +340,12 @@ def test_a_missing_header_variable_is_one_startup_sentence(world: World):
     assert dict(endpoint.headers) == headers
 
 
-async def test_a_context_made_without_a_role_reaches_no_namespace(prometheus):
+async def test_a_context_made_without_a_role_reaches_no_namespace(prometheus, now: float):
     """Tests and the CLI build contexts without a role: they read nothing, not everything.
     The toolset's clock (not the wall clock) places the window."""
     http = ObserveHttp()
     main = Endpoint(kind="prometheus", name="main", url=prometheus.url, cluster=None, timeout_s=10)
-    observe = Observe(http, Instances((main,)), ObserveSettings(), clock=lambda: NOW)
+    observe = Observe(http, Instances((main,)), ObserveSettings(), clock=lambda: now)
     tools = {tool.name: tool for tool in observe_tools(observe)}
     try:
         query = {"query": "container_cpu or node_load1", "start": "30m"}
@@ -348,16 +356,16 @@ async def test_a_context_made_without_a_role_reaches_no_namespace(prometheus):
     sent = prometheus.queries()[-1]
     assert 'namespace=~"$^",namespace!=""' in sent
     assert result.text.startswith("0 series")
-    assert result.evidence == f'sent {sent} to prometheus "main", {span(NOW - 1800, NOW)}'
+    assert result.evidence == f'sent {sent} to prometheus "main", {span(now - 1800, now)}'
 
 
-async def test_a_cluster_without_an_instance_gets_one_sentence(prometheus):
+async def test_a_cluster_without_an_instance_gets_one_sentence(prometheus, now: float):
     """An instance naming another cluster is not this one's; none without a cluster either."""
     http = ObserveHttp()
     staging = Endpoint(
         kind="prometheus", name="staging", url=prometheus.url, cluster="staging", timeout_s=10
     )
-    observe = Observe(http, Instances((staging,)), ObserveSettings(), clock=lambda: NOW)
+    observe = Observe(http, Instances((staging,)), ObserveSettings(), clock=lambda: now)
     tools = {tool.name: tool for tool in observe_tools(observe, kinds=("prometheus", "loki"))}
     before = list(prometheus.queries())
     try:
