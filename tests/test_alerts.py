@@ -643,3 +643,20 @@ async def test_a_repeat_that_says_something_new_refreshes_the_header(world: Worl
     assert (await post(port, payload(group, [changed])))[0] == 200
     assert metric(bot, "deduplicated") == 1
     assert len(headers_of(world, "Says")) == 1 and len(world.model.requests) == 1
+
+
+async def test_each_alert_group_is_its_own_asker_for_the_per_asker_cap(world: World):
+    port = free_port()
+    await world.start_bot(merge(alerting(port), {"agent": {"max_turns_per_person": 1}}))
+    release = world.model.reply_held(then=TextStep("First, held."))
+    world.model.reply_text("Second, meanwhile.")
+    await post(port, payload('{}:{alertname="AskerA"}', [fired("AskerA", "p-0")]))
+    a = await header(world, "AskerA", "Firing")
+    await world.model.wait_for_requests(1)
+    # A's investigation runs; B's group is another asker, not the receiver's second turn.
+    await post(port, payload('{}:{alertname="AskerB"}', [fired("AskerB", "p-0")]))
+    b = await header(world, "AskerB", "Firing")
+    said = await thread_line(world, b.ts, "Second, meanwhile.", "No investigation ran")
+    assert said.text == "Second, meanwhile."
+    release.set()
+    await thread_line(world, a.ts, "First, held.")

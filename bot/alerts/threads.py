@@ -199,7 +199,10 @@ class AlertThreads:
         self, incoming: IncomingMessage, binding: ChannelBinding, group: str, receiver: str
     ) -> bool:
         scheduler = self._turns.scheduler
-        busy = scheduler.admit(incoming.session_key, incoming.user, incoming.channel_id)
+        # Each group is its own asker for the per-asker cap (one receiver is not one person:
+        # its groups would otherwise queue behind each other); the channel's cap still holds.
+        asker = f"{incoming.user}/{group}"
+        busy = scheduler.admit(incoming.session_key, asker, incoming.channel_id)
         if busy is not None:
             # Not run: it does not count against the channel's hour.
             await self._groups.save(group, investigated_at=None)
@@ -213,12 +216,12 @@ class AlertThreads:
         except BaseException:
             if reserved:
                 scheduler.unreserve(incoming.session_key)
-            scheduler.release(incoming.session_key, incoming.user)
+            scheduler.release(incoming.session_key, asker)
             raise
         if accepted is None:
             if reserved:
                 scheduler.unreserve(incoming.session_key)
-            scheduler.release(incoming.session_key, incoming.user)
+            scheduler.release(incoming.session_key, asker)
             return False
         self._count(receiver, "investigated")
         scheduler.submit(
@@ -228,7 +231,7 @@ class AlertThreads:
             on_queued=self._turns.notices.notice(
                 incoming.channel_id, incoming.thread_ts, incoming.session_key
             ),
-            person=incoming.user,
+            person=asker,
             reserved=reserved,
         )
         return True
