@@ -660,3 +660,27 @@ async def test_each_alert_group_is_its_own_asker_for_the_per_asker_cap(world: Wo
     assert said.text == "Second, meanwhile."
     release.set()
     await thread_line(world, a.ts, "First, held.")
+
+
+async def test_killed_after_slack_took_the_header_the_takeover_finds_it_and_posts_none(
+    world: World, launch: Launcher
+):
+    port = free_port()
+    start = launch({**alerting(port), "database": {"lease_s": 3}})
+    bot = await start()
+    await _listening(port)
+    world.model.reply_text("Investigated in the first header's thread.")
+    # Slack posts the header but its answer never reaches kelpie: killed meanwhile.
+    held = world.slack.hold_answer("chat.postMessage", lambda p: "Unrecorded" in str(p.get("text")))
+    notification = payload('{}:{alertname="Unrecorded"}', [fired("Unrecorded", "checkout-0")])
+    assert (await post(port, notification))[0] == 200
+    first = await header(world, "Unrecorded", "Firing")
+    bot.kill()
+    held.set()
+    world.slack.clear_faults()
+    await start()
+    await thread_line(world, first.ts, "Investigated in the first header's thread.", timeout=120)
+    assert len(headers_of(world, "Unrecorded")) == 1
+    [looked] = world.slack.calls_to("conversations.history")
+    assert looked.params["channel"] == SHOP_CHANNEL
+    assert first.metadata and first.metadata["event_type"] == "kelpie_alert"

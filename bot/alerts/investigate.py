@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -161,11 +162,17 @@ class Investigations:
 
 
 async def post_line(
-    client: AsyncWebClient, channel: str, text: str, thread_ts: str | None = None
+    client: AsyncWebClient,
+    channel: str,
+    text: str,
+    thread_ts: str | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> str | None:
     """Post kelpie's own line (its ts), or log why Slack refused it (None)."""
     try:
-        answer = await client.chat_postMessage(channel=channel, text=text, thread_ts=thread_ts)
+        answer = await client.chat_postMessage(
+            channel=channel, text=text, thread_ts=thread_ts, metadata=metadata
+        )
     except SlackApiError as error:
         log.error("could not post an alert line in %s: %s", channel, error.response.get("error"))
         return None
