@@ -39,7 +39,7 @@ UNKNOWN_TOOL = "unknown"
 # redelivery), `dropped` (no route) or `routed`; a routed group's investigation is
 # `investigated` or `limited` (the channel's hour is used up). Receiver `slack`: an alerting
 # app's messages in a watched channel (`dropped`: not matching its text_re; `deduplicated`:
-# the same message delivered again).
+# the same message in another delivery; Slack's retries of one delivery stop at the inbox).
 ALERT_EVENTS = ("received", "deduplicated", "dropped", "routed", "investigated", "limited")
 
 

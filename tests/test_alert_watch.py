@@ -19,7 +19,7 @@ from bot.checks import alert_checks
 from bot.config import ConfigError, Secrets, parse_config
 from tests.bot_processes import Launcher
 from tests.peers.model_server import TextStep
-from tests.peers.slack_server import Message
+from tests.peers.slack_server import Message, SlackServer
 from tests.test_alerts import offered_tools
 from tests.world import ALICE, SHOP_CHANNEL, World, environ, merge
 
@@ -227,3 +227,25 @@ async def test_metrics_page_counts_watched_messages(world: World):
         async with session.get(url) as answer:
             page = await answer.text()
     assert 'kelpie_alert_notifications_total{event="dropped",receiver="slack"} 1.0' in page
+
+
+async def test_kelpies_own_messages_are_never_an_alert_to_it(world: World):
+    # Configured by mistake with kelpie's own bot id: Slack sends kelpie its own messages
+    # (message.channels), and they must not start investigations of themselves.
+    override = watching()
+    override["alerts"]["watch"][0]["bot_ids"] = [AM_BOT, SlackServer.bot_id]
+    override["alerts"]["watch"][0].pop("text_re")
+    bot = await world.start_bot(override)
+    world.model.reply_default(TextStep("Investigated."))
+    own = world.slack.bot_message(
+        SHOP_CHANNEL,
+        "[FIRING:1] an answer of kelpie's",
+        bot_id=SlackServer.bot_id,
+        app_id=SlackServer.app_id,
+        webhook=False,
+    )
+    await world.slack.deliver_event(own)
+    await world.slack.deliver_event(am_message(world, "[FIRING:1] Real shop/checkout-0"))
+    await world.slack.wait_for(lambda s: metric(bot, "received") == 1)
+    await world.drain()
+    assert kelpies(world, own["ts"]) == [] and metric(bot, "received") == 1
