@@ -141,9 +141,12 @@ class WatchedChannels:
         return self._pick(event) is not None
 
     def kept_text(self, event: Any) -> str | None:
-        """What the inbox keeps of a watched message for a takeover (None: not watched)."""
+        """What the inbox keeps of a watched message for a takeover (None: not watched, or
+        not matching its `text_re`: nothing to investigate, nothing kept)."""
         picked = self._pick(event)
-        return picked[0].text if picked is not None else None
+        if picked is None or not picked[1].matches(picked[0].text):
+            return None
+        return picked[0].text
 
     async def handle(self, key: str, event: Any, *, replayed: bool) -> bool:
         """True when its investigation's turn was accepted (its delivery marked handled)."""
