@@ -28,9 +28,11 @@ from bot.agent.engine import Engine, RetryPolicy
 from bot.agent.session import AgentSessions, ReporterFactory
 from bot.agent.takeover import LeaseKeeper, Redelivery, Takeover
 from bot.agent.turns import TurnCaps, TurnScheduler
+from bot.alerts.investigate import AlertTurns, Investigations
 from bot.alerts.receiver import AlertReceivers, Credentials
 from bot.alerts.recovery import AlertRedelivery
-from bot.alerts.threads import AlertThreads, AlertTurns
+from bot.alerts.threads import AlertThreads
+from bot.alerts.watch import WatchedChannels
 from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, WriteAuditLog
 from bot.approvals.recheck import Approvers, Bindings, CurrentPolicy
@@ -886,8 +888,20 @@ def build_kelpie(
         stop_elsewhere=stop.stop_elsewhere,
         stop_queued=stop.stop_queued,
     ).register()
+    alert_turns = AlertTurns(
+        agent=agent, scheduler=scheduler, roles=roles, channels=channels, notices=notices
+    )
+    investigations = Investigations(
+        client,
+        AlertGroups(core.db),
+        alert_turns,
+        config.alerts.max_investigations_per_hour,
+        metrics.count_alert,
+        alert_clock,
+    )
+    watched = _watched_channels(config, core.db, investigations, metrics, alert_clock)
     # Registered first: every request is stored before Bolt acknowledges it.
-    at_rest = AtRest(bindings.enabled)
+    at_rest = AtRest(bindings.enabled, watched.kept_text if watched else None)
     slack_app.middleware(InboxMiddleware(inbox, at_rest).process)
     SlashCommands(
         app=slack_app,
@@ -911,6 +925,7 @@ def build_kelpie(
         withdraw=core.approvals.withdraw_for,
         handled=inbox.handled,
         notices=notices,
+        watched=watched,
     ).register()
     redelivery: Redelivery = SlackRedelivery(app=slack_app, handled=inbox.handled)
     receivers = None
@@ -919,9 +934,7 @@ def build_kelpie(
             config=config.alerts,
             client=client,
             groups=AlertGroups(core.db),
-            turns=AlertTurns(
-                agent=agent, scheduler=scheduler, roles=roles, channels=channels, notices=notices
-            ),
+            investigations=investigations,
             handled=inbox.handled,
             count=metrics.count_alert,
             clock=alert_clock,
@@ -967,6 +980,21 @@ def build_kelpie(
         listener=listener,
         reporters=reporters,
         alerts=receivers,
+    )
+
+
+def _watched_channels(
+    config: Config,
+    db: Database,
+    investigations: Investigations,
+    metrics: Metrics,
+    clock: Callable[[], datetime],
+) -> WatchedChannels | None:
+    """The channels where an alerting app already posts (`alerts.watch`), if any."""
+    if not config.alerts.watch:
+        return None
+    return WatchedChannels(
+        config.alerts, AlertGroups(db), investigations, metrics.count_alert, clock
     )
 
 

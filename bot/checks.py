@@ -13,7 +13,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.config import AlertRoute, Config, ConfigError, Secrets, SlackMode
+from bot.config import AlertRoute, AlertWatch, Config, ConfigError, Secrets, SlackMode
 from bot.model.types import ModelError
 from bot.pipeline.roles import ChannelRoles
 from bot.slack.manifest import BOT_EVENTS, BOT_SCOPES
@@ -306,7 +306,24 @@ def alert_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     roles = ChannelRoles(config)
     for index, route in enumerate(config.alerts.routes):
         results.append(_route_check(index, route, roles))
+    for index, watch in enumerate(config.alerts.watch):
+        results.append(_watch_check(index, watch, roles))
     return results
+
+
+def _watch_check(index: int, watch: AlertWatch, roles: ChannelRoles) -> CheckResult:
+    """A watched channel: whose messages, the pattern, the role its investigations get."""
+    senders = [f"bots {', '.join(watch.bot_ids)}"] if watch.bot_ids else []
+    senders += [f"apps {', '.join(watch.app_ids)}"] if watch.app_ids else []
+    matching = f" matching {watch.text_re}" if watch.text_re is not None else ""
+    binding = roles.bind(watch.channel, None, False)
+    role = f"role {binding.role_name}" if binding else "no role by its id (by name, resolved later)"
+    detail = (
+        f"{watch.channel} ({role}): messages of {', '.join(senders)}{matching} are investigated "
+        "in their thread (kelpie must be a member of the channel; the app subscribed to "
+        "message.channels or message.groups)"
+    )
+    return CheckResult(f"alert watch {index + 1}", True, detail)
 
 
 def _route_check(index: int, route: AlertRoute, roles: ChannelRoles) -> CheckResult:

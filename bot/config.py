@@ -634,9 +634,34 @@ class AlertRoute(_Strict):
         return patterns
 
 
+class AlertWatch(_Strict):
+    """A channel where an alerting app or bot already posts: kelpie investigates in the thread
+    of each of its top-level messages there (by bot or app id; `text_re`, when given, must
+    match the message's text whole, as an RE2 where `.` also matches a line break)."""
+
+    channel: str = Field(pattern=r"^[CG][A-Z0-9]+$")
+    bot_ids: list[Annotated[str, Field(pattern=r"^B[A-Z0-9]+$")]] = Field(default_factory=list)
+    app_ids: list[Annotated[str, Field(pattern=r"^A[A-Z0-9]+$")]] = Field(default_factory=list)
+    text_re: str | None = None
+    instruction: str | None = None
+
+    @field_validator("text_re")
+    @classmethod
+    def _pattern(cls, pattern: str | None) -> str | None:
+        return _re2_valid(pattern) if pattern is not None else None
+
+    @model_validator(mode="after")
+    def _someone(self) -> AlertWatch:
+        if not (self.bot_ids or self.app_ids):
+            raise ValueError("a watched channel needs bot_ids or app_ids (whose messages)")
+        return self
+
+
 class AlertsConfig(_Strict):
     receivers: list[AlertReceiver] = Field(default_factory=list)
     routes: list[AlertRoute] = Field(default_factory=list)
+    # Channels where an alerting app already posts (one entry per channel).
+    watch: list[AlertWatch] = Field(default_factory=list)
     max_investigations_per_hour: int = Field(default=10, ge=0)
     # A group resolved and firing again within this reuses its thread.
     reopen_s: float = Field(default=3600, ge=0)
@@ -648,6 +673,14 @@ class AlertsConfig(_Strict):
         if len(types) != len(set(types)):
             raise ValueError("one receiver per type (each has its own path)")
         return receivers
+
+    @field_validator("watch")
+    @classmethod
+    def _one_per_channel(cls, watch: list[AlertWatch]) -> list[AlertWatch]:
+        channels = [entry.channel for entry in watch]
+        if len(channels) != len(set(channels)):
+            raise ValueError("one alerts.watch entry per channel")
+        return watch
 
 
 NO_ROLE = "none"

@@ -37,7 +37,9 @@ _LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 40, 80, 160)
 UNKNOWN_TOOL = "unknown"
 # What becomes of an alert notification: every one is `received`, then `deduplicated` (a
 # redelivery), `dropped` (no route) or `routed`; a routed group's investigation is
-# `investigated` or `limited` (the channel's hour is used up).
+# `investigated` or `limited` (the channel's hour is used up). Receiver `slack`: an alerting
+# app's messages in a watched channel (`dropped`: not matching its text_re; `deduplicated`:
+# the same message in another delivery; Slack's retries of one delivery stop at the inbox).
 ALERT_EVENTS = ("received", "deduplicated", "dropped", "routed", "investigated", "limited")
 
 
@@ -89,8 +91,8 @@ class Metrics:
         )
 
     def count_alert(self, receiver: str, event: str) -> None:
-        """`event` is one of ALERT_EVENTS, `receiver` a configured receiver type: a closed
-        label set (nothing from a payload becomes a label)."""
+        """`event` is one of ALERT_EVENTS, `receiver` a configured receiver type or `slack`:
+        a closed label set (nothing from a payload becomes a label)."""
         self.alerts.labels(receiver=receiver, event=event).inc()
 
     def render(self) -> bytes:

@@ -28,6 +28,7 @@ from tests.peers.model_server import DynamicStep, TextStep
 from tests.peers.slack_server import Message
 from tests.postgres import free_port
 from tests.test_approvals import card_text, click, wait_card
+from tests.test_streaming import click_stop
 from tests.world import (
     ALERTS_TOKEN,
     ALICE,
@@ -606,3 +607,80 @@ async def test_a_large_chunked_notification_is_read_whole(world: World):
         async with session.post(url, data=pieces(), headers=headers) as answer:
             assert answer.status == 200, await answer.text()
     await header(world, "Chunked", "(200 alert(s))")
+
+
+async def test_a_person_who_may_not_stop_an_alerts_investigation_is_told_whose_it_is(
+    world: World,
+):
+    port = free_port()
+    await world.start_bot(alerting(port))
+    release = world.model.reply_held(then=TextStep("Held, then done."))
+    await post(port, payload('{}:{alertname="Unstoppable"}', [fired("Unstoppable", "p-0")]))
+    first = await header(world, "Unstoppable", "Firing")
+    await world.model.wait_for_requests(1)
+    # ALICE did not ask (the alert did) and #shop-oncall's role has no approvers.
+    await click_stop(world, ALICE, SHOP_CHANNEL, first.ts)
+    (whisper,) = await world.slack.wait_for(lambda s: s.ephemerals(SHOP_CHANNEL, ALICE), timeout=20)
+    assert "the alert (alertmanager)" in whisper.text and "<@" not in whisper.text
+    release.set()
+    await thread_line(world, first.ts, "Held, then done.")
+
+
+async def test_a_repeat_that_says_something_new_refreshes_the_header(world: World):
+    port = free_port()
+    bot = await world.start_bot(alerting(port))
+    world.model.reply_default(TextStep("Investigated."))
+    group = '{}:{alertname="Says"}'
+    alert = fired("Says", "checkout-0")
+    await post(port, payload(group, [alert]))
+    first = await header(world, "Says", "checkout-0 restarts")
+    await thread_line(world, first.ts, "Investigated.")
+    # Alertmanager's repeat: the same alert, its summary changed since.
+    changed = {**alert, "annotations": {"summary": "checkout-0 restarts every minute now"}}
+    assert (await post(port, payload(group, [changed])))[0] == 200
+    await header(world, "Says", "every minute now")
+    # The same repeat again is a redelivery: handled once.
+    assert (await post(port, payload(group, [changed])))[0] == 200
+    assert metric(bot, "deduplicated") == 1
+    assert len(headers_of(world, "Says")) == 1 and len(world.model.requests) == 1
+
+
+async def test_each_alert_group_is_its_own_asker_for_the_per_asker_cap(world: World):
+    port = free_port()
+    await world.start_bot(merge(alerting(port), {"agent": {"max_turns_per_person": 1}}))
+    release = world.model.reply_held(then=TextStep("First, held."))
+    world.model.reply_text("Second, meanwhile.")
+    await post(port, payload('{}:{alertname="AskerA"}', [fired("AskerA", "p-0")]))
+    a = await header(world, "AskerA", "Firing")
+    await world.model.wait_for_requests(1)
+    # A's investigation runs; B's group is another asker, not the receiver's second turn.
+    await post(port, payload('{}:{alertname="AskerB"}', [fired("AskerB", "p-0")]))
+    b = await header(world, "AskerB", "Firing")
+    said = await thread_line(world, b.ts, "Second, meanwhile.", "No investigation ran")
+    assert said.text == "Second, meanwhile."
+    release.set()
+    await thread_line(world, a.ts, "First, held.")
+
+
+async def test_killed_after_slack_took_the_header_the_takeover_finds_it_and_posts_none(
+    world: World, launch: Launcher
+):
+    port = free_port()
+    start = launch({**alerting(port), "database": {"lease_s": 3}})
+    bot = await start()
+    await _listening(port)
+    world.model.reply_text("Investigated in the first header's thread.")
+    # Slack posts the header but its answer never reaches kelpie: killed meanwhile.
+    held = world.slack.hold_answer("chat.postMessage", lambda p: "Unrecorded" in str(p.get("text")))
+    notification = payload('{}:{alertname="Unrecorded"}', [fired("Unrecorded", "checkout-0")])
+    assert (await post(port, notification))[0] == 200
+    first = await header(world, "Unrecorded", "Firing")
+    bot.kill()
+    held.set()
+    world.slack.clear_faults()
+    await start()
+    await thread_line(world, first.ts, "Investigated in the first header's thread.", timeout=120)
+    assert len(headers_of(world, "Unrecorded")) == 1
+    [looked] = world.slack.calls_to("conversations.history")
+    assert looked.params["channel"] == SHOP_CHANNEL
+    assert first.metadata and first.metadata["event_type"] == "kelpie_alert"

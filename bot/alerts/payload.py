@@ -40,6 +40,12 @@ class Alert:
         who = self.fingerprint or json.dumps(self.labels, sort_keys=True)
         return f"{who}@{self.starts_at}"
 
+    @property
+    def version(self) -> str:
+        """The alert and what it says now (what a header shows of it)."""
+        said = json.dumps([self.annotations, self.generator_url], sort_keys=True)
+        return f"{self.identity}{self.status}{said}"
+
 
 @dataclass(frozen=True)
 class Notification:
@@ -60,8 +66,9 @@ class Notification:
 
     @property
     def dedupe_key(self) -> str:
-        """Equal for a redelivery of this notification, and only for it."""
-        parts = [self.group_key, self.status, *sorted(a.identity + a.status for a in self.alerts)]
+        """Equal for a redelivery of this notification, and only for it: a repeat whose
+        alerts say something new (an annotation, a status) is a new notification."""
+        parts = [self.group_key, self.status, *sorted(a.version for a in self.alerts)]
         digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
         return f"alert:{self.receiver}:{digest}"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
@@ -25,7 +25,7 @@ from bot.config import SlackConfig
 from bot.pipeline.roles import ChannelBinding, ChannelRoles
 from bot.slack import copy
 from bot.slack.channels import ChannelDirectory
-from bot.slack.inbox import REPLAYED, Handled
+from bot.slack.inbox import DELIVERY_KEY, REPLAYED, Handled
 from bot.slack.payloads import PersonMessage, is_from_a_person, person_message
 from bot.slack.progress.common import Json
 from bot.slack.queued import QueuedNotices
@@ -38,6 +38,14 @@ _MENTION = re.compile(r"<@[A-Z0-9]+>")
 
 # Withdraws the session's pending approval cards that this person asked for.
 Withdraw = Callable[[int, str], Awaitable[int]]
+
+
+class BotMessages(Protocol):
+    """Alerting apps' messages in watched channels (bot.alerts.watch)."""
+
+    def watches(self, event: Any) -> bool: ...
+
+    async def handle(self, key: str, event: Any, *, replayed: bool) -> bool: ...
 
 
 class SlackAdapter:
@@ -53,8 +61,10 @@ class SlackAdapter:
         withdraw: Withdraw,
         handled: Handled,
         notices: QueuedNotices,
+        watched: BotMessages | None = None,
     ) -> None:
         self._notices = notices
+        self._watched = watched
         self._app = app
         self._config = config
         self._channels = channels
@@ -92,7 +102,10 @@ class SlackAdapter:
         self, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]
     ) -> None:
         try:
-            if await self._message(body, event, context):
+            if self._watched is not None and self._watched.watches(event):
+                if await self._watched_message(body, event, context):
+                    return  # its investigation's acceptance marked the delivery handled
+            elif await self._message(body, event, context):
                 return  # its turn's acceptance marked the delivery handled
         except Exception:
             log.exception("message listener failed for event %s", _event_id(body))
@@ -107,6 +120,17 @@ class SlackAdapter:
                 await self._handled(event_id)
             except Exception as error:  # taken over later, and accepted at most once
                 log.error("could not mark event %s handled: %s", event_id, error)
+
+    async def _watched_message(
+        self, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]
+    ) -> bool:
+        """An alerting app's message in a watched channel: True when investigated."""
+        assert self._watched is not None
+        key = context.get(DELIVERY_KEY) or body.get("event_id")
+        if not isinstance(key, str):
+            return False
+        with logs.bound(event_id=key):
+            return await self._watched.handle(key, event, replayed=bool(context.get(REPLAYED)))
 
     async def _message(
         self, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]

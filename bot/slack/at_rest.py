@@ -5,6 +5,8 @@ nothing more, masked by the outbound masker like everything else kelpie keeps.
   in a channel where kelpie is enabled (a mention, a DM, a thread reply). Chatter and
   anything from a channel kelpie is not enabled in is kept as that id-level stub: a replay
   of it can still say "not enabled here", never what was written.
+- A message of an alerting app in a channel kelpie watches (`alerts.watch`): its ids and
+  its readable text (attachments included), which its investigation asks about.
 - A click: what its listener reads (who, where, which button); not the clicked message's
   content, not the form state, not its `response_url`, which no listener uses.
 - A slash command: its fields, with its `response_url`, the one way to answer it where
@@ -63,9 +65,14 @@ _CLICKED_MESSAGE_IDS = ("type", "ts", "thread_ts")
 _CLICK_DROPPED = frozenset({"token", "response_url", "response_urls", "state", "message"})
 
 
+# The text kept of a bot's message kelpie watches for alerts (None: not watched).
+WatchedText = Callable[[Any], str | None]
+
+
 class AtRest:
-    def __init__(self, enabled: Enabled) -> None:
+    def __init__(self, enabled: Enabled, watched: WatchedText | None = None) -> None:
         self._enabled = enabled
+        self._watched = watched
 
     async def content(self, kind: str, body: dict[str, Any]) -> str:
         """The JSON the inbox keeps for a request of `kind` ("" when nothing is kept)."""
@@ -88,7 +95,11 @@ class AtRest:
         event = body.get("event")
         event = event if isinstance(event, dict) else {}
         ids = {k: event[k] for k in _EVENT_IDS if k in event}
-        if await self._may_start_a_turn(event):
+        watched = self._watched(event) if self._watched is not None else None
+        if watched is not None:
+            # An alerting app's message: what its investigation asks, after a takeover too.
+            ids |= {"text": watched, "app_id": event.get("app_id")}
+        elif await self._may_start_a_turn(event):
             ids["text"] = event.get("text")
         return {k: body[k] for k in _ENVELOPE if k in body} | {"event": ids}
 

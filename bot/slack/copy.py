@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bot.slack.safe_text import escape_mrkdwn
+from bot.values import ALERT_ASKER_PREFIX, shown_person
 
 NOT_ENABLED = (
     "kelpie is not enabled in this channel. Ask an admin to map it to a role in kelpie's config."
@@ -114,11 +115,26 @@ def stopped_by(user: str) -> str:
 
 def who_may_stop(asker: str, approvers: list[str]) -> str:
     """Why a Stop click was refused, naming who may stop instead."""
+    if asker.startswith(ALERT_ASKER_PREFIX):
+        return _who_may_stop_an_alert(shown_person(asker), approvers)
     if not approvers:
         return f"Only <@{asker}>, who asked, can stop this turn."
     return (
         f"Only <@{asker}>, who asked, or an approver of this channel "
         f"({', '.join(approvers)}) can stop this turn."
+    )
+
+
+def _who_may_stop_an_alert(alert: str, approvers: list[str]) -> str:
+    """An alert's investigation has no person who asked: only approvers may stop it."""
+    if not approvers:
+        return (
+            f"This turn investigates {alert}, and this channel has no approvers, "
+            "so it cannot be stopped from here: it ends on its own."
+        )
+    return (
+        f"This turn investigates {alert}: only an approver of this channel "
+        f"({', '.join(approvers)}) can stop it."
     )
 
 

@@ -70,6 +70,8 @@ METHOD_TIERS: Mapping[str, Tier] = MappingProxyType(
         "users.info": Tier.TIER4,
         "usergroups.users.list": Tier.TIER2,
         "conversations.info": Tier.TIER3,
+        # One call a minute for apps outside the Marketplace (Slack changelog 2025-05).
+        "conversations.history": Tier.TIER1,
         "files.getUploadURLExternal": Tier.TIER4,
         "files.completeUploadExternal": Tier.TIER4,
         "assistant.threads.setStatus": Tier.SPECIAL,

@@ -170,11 +170,16 @@ class Message:
     files: list[UploadedFile] = field(default_factory=list)
     updates: int = 0
     deleted: bool = False
+    # Another app's message (an alerting app): its app id, and its subtype when it came
+    # through an incoming webhook ("bot_message", with the webhook's username).
+    app_id: str | None = None
+    subtype: str | None = None
+    username: str | None = None
 
     @property
     def is_bot(self) -> bool:
         """Whether the bot posted this message."""
-        return self.bot_id is not None
+        return self.bot_id is not None and self.app_id is None
 
     @property
     def streaming(self) -> bool:
@@ -203,14 +208,20 @@ class Message:
             msg["user"] = self.user
         if self.bot_id:
             msg["bot_id"] = self.bot_id
-            msg["app_id"] = APP_ID
+            msg["app_id"] = self.app_id or APP_ID
+        if self.bot_id and self.subtype is None:
+            # A bot user's message carries its profile; a webhook's has a username instead.
             msg["bot_profile"] = {
                 "id": self.bot_id,
-                "app_id": APP_ID,
-                "name": BOT_NAME,
+                "app_id": self.app_id or APP_ID,
+                "name": self.username or BOT_NAME,
                 "team_id": TEAM_ID,
                 "deleted": False,
             }
+        if self.subtype:
+            msg["subtype"] = self.subtype
+        if self.username and self.subtype:
+            msg["username"] = self.username
         if self.thread_ts:
             msg["thread_ts"] = self.thread_ts
         if self.blocks:
@@ -310,6 +321,10 @@ _METHOD_TIERS = {
 }
 # Calls that put a new message in a channel: about one a second per channel, short bursts.
 _POSTING = frozenset({"chat.postMessage", "chat.startStream"})
+# Reading a channel's history: one call a minute, at most 15 messages, for apps outside the
+# Marketplace.
+_HISTORY = frozenset({"conversations.history"})
+_HISTORY_MAX = 15
 
 
 @dataclass
@@ -322,6 +337,9 @@ class RateLimits:
     window_s: float = 60.0
     channel_posts: int = 10
     channel_window_s: float = 10.0
+    # conversations.history / .replies for an app not in the Marketplace: one call a minute
+    # (Slack changelog 2025-05), 15 messages at most per call.
+    history_calls: int = 1
 
     def scaled(self, factor: float) -> RateLimits:
         return RateLimits(
@@ -505,6 +523,7 @@ class SlackServer:
             "reactions.remove": SlackServer._reactions_remove,
             "users.info": SlackServer._users_info,
             "conversations.info": SlackServer._conversations_info,
+            "conversations.history": SlackServer._conversations_history,
             "usergroups.users.list": SlackServer._usergroups_users_list,
             "files.getUploadURLExternal": SlackServer._files_get_upload_url_external,
             "files.completeUploadExternal": SlackServer._files_complete_upload_external,
@@ -923,6 +942,8 @@ class SlackServer:
         tier = _METHOD_TIERS.get(call.method)
         if tier is not None:
             windows.append((call.method, self.limits.per_tier[tier], self.limits.window_s))
+        if call.method in _HISTORY:
+            windows.append((call.method, self.limits.history_calls, self.limits.window_s))
         channel = call.params.get("channel")
         if call.method in _POSTING and channel:
             posts, span = self.limits.channel_posts, self.limits.channel_window_s
@@ -1267,6 +1288,36 @@ class SlackServer:
         if not channel_id or channel_id[0] not in "CGD":
             return _error("channel_not_found")
         return {"ok": True, "channel": self._channel(channel_id).to_slack()}
+
+    def _conversations_history(self, call: RecordedCall) -> Json:
+        """Top-level messages newest first, within (oldest, latest], at most 15; each
+        message's `metadata` only with `include_all_metadata` (as Slack does)."""
+        p = call.params
+        channel = self._resolve_channel(p.get("channel"))
+        if channel is None:
+            return _error("channel_not_found")
+        oldest = _ts_key(str(p.get("oldest") or "0"))
+        latest = _ts_key(str(p["latest"])) if p.get("latest") else None
+        found = [
+            m
+            for m in reversed(self.channel_messages(channel))
+            if _ts_key(m.ts) > oldest and (latest is None or _ts_key(m.ts) <= latest)
+        ]
+        limit = min(int(p.get("limit") or _HISTORY_MAX), _HISTORY_MAX)
+        shown = []
+        for message in found[:limit]:
+            item = message.to_slack()
+            if not _truthy(p.get("include_all_metadata")):
+                item.pop("metadata", None)
+            shown.append(item)
+        more = len(found) > limit
+        return {
+            "ok": True,
+            "messages": shown,
+            "has_more": more,
+            "pin_count": 0,
+            "response_metadata": {"next_cursor": "bmV4dA==" if more else ""},
+        }
 
     def _usergroups_users_list(self, call: RecordedCall) -> Json:
         group = str(call.params.get("usergroup") or "")
@@ -1675,6 +1726,41 @@ class SlackServer:
             parent = self.get_message(channel, thread_ts)
             if parent is not None and parent.user:
                 event["parent_user_id"] = parent.user
+        return event
+
+    def bot_message(
+        self,
+        channel: str,
+        text: str,
+        *,
+        bot_id: str,
+        app_id: str,
+        attachments: list[Json] | None = None,
+        webhook: bool = True,
+        username: str = "Alertmanager",
+        thread_ts: str | None = None,
+    ) -> Json:
+        """A `message` event for another app's message (stored in the channel), as the Events
+        API sends it to an app subscribed to `message.channels`: from an incoming webhook
+        (`webhook`: subtype `bot_message`, a username, no user) or from a bot user's
+        chat.postMessage (no subtype; its bot user and `bot_profile`)."""
+        bot_user = f"U{bot_id[1:]}"
+        msg = self._store(
+            Message(
+                channel=channel,
+                ts=self._next_ts(),
+                text=text,
+                user=None if webhook else bot_user,
+                bot_id=bot_id,
+                app_id=app_id,
+                subtype="bot_message" if webhook else None,
+                username=username,
+                thread_ts=thread_ts,
+                attachments=list(attachments or []),
+            )
+        )
+        event = msg.to_slack()
+        event |= {"channel": channel, "event_ts": msg.ts, "channel_type": "channel"}
         return event
 
     def im_message(
