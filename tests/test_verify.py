@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from bot.approvals.verify import WatchTime
+from bot.approvals.verify import NOT_RECOVERED, RECOVERED, ROLLBACK_OFFERED, WatchTime
+from bot.store.db import Database
 from bot.store.turns import Replica
 from bot.store.verify import VerifyWatchRepository
 from tests.bot_processes import Launcher, Start
@@ -371,3 +372,92 @@ async def test_no_rollback_card_where_the_role_may_not_roll_back(world: World):
     await world.drain()
     thread = world.slack.thread(OPS_CHANNEL, mention["ts"])
     assert not any("Proposed by kelpie" in card_text(m) for m in thread)
+
+
+# --- a replica that died between storing its verdict and saying it ------------------------
+
+
+class DeadReplica:
+    """A replica that concluded a watch and was killed: its lease ran out an hour ago."""
+
+    def __init__(self, url: str) -> None:
+        self.db = Database(url)
+        then = datetime.now(UTC) - timedelta(hours=1)
+        self.watches = VerifyWatchRepository(
+            self.db, Replica("dead:1:abcdef", timedelta(seconds=15), clock=lambda: then)
+        )
+
+    async def conclude(self, identifier: str, verdict: str, said_ts: str | None) -> None:
+        assert await self.watches.claim(identifier)
+        assert await self.watches.conclude(identifier, verdict)
+        if said_ts is not None:
+            await self.watches.said(identifier, said_ts)
+
+    async def state(self, identifier: str, want: str) -> tuple[str, str | None]:
+        for _ in range(400):
+            state = await self.watches.state(identifier)
+            if state is not None and state[0] == want:
+                return state
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"the watch of {identifier} never became {want}")
+
+
+async def following_restart(world: World) -> tuple[Any, str]:
+    """A restart approved and followed (still rolling out), then the bot stopped: the
+    watch's row stays, handed back. (The mention, its approval id.)"""
+    world.kube.stall_rollouts = True
+    world.kube.stall_deadline = False
+    hand = HandTime()
+    first = await world.start_bot(watch_time=hand.time)
+    mention, card = await propose_restart(world)
+    identifier = approval_id(card)
+    await click(world, CAROL, card)
+    await hand.asleep()
+    await world.stop_bot(first)
+    return mention, identifier
+
+
+async def test_a_verdict_stored_by_a_replica_killed_before_saying_it_is_said_once(
+    any_db_world: World,
+):
+    world = any_db_world
+    mention, identifier = await following_restart(world)
+    dead = DeadReplica(world.config.database.url)
+    stored = NOT_RECOVERED.format(
+        what="Restart deployment shop/checkout-api", evidence="read before the crash"
+    )
+    try:
+        await dead.conclude(identifier, stored + ROLLBACK_OFFERED, said_ts=None)
+        await world.start_bot()
+        verdict = await wait_said(world, mention["ts"], "Not recovered:")
+        # The stored verdict, as concluded: not a new reading, not a second verdict.
+        assert verdict.text == stored + ROLLBACK_OFFERED
+        rollback = await wait_rollback_card(world, mention["ts"])
+        assert "read before the crash" in card_text(rollback)
+        assert rollback.ts > verdict.ts
+        state = await dead.state(identifier, "done")
+        assert state[1] == stored + ROLLBACK_OFFERED
+        await world.drain()
+    finally:
+        await dead.db.close()
+    assert len(said(world, mention["ts"], "Not recovered:")) == 1
+    assert said(world, mention["ts"], "Recovered:") == []
+    thread = world.slack.thread(OPS_CHANNEL, mention["ts"])
+    assert len([m for m in thread if "Proposed by kelpie" in card_text(m)]) == 1
+
+
+async def test_a_verdict_said_before_the_crash_is_not_said_again(world: World):
+    mention, identifier = await following_restart(world)
+    dead = DeadReplica(world.config.database.url)
+    stored = RECOVERED.format(what="Restart deployment shop/checkout-api", evidence="all ready")
+    try:
+        # Said (its ts stored), then killed before the watch was done.
+        await dead.conclude(identifier, stored, said_ts="1.000001")
+        await world.start_bot()
+        assert await dead.state(identifier, "done") == ("done", stored)
+        await world.drain()
+    finally:
+        await dead.db.close()
+    # Its ts shows it was said: the watch ends without a second message.
+    assert said(world, mention["ts"], "Recovered:") == []
+    assert said(world, mention["ts"], "Not recovered:") == []
