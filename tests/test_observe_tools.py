@@ -18,6 +18,7 @@ from bot.app import buildable_tools
 from bot.checks import observability_checks
 from bot.config import ConfigError, RoleConfig, Secrets, parse_config
 from bot.pipeline.roles import ChannelBinding, common_role, narrower, role_within
+from bot.toolsets.observe.graph import NEEDS_MATPLOTLIB, graph_tool
 from bot.toolsets.observe.http import Endpoint, ObserveHttp
 from bot.toolsets.observe.instances import Instances
 from bot.toolsets.observe.tools import Observe, ObserveSettings
@@ -292,6 +293,37 @@ async def test_show_graph_posts_a_png_with_the_query_and_a_link(
     assert scoped.startswith('container_cpu{namespace=~"shop"')
     assert f"`{scoped}`" in picture.initial_comment
     assert "https://prom.example/graph?g0.expr=container_cpu" in picture.initial_comment
+
+
+async def test_show_graph_without_matplotlib_says_how_to_install_it(
+    prometheus, now: float, caplog: pytest.LogCaptureFixture
+):
+    """An image or install without the `graphs` extra: the model gets the install sentence
+    and the log says why, rather than a traceback."""
+    imported: list[str] = []
+
+    def without_matplotlib(name: str) -> Any:
+        imported.append(name)
+        raise ModuleNotFoundError(f"No module named {name.split('.')[0]!r}", name=name)
+
+    http = ObserveHttp()
+    main = Endpoint(kind="prometheus", name="main", url=prometheus.url, cluster=None, timeout_s=10)
+    observe = Observe(http, Instances((main,)), ObserveSettings(), clock=lambda: now)
+    context = ToolContext("prod", reach=Reach(("shop",)))
+    query = {"query": "container_cpu", "start": "1h"}
+    try:
+        with pytest.raises(ToolFailure) as failure:
+            await graph_tool(observe, importer=without_matplotlib).handler(query, context)
+        drawn = await graph_tool(observe).handler(query, context)  # the real import
+    finally:
+        await http.close()
+    assert str(failure.value) == NEEDS_MATPLOTLIB
+    assert NEEDS_MATPLOTLIB.endswith("pip install kelpie[graphs].")
+    assert imported == ["matplotlib.figure"]
+    assert "show_graph: matplotlib cannot be imported (No module named 'matplotlib')" in (
+        caplog.text
+    )
+    assert drawn.picture is not None and drawn.picture.png.startswith(PNG_SIGNATURE)
 
 
 async def test_kelpie_check_proves_each_instance(world: World, prometheus, alertmanager):
