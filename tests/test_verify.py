@@ -461,3 +461,81 @@ async def test_a_verdict_said_before_the_crash_is_not_said_again(world: World):
     # Its ts shows it was said: the watch ends without a second message.
     assert said(world, mention["ts"], "Recovered:") == []
     assert said(world, mention["ts"], "Not recovered:") == []
+
+
+# --- a namespace's own SLI; rollback cards for nodes; none for a deleted pod ----------------
+
+
+async def test_a_namespaces_own_sli_replaces_the_roles_and_reads_that_namespace_only(
+    world: World, prometheus: PrometheusServer
+):
+    config = with_sli(prometheus, "max(http_latency_seconds)", 1)  # the role's would fail
+    own = {
+        "shop": {"sli": {"query": "max(http_error_ratio)", "healthy_below": 0.01}},
+        "s*": {"sli": {"query": "max(http_latency_seconds)", "healthy_below": 1}},
+    }
+    config["roles"]["operator"]["verify"]["namespaces"] = own  # an exact name before a glob
+    await world.start_bot(config)
+    mention, card = await propose_scale(world)
+    await click(world, CAROL, card)
+    verdict = await wait_said(world, mention["ts"], "Recovered:")
+    assert "max(http_error_ratio) = 0.002 (below 0.01)" in verdict.text
+    # Read from the write's namespace only, not from every namespace of the role.
+    scoped = 'http_error_ratio{namespace=~"shop",namespace!~"kube\\\\-system"}'
+    assert prometheus.queries()[-1] == f"max({scoped})"
+
+
+def node_a_cordoned(world: World) -> bool:
+    node = world.kube.get("Node", "", "node-a")
+    assert node is not None
+    return bool(node["spec"].get("unschedulable"))
+
+
+async def test_a_cordon_whose_sli_is_unhealthy_offers_to_uncordon(
+    world: World, prometheus: PrometheusServer
+):
+    config = with_sli(prometheus, "max(http_latency_seconds)", 1)
+    config["roles"]["operator"]["namespaces"] = ["*"]
+    await world.start_bot(config)
+    world.model.reply_tool_calls([("cordon_node", {"name": "node-a"})])
+    world.model.reply_text("Cordoning.")
+    mention = await world.mention(OPS_CHANNEL, ALICE, "cordon node-a")
+    await click(world, CAROL, await wait_card(world, mention["ts"]))
+    verdict = await wait_said(world, mention["ts"], "Not recovered:")
+    assert "node node-a is cordoned (unschedulable)" in verdict.text
+    assert "max(http_latency_seconds) = 2, not below 1" in verdict.text
+    rollback = await wait_rollback_card(world, mention["ts"])
+    assert "Uncordon node node-a" in card_text(rollback)
+    assert node_a_cordoned(world)  # proposed, not run
+    await click(world, ALICE, rollback)  # four eyes: not the requester of the cordon
+    assert node_a_cordoned(world)
+    world.model.reply_text("Uncordoned.")
+    await click(world, CAROL, rollback)
+    await wait_said(world, mention["ts"], "Uncordoned.")
+    assert not node_a_cordoned(world)
+
+
+async def test_a_deleted_pod_not_replaced_says_why_no_rollback_is_offered(world: World):
+    hand = HandTime()
+    await world.start_bot(watch_time=hand.time)
+    rs = next(
+        r
+        for r in world.kube.objects("ReplicaSet")
+        if r["metadata"]["name"].startswith("checkout-api-") and r["spec"]["replicas"] == 3
+    )
+    crashing = f"{rs['metadata']['name']}-m4n8p"
+    world.model.reply_tool_calls([("delete_pod", {"namespace": "shop", "name": crashing})])
+    world.model.reply_text("Deleting it.")
+    mention = await world.mention(OPS_CHANNEL, ALICE, f"delete {crashing}")
+    await click(world, CAROL, await wait_card(world, mention["ts"]))
+    await hand.asleep()  # gone, and no replacement comes
+    hand.wake(later=timedelta(seconds=300))
+    verdict = await wait_said(world, mention["ts"], "Not recovered:")
+    assert "(still so after 300 s)" in verdict.text
+    assert verdict.text.endswith(
+        "No rollback card: a deleted pod cannot be brought back (its controller, if any,"
+        " makes a new one)."
+    )
+    await world.drain()
+    thread = world.slack.thread(OPS_CHANNEL, mention["ts"])
+    assert not any("Proposed by kelpie" in card_text(m) for m in thread)

@@ -41,8 +41,12 @@ FOLLOWED = {
     "rollback_deployment": "rollback_deployment",
     "set_container_resources": "rollback_deployment",
     "delete_pod": None,
-    "cordon_node": None,
-    "uncordon_node": None,
+    "cordon_node": "uncordon_node",
+    "uncordon_node": "cordon_node",
+}
+# Why a followed write has no undoing write (the verdict says so instead of a card).
+NO_UNDO = {
+    "delete_pod": "a deleted pod cannot be brought back (its controller, if any, makes a new one)",
 }
 
 # --- what the thread reads (one place) ---------------------------------------------------
@@ -180,7 +184,7 @@ class Rollbacks:
         undo = FOLLOWED.get(plan.tool)
         tool = self._registry.get(undo) if undo else None
         if tool is None or tool.write is None:
-            return f"{plan.tool} cannot be undone by a write kelpie has"
+            return NO_UNDO.get(plan.tool, f"{plan.tool} cannot be undone by a write kelpie has")
         if not self._allowed(approval.role, tool):
             return NOT_ALLOWED.format(role=approval.role, tool=tool.name)
         args = undo_args(plan)
@@ -225,7 +229,10 @@ def rollback_id(approval_id: str) -> str:
 
 
 def undo_args(plan: WritePlan) -> dict[str, object] | None:
-    """The undoing tool's arguments: the previous replica count, or the previous revision."""
+    """The undoing tool's arguments: the node again, the previous replica count, or the
+    previous revision."""
+    if plan.tool in ("cordon_node", "uncordon_node"):
+        return {"name": plan.target.name}
     where = {"namespace": plan.target.namespace, "name": plan.target.name}
     if plan.tool == "scale_deployment":
         try:
