@@ -35,6 +35,7 @@ from bot.alerts.threads import AlertThreads
 from bot.alerts.watch import WatchedChannels
 from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, WriteAuditLog
+from bot.approvals.readback import ReadbackByTool
 from bot.approvals.recheck import Approvers, Bindings, CurrentPolicy
 from bot.approvals.service import ApprovalRequests, ApprovalService, ExpiryBell, RecordedWrites
 from bot.approvals.sli import PrometheusSlis
@@ -148,6 +149,7 @@ from bot.toolsets.kube.write import write_tools
 from bot.toolsets.observe.http import ObserveError, ObserveHttp
 from bot.toolsets.observe.instances import KINDS, Instances
 from bot.toolsets.observe.prometheus import Prometheus
+from bot.toolsets.observe.silence import SILENCE_TOOL, SilenceReadback
 from bot.toolsets.observe.tools import Observe, ObserveSettings
 from bot.toolsets.observe.toolset import observe_tools
 from bot.toolsets.present import present_tools
@@ -290,6 +292,11 @@ def observe(config: Config, secrets: Secrets, http: ObserveHttp) -> Observe:
         denied=tuple(config.firewall.deny_namespaces),
     )
     return Observe(http, Instances.from_config(section, secrets), settings, clock=time.time)
+
+
+def readbacks(kube: KubeClients, observability: Observe) -> ReadbackByTool:
+    """How a restart learns whether an approved write landed: from its own backend."""
+    return ReadbackByTool(KubeReadback(kube), {SILENCE_TOOL: SilenceReadback(observability)})
 
 
 def tool_registry(
@@ -619,11 +626,8 @@ def build_core(
     sessions = SessionRepository(db)
     kube = kube_clients(config)
     observe_http = ObserveHttp()
-    registry = tool_registry(
-        kube,
-        gitops=config.kubernetes.gitops,
-        observability=observe(config, secrets, observe_http),
-    )
+    observability = observe(config, secrets, observe_http)
+    registry = tool_registry(kube, gitops=config.kubernetes.gitops, observability=observability)
     gateways = ModelGateways(config=config, secrets=secrets)
     post_hooks = PostToolUseHooks(config.hooks.post_tool_use)
     session_hooks = SessionHooks(config.hooks.session_start, config.hooks.session_end)
@@ -698,7 +702,7 @@ def build_core(
         continuation=DecisionTurns(
             conversation=messages, sessions=sessions, agent=agent, submit=front.submit
         ),
-        readback=KubeReadback(kube),
+        readback=readbacks(kube, observability),
         bell=bell,
         verifier=_verifier(
             config, secrets, db, leases, approval_store, kube, registry, front, requests, watch_time

@@ -400,8 +400,15 @@ class SliConfig(_Strict):
     healthy_below: float
 
 
+class NamespaceVerifyConfig(_Strict):
+    sli: SliConfig
+
+
 class VerifyConfig(_Strict):
     sli: SliConfig | None = None
+    # A namespace's own SLI (keys: names or globs, an exact name first): after a write in
+    # a matching namespace it replaces the role's, and is read from that namespace only.
+    namespaces: dict[str, NamespaceVerifyConfig] = Field(default_factory=dict)
 
 
 class RoleConfig(_Strict):

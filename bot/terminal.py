@@ -380,8 +380,9 @@ class TerminalApprovalCards:
             asking.cancel()  # decided elsewhere (expired): the question is no longer open
         self._console.line(approval_state(approval, note))
 
-    async def tell(self, approval: Approval, text: str) -> None:
+    async def tell(self, approval: Approval, text: str) -> str | None:
         self._console.line(f"  {text}")
+        return None
 
 
 class FixedBinding:

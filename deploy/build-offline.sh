@@ -8,11 +8,14 @@
 #   BASE_LOCK=warn     build even if the base differs from deploy/debian-base.lock (CI)
 #   REFRESH_BASE_LOCK=1  rewrite deploy/debian-base.lock from a fresh base
 #   KEEP_IMAGE=0       delete the image after the smoke test (CI: vfs copies every layer)
+#   IMAGE_LOCK=requirements.lock  an image without the `graphs` extra (default: with it,
+#                      requirements-graphs.lock; the smoke test then imports matplotlib)
 # The base image is cached as localhost/debian-base:bookworm-<hash of the lock>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag=${1:-localhost/kelpie:0.1.0}
 lock=deploy/debian-base.lock
+image_lock=${IMAGE_LOCK:-requirements-graphs.lock}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 export STORAGE_DRIVER=vfs BUILDAH_ISOLATION=chroot
 work=$(mktemp -d)
@@ -76,16 +79,17 @@ fi
 step="downloading the locked wheels"
 ctx="$work/context"
 mkdir -p "$ctx/wheels"
-git archive HEAD bot pyproject.toml README.md requirements.lock | tar -x -C "$ctx"
+git archive HEAD bot pyproject.toml README.md requirements.lock requirements-graphs.lock |
+  tar -x -C "$ctx"
 cp deploy/Dockerfile "$ctx/Dockerfile"
 retry python3 -m pip download -q --require-hashes --only-binary=:all: --python-version 3.11 \
   --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform linux_x86_64 \
-  -r requirements.lock -d "$ctx/wheels"
+  -r "$image_lock" -d "$ctx/wheels"
 retry python3 -m pip download -q -d "$ctx/wheels" 'setuptools>=69' wheel
 
 step="building $tag"
-buildah bud -q --layers=false -t "$tag" --build-arg BASE="$base" \
+buildah bud -q --layers=false -t "$tag" --build-arg BASE="$base" --build-arg LOCK="$image_lock" \
   --build-arg PIP_OFFLINE="--no-index --find-links /src" -f "$ctx/Dockerfile" "$ctx" >/dev/null
 
 # Smoke test: the entry point runs as the unprivileged user and validates a config.
@@ -94,6 +98,10 @@ smoke=$(buildah from "$tag")
 buildah copy "$smoke" deploy/base/kelpie.yaml /config/kelpie.yaml >/dev/null
 buildah run --user 10001:10001 "$smoke" -- kelpie --version
 buildah run --user 10001:10001 "$smoke" -- kelpie config check /config/kelpie.yaml
+if [ "$image_lock" = requirements-graphs.lock ]; then  # show_graph can draw
+  buildah run --user 10001:10001 "$smoke" -- python3 -c \
+    'from matplotlib.backends.backend_agg import FigureCanvasAgg; print("matplotlib ok")'
+fi
 [ "$(buildah run "$smoke" -- id -u kelpie)" = 10001 ]
 if [ "${KEEP_IMAGE:-1}" = 0 ]; then
   buildah rm "$smoke" >/dev/null && smoke=""

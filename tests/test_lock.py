@@ -23,7 +23,12 @@ def pins(lock: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    ("lock", "extras"), [("requirements.lock", []), ("requirements-dev.lock", ["dev"])]
+    ("lock", "extras"),
+    [
+        ("requirements.lock", []),
+        ("requirements-dev.lock", ["dev"]),
+        ("requirements-graphs.lock", ["graphs"]),
+    ],
 )
 def test_lock_pins_every_dependency_within_its_range(lock, extras):
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -39,3 +44,18 @@ def test_lock_pins_every_dependency_within_its_range(lock, extras):
         assert requirement.specifier.contains(locked[name], prereleases=True), (
             f"{lock} pins {name}=={locked[name]}, outside {requirement.specifier}: run {command}"
         )
+
+
+def test_the_image_installs_graphs_at_the_versions_ci_tests():
+    """deploy/Dockerfile installs requirements-graphs.lock by default (show_graph draws in
+    the image): requirements.lock's pins plus matplotlib's, each at the dev lock's version."""
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert "ARG LOCK=requirements-graphs.lock" in dockerfile
+    assert "-r ${LOCK}" in dockerfile
+    graphs, main, dev = (
+        pins(ROOT / name)
+        for name in ("requirements-graphs.lock", "requirements.lock", "requirements-dev.lock")
+    )
+    assert "matplotlib" in graphs
+    assert {name: graphs.get(name) for name in main} == main
+    assert {name: dev.get(name) for name in graphs} == graphs

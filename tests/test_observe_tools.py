@@ -6,6 +6,7 @@ fake Slack. What is asserted is what the peers received and what the model and p
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ from bot.app import buildable_tools
 from bot.checks import observability_checks
 from bot.config import ConfigError, RoleConfig, Secrets, parse_config
 from bot.pipeline.roles import ChannelBinding, common_role, narrower, role_within
+from bot.toolsets.observe.graph import NEEDS_MATPLOTLIB, graph_tool
 from bot.toolsets.observe.http import Endpoint, ObserveHttp
 from bot.toolsets.observe.instances import Instances
 from bot.toolsets.observe.tools import Observe, ObserveSettings
@@ -30,7 +32,17 @@ from tests.peers.model_server import DynamicStep, TextStep, tool_calls_step
 from tests.peers.prometheus import PrometheusServer, Sample
 from tests.postgres import free_port
 from tests.test_approvals import approval_id, card_text, click, wait_card, wait_said
-from tests.world import ALICE, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World, environ
+from tests.test_inbox_at_rest import every_row
+from tests.world import (
+    ALICE,
+    CAROL,
+    LOKI_TENANT,
+    LOKI_TOKEN,
+    OPS_CHANNEL,
+    SHOP_CHANNEL,
+    World,
+    environ,
+)
 
 PLANTED = "AKIAIOSFODNN7EXAMPL3"  # an AWS access key id the masker knows
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -81,7 +93,8 @@ def alertmanager() -> Iterator[AlertmanagerServer]:
 
 @pytest.fixture
 async def loki() -> AsyncIterator[LokiServer]:
-    server = LokiServer()
+    """A multi-tenant Loki: without the configured X-Scope-OrgID a query is refused."""
+    server = LokiServer(tenant_required=True)
     now = time.time() - 60
     for second in range(600):
         for namespace in ("shop", "payments"):
@@ -101,7 +114,14 @@ def observing(prometheus: PrometheusServer, loki: str, alertmanager: str) -> dic
             "prometheus": [
                 {"name": "main", "url": prometheus.url, "external_url": "https://prom.example"}
             ],
-            "loki": [{"name": "logs", "url": loki}],
+            "loki": [
+                {
+                    "name": "logs",
+                    "url": loki,
+                    "headers": {"X-Scope-OrgID": "KELPIE_TEST_LOKI_TENANT"},
+                    "auth": {"method": "environment", "env": "KELPIE_TEST_LOKI_TOKEN"},
+                }
+            ],
             "alertmanager": [{"name": "am", "url": alertmanager}],
         },
         "roles": {
@@ -210,6 +230,39 @@ async def test_log_lines_are_bounded_newest_first_and_masked(
     assert PLANTED not in everything_sent_to_the_model(world)
 
 
+async def test_lokis_headers_arrive_and_its_token_reaches_no_one(
+    world: World, prometheus, loki, alertmanager, caplog: pytest.LogCaptureFixture
+):
+    caplog.set_level(logging.DEBUG)
+    await start(world, prometheus, loki, alertmanager)
+    await ask(world, OPS_CHANNEL, [("loki_query", {"query": '{app="checkout"} |= "boot"'})])
+
+    [received] = [r for r in loki.requests if r.path == "/loki/api/v1/query_range"]
+    assert received.headers["X-Scope-OrgID"] == LOKI_TENANT
+    assert received.headers["Authorization"] == f"Bearer {LOKI_TOKEN}"
+    [result] = results(world)
+    assert "boot key" in result  # the tenant's answer, not `no org id`
+    # The token is Loki's alone: not the model's, Slack's, the log's or the store's.
+    assert LOKI_TOKEN not in everything_sent_to_the_model(world)
+    assert LOKI_TOKEN not in json.dumps([call.params for call in world.slack.calls])
+    assert LOKI_TOKEN not in caplog.text
+    await world.drain()
+    assert LOKI_TOKEN not in await every_row(world.config.database.url)
+
+
+async def test_a_loki_without_its_tenant_header_is_one_sentence(
+    world: World, prometheus, loki, alertmanager
+):
+    config = observing(prometheus, loki.url, alertmanager.url)
+    del config["observability"]["loki"][0]["headers"]
+    await world.start_bot(config)
+    await ask(world, OPS_CHANNEL, [("loki_query", {"query": '{app="checkout"}'})])
+    [received] = [r for r in loki.requests if r.path == "/loki/api/v1/query_range"]
+    assert "X-Scope-OrgID" not in received.headers
+    [result] = results(world)
+    assert "401" in result and LOKI_TOKEN not in everything_sent_to_the_model(world)
+
+
 async def test_active_alerts_are_only_the_roles_namespaces(
     world: World, prometheus, loki, alertmanager
 ):
@@ -292,6 +345,37 @@ async def test_show_graph_posts_a_png_with_the_query_and_a_link(
     assert scoped.startswith('container_cpu{namespace=~"shop"')
     assert f"`{scoped}`" in picture.initial_comment
     assert "https://prom.example/graph?g0.expr=container_cpu" in picture.initial_comment
+
+
+async def test_show_graph_without_matplotlib_says_how_to_install_it(
+    prometheus, now: float, caplog: pytest.LogCaptureFixture
+):
+    """An image or install without the `graphs` extra: the model gets the install sentence
+    and the log says why, rather than a traceback."""
+    imported: list[str] = []
+
+    def without_matplotlib(name: str) -> Any:
+        imported.append(name)
+        raise ModuleNotFoundError(f"No module named {name.split('.')[0]!r}", name=name)
+
+    http = ObserveHttp()
+    main = Endpoint(kind="prometheus", name="main", url=prometheus.url, cluster=None, timeout_s=10)
+    observe = Observe(http, Instances((main,)), ObserveSettings(), clock=lambda: now)
+    context = ToolContext("prod", reach=Reach(("shop",)))
+    query = {"query": "container_cpu", "start": "1h"}
+    try:
+        with pytest.raises(ToolFailure) as failure:
+            await graph_tool(observe, importer=without_matplotlib).handler(query, context)
+        drawn = await graph_tool(observe).handler(query, context)  # the real import
+    finally:
+        await http.close()
+    assert str(failure.value) == NEEDS_MATPLOTLIB
+    assert NEEDS_MATPLOTLIB.endswith("pip install kelpie[graphs].")
+    assert imported == ["matplotlib.figure"]
+    assert "show_graph: matplotlib cannot be imported (No module named 'matplotlib')" in (
+        caplog.text
+    )
+    assert drawn.picture is not None and drawn.picture.png.startswith(PNG_SIGNATURE)
 
 
 async def test_kelpie_check_proves_each_instance(world: World, prometheus, alertmanager):

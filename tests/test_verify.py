@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from bot.approvals.verify import WatchTime
+from bot.approvals.verify import NOT_RECOVERED, RECOVERED, ROLLBACK_OFFERED, WatchTime
+from bot.store.db import Database
 from bot.store.turns import Replica
 from bot.store.verify import VerifyWatchRepository
 from tests.bot_processes import Launcher, Start
@@ -368,6 +369,173 @@ async def test_no_rollback_card_where_the_role_may_not_roll_back(world: World):
     await click(world, CAROL, card)
     verdict = await wait_said(world, mention["ts"], "Not recovered:")
     assert "No rollback card: role operator may not use rollback_deployment." in verdict.text
+    await world.drain()
+    thread = world.slack.thread(OPS_CHANNEL, mention["ts"])
+    assert not any("Proposed by kelpie" in card_text(m) for m in thread)
+
+
+# --- a replica that died between storing its verdict and saying it ------------------------
+
+
+class DeadReplica:
+    """A replica that concluded a watch and was killed: its lease ran out an hour ago."""
+
+    def __init__(self, url: str) -> None:
+        self.db = Database(url)
+        then = datetime.now(UTC) - timedelta(hours=1)
+        self.watches = VerifyWatchRepository(
+            self.db, Replica("dead:1:abcdef", timedelta(seconds=15), clock=lambda: then)
+        )
+
+    async def conclude(self, identifier: str, verdict: str, said_ts: str | None) -> None:
+        assert await self.watches.claim(identifier)
+        assert await self.watches.conclude(identifier, verdict)
+        if said_ts is not None:
+            await self.watches.said(identifier, said_ts)
+
+    async def state(self, identifier: str, want: str) -> tuple[str, str | None]:
+        for _ in range(400):
+            state = await self.watches.state(identifier)
+            if state is not None and state[0] == want:
+                return state
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"the watch of {identifier} never became {want}")
+
+
+async def following_restart(world: World) -> tuple[Any, str]:
+    """A restart approved and followed (still rolling out), then the bot stopped: the
+    watch's row stays, handed back. (The mention, its approval id.)"""
+    world.kube.stall_rollouts = True
+    world.kube.stall_deadline = False
+    hand = HandTime()
+    first = await world.start_bot(watch_time=hand.time)
+    mention, card = await propose_restart(world)
+    identifier = approval_id(card)
+    await click(world, CAROL, card)
+    await hand.asleep()
+    await world.stop_bot(first)
+    return mention, identifier
+
+
+async def test_a_verdict_stored_by_a_replica_killed_before_saying_it_is_said_once(
+    any_db_world: World,
+):
+    world = any_db_world
+    mention, identifier = await following_restart(world)
+    dead = DeadReplica(world.config.database.url)
+    stored = NOT_RECOVERED.format(
+        what="Restart deployment shop/checkout-api", evidence="read before the crash"
+    )
+    try:
+        await dead.conclude(identifier, stored + ROLLBACK_OFFERED, said_ts=None)
+        await world.start_bot()
+        verdict = await wait_said(world, mention["ts"], "Not recovered:")
+        # The stored verdict, as concluded: not a new reading, not a second verdict.
+        assert verdict.text == stored + ROLLBACK_OFFERED
+        rollback = await wait_rollback_card(world, mention["ts"])
+        assert "read before the crash" in card_text(rollback)
+        assert rollback.ts > verdict.ts
+        state = await dead.state(identifier, "done")
+        assert state[1] == stored + ROLLBACK_OFFERED
+        await world.drain()
+    finally:
+        await dead.db.close()
+    assert len(said(world, mention["ts"], "Not recovered:")) == 1
+    assert said(world, mention["ts"], "Recovered:") == []
+    thread = world.slack.thread(OPS_CHANNEL, mention["ts"])
+    assert len([m for m in thread if "Proposed by kelpie" in card_text(m)]) == 1
+
+
+async def test_a_verdict_said_before_the_crash_is_not_said_again(world: World):
+    mention, identifier = await following_restart(world)
+    dead = DeadReplica(world.config.database.url)
+    stored = RECOVERED.format(what="Restart deployment shop/checkout-api", evidence="all ready")
+    try:
+        # Said (its ts stored), then killed before the watch was done.
+        await dead.conclude(identifier, stored, said_ts="1.000001")
+        await world.start_bot()
+        assert await dead.state(identifier, "done") == ("done", stored)
+        await world.drain()
+    finally:
+        await dead.db.close()
+    # Its ts shows it was said: the watch ends without a second message.
+    assert said(world, mention["ts"], "Recovered:") == []
+    assert said(world, mention["ts"], "Not recovered:") == []
+
+
+# --- a namespace's own SLI; rollback cards for nodes; none for a deleted pod ----------------
+
+
+async def test_a_namespaces_own_sli_replaces_the_roles_and_reads_that_namespace_only(
+    world: World, prometheus: PrometheusServer
+):
+    config = with_sli(prometheus, "max(http_latency_seconds)", 1)  # the role's would fail
+    own = {
+        "shop": {"sli": {"query": "max(http_error_ratio)", "healthy_below": 0.01}},
+        "s*": {"sli": {"query": "max(http_latency_seconds)", "healthy_below": 1}},
+    }
+    config["roles"]["operator"]["verify"]["namespaces"] = own  # an exact name before a glob
+    await world.start_bot(config)
+    mention, card = await propose_scale(world)
+    await click(world, CAROL, card)
+    verdict = await wait_said(world, mention["ts"], "Recovered:")
+    assert "max(http_error_ratio) = 0.002 (below 0.01)" in verdict.text
+    # Read from the write's namespace only, not from every namespace of the role.
+    scoped = 'http_error_ratio{namespace=~"shop",namespace!~"kube\\\\-system"}'
+    assert prometheus.queries()[-1] == f"max({scoped})"
+
+
+def node_a_cordoned(world: World) -> bool:
+    node = world.kube.get("Node", "", "node-a")
+    assert node is not None
+    return bool(node["spec"].get("unschedulable"))
+
+
+async def test_a_cordon_whose_sli_is_unhealthy_offers_to_uncordon(
+    world: World, prometheus: PrometheusServer
+):
+    config = with_sli(prometheus, "max(http_latency_seconds)", 1)
+    config["roles"]["operator"]["namespaces"] = ["*"]
+    await world.start_bot(config)
+    world.model.reply_tool_calls([("cordon_node", {"name": "node-a"})])
+    world.model.reply_text("Cordoning.")
+    mention = await world.mention(OPS_CHANNEL, ALICE, "cordon node-a")
+    await click(world, CAROL, await wait_card(world, mention["ts"]))
+    verdict = await wait_said(world, mention["ts"], "Not recovered:")
+    assert "node node-a is cordoned (unschedulable)" in verdict.text
+    assert "max(http_latency_seconds) = 2, not below 1" in verdict.text
+    rollback = await wait_rollback_card(world, mention["ts"])
+    assert "Uncordon node node-a" in card_text(rollback)
+    assert node_a_cordoned(world)  # proposed, not run
+    await click(world, ALICE, rollback)  # four eyes: not the requester of the cordon
+    assert node_a_cordoned(world)
+    world.model.reply_text("Uncordoned.")
+    await click(world, CAROL, rollback)
+    await wait_said(world, mention["ts"], "Uncordoned.")
+    assert not node_a_cordoned(world)
+
+
+async def test_a_deleted_pod_not_replaced_says_why_no_rollback_is_offered(world: World):
+    hand = HandTime()
+    await world.start_bot(watch_time=hand.time)
+    rs = next(
+        r
+        for r in world.kube.objects("ReplicaSet")
+        if r["metadata"]["name"].startswith("checkout-api-") and r["spec"]["replicas"] == 3
+    )
+    crashing = f"{rs['metadata']['name']}-m4n8p"
+    world.model.reply_tool_calls([("delete_pod", {"namespace": "shop", "name": crashing})])
+    world.model.reply_text("Deleting it.")
+    mention = await world.mention(OPS_CHANNEL, ALICE, f"delete {crashing}")
+    await click(world, CAROL, await wait_card(world, mention["ts"]))
+    await hand.asleep()  # gone, and no replacement comes
+    hand.wake(later=timedelta(seconds=300))
+    verdict = await wait_said(world, mention["ts"], "Not recovered:")
+    assert "(still so after 300 s)" in verdict.text
+    assert verdict.text.endswith(
+        "No rollback card: a deleted pod cannot be brought back (its controller, if any,"
+        " makes a new one)."
+    )
     await world.drain()
     thread = world.slack.thread(OPS_CHANNEL, mention["ts"])
     assert not any("Proposed by kelpie" in card_text(m) for m in thread)

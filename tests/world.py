@@ -33,6 +33,9 @@ BOB = "U0BOB"
 MODEL_KEY = "sk-test-model-key-0123456789"
 # The bearer token alert webhooks send (`alerts.receivers[].auth.token_env`).
 ALERTS_TOKEN = "alerts-test-token-0123456789"
+# A multi-tenant Loki's tenant (X-Scope-OrgID) and bearer token, named by the observe tests.
+LOKI_TENANT = "team-shop"
+LOKI_TOKEN = "loki-test-token-0123456789"
 # Slack's rate limits keep their counts but run 30 times faster, in the fake Slack and in
 # kelpie's pacer alike (a minute's budget every 2 s), so bursts stay quick to test.
 SLACK_TIME_SCALE = 1 / 30
@@ -109,6 +112,8 @@ def environ(slack: SlackServer) -> dict[str, str]:
         "KELPIE_TEST_ALERTS_TOKEN": ALERTS_TOKEN,
         "KELPIE_TEST_ALERTS_USER": "grafana",
         "KELPIE_TEST_ALERTS_PASSWORD": ALERTS_TOKEN[::-1],
+        "KELPIE_TEST_LOKI_TENANT": LOKI_TENANT,
+        "KELPIE_TEST_LOKI_TOKEN": LOKI_TOKEN,
     }
 
 

@@ -101,7 +101,7 @@ class WriteCoordinator:
             await asyncio.shield(self._audit_outcome(base, fenced))
             return fenced
 
-        context = ToolContext(plan.cluster, plan.target.namespace or None)
+        context = ToolContext(plan.cluster, plan.target.namespace or None, approval_id=approval.id)
         # Whatever happens to the change (even a cancellation), its outcome audit is tried.
         outcome = WriteOutcome(
             True, False, "The write was interrupted; its result is unknown.", "result unknown"

@@ -82,8 +82,9 @@ class ApprovalCards(Protocol):
 
     async def update(self, approval: Approval, note: str = "") -> None: ...
 
-    async def tell(self, approval: Approval, text: str) -> None:
-        """Say something in the approval's thread (an outcome the card could not show)."""
+    async def tell(self, approval: Approval, text: str) -> str | None:
+        """Say something in the approval's thread (an outcome the card could not show);
+        the message's ts, where the surface has one."""
         ...
 
 

@@ -441,7 +441,7 @@ class ApprovalService:
         """Approved, no outcome: its kelpie process stopped between the click and the
         outcome (this one before a restart, or another replica). Read the target back; never
         run the write again blindly."""
-        done = await self._readback.applied(approval.plan)
+        done = await self._readback.applied(approval.plan, approval.id)
         if done:
             outcome, note = copy.RECONCILED_EXECUTED, copy.reconciled_executed(approval)
         else:

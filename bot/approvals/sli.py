@@ -1,18 +1,22 @@
 """The role's SLI after a change settled (`verify.sli: {query, healthy_below}` on a role):
 read once, at the end of the verification watch, from the Prometheus of the write's
 cluster, with the role's namespaces enforced inside the query (`scope_promql`), as for any
-query kelpie sends. The worst series counts. A query that cannot be run or returns nothing
-is reported beside the verdict, never taken for a recovery failure: a Prometheus outage is
-no reason to roll a healthy change back."""
+query kelpie sends. A namespace may name its own (`verify.namespaces: {shop: {sli: …}}`,
+names or globs, an exact name first): after a write there it replaces the role's and is
+enforced to that one namespace, so `sum(rate(errors[5m]))` reads shop's errors only.
+The worst series counts. A query that cannot be run or returns nothing is reported beside
+the verdict, never taken for a recovery failure: a Prometheus outage is no reason to roll
+a healthy change back."""
 
 from __future__ import annotations
 
 import math
 import time
 from collections.abc import Callable, Mapping
+from fnmatch import fnmatchcase
 
 from bot.approvals.verify import SliReading
-from bot.config import RoleConfig
+from bot.config import RoleConfig, SliConfig
 from bot.toolsets.observe.http import ObserveError, ObserveHttp
 from bot.toolsets.observe.prometheus import Prometheus
 from bot.toolsets.observe.scope import NamespaceScope, QueryRefused, scope_promql
@@ -42,16 +46,17 @@ class PrometheusSlis:
 
     async def check(self, approval: Approval) -> SliReading | None:
         role = self._roles.get(approval.role)
-        sli = role.verify.sli if role is not None else None
-        if role is None or sli is None:
+        chosen = chosen_sli(role, approval.plan.target.namespace) if role is not None else None
+        if chosen is None:
             return None
+        sli, (patterns, cluster_metrics) = chosen
         unread = SliReading(sli.query, None, sli.healthy_below)
         prometheus = self._prometheus_for(approval.plan.cluster)
         if prometheus is None:
             return _failed(unread, NO_PROMETHEUS.format(cluster=approval.plan.cluster))
         scope = NamespaceScope(
-            patterns=tuple(role.namespaces),
-            cluster_metrics=role.observability.cluster_metrics,
+            patterns=patterns,
+            cluster_metrics=cluster_metrics,
             label=prometheus.endpoint.namespace_label,
             denied=self._denied,
         )
@@ -67,6 +72,22 @@ class PrometheusSlis:
     async def close(self) -> None:
         if self._http is not None:
             await self._http.close()
+
+
+def chosen_sli(
+    role: RoleConfig, namespace: str
+) -> tuple[SliConfig, tuple[tuple[str, ...], bool]] | None:
+    """The SLI after a write in `namespace` ("" for a node) and where it is read: the
+    namespace's own (that namespace only), else the role's (its namespaces)."""
+    own = role.verify.namespaces
+    key = namespace if namespace in own else None
+    if namespace and key is None:
+        key = next((pattern for pattern in own if fnmatchcase(namespace, pattern)), None)
+    if key is not None:
+        return own[key].sli, ((namespace,), False)
+    if role.verify.sli is None:
+        return None
+    return role.verify.sli, (tuple(role.namespaces), role.observability.cluster_metrics)
 
 
 def _failed(reading: SliReading, why: str) -> SliReading:

@@ -7,9 +7,12 @@ approval: preview by dry run, four eyes, audit; nothing runs without a click).
 The watch is a stored row (`WatchStore`), written before it starts and leased to the
 replica following it (renewed at every poll). A restart, or another replica once that
 lease expired, claims it and follows it again (reading the target at once; a deadline that
-passed meanwhile ends it with that reading); the verdict is said by the one replica whose
-compare-and-set ends the row, so the thread hears it once. Time is injected (`clock`,
-`sleep`): tests never wait.
+passed meanwhile ends it with that reading). The verdict is stored before it is said (the
+one replica whose compare-and-set concludes the row says it), its message's ts after, and
+only then is the watch done: a replica killed in between leaves a concluded watch whose
+stored verdict the next one says (unless its ts shows it was said), and whose rollback
+card, with an id derived from the approval's, it proposes unless it exists. So the thread
+hears it once, even across kill -9. Time is injected (`clock`, `sleep`): tests never wait.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -25,6 +28,7 @@ from typing import Protocol
 from bot.approvals.model import ApprovalCards
 from bot.errors import KelpieError
 from bot.pipeline.harness import ToolRegistry
+from bot.store.verify import LeftWatch
 from bot.toolsets.spec import Tool, ToolContext, bound_identity
 from bot.values import Approval, ApprovalState, Effect, WritePlan
 
@@ -37,8 +41,12 @@ FOLLOWED = {
     "rollback_deployment": "rollback_deployment",
     "set_container_resources": "rollback_deployment",
     "delete_pod": None,
-    "cordon_node": None,
-    "uncordon_node": None,
+    "cordon_node": "uncordon_node",
+    "uncordon_node": "cordon_node",
+}
+# Why a followed write has no undoing write (the verdict says so instead of a card).
+NO_UNDO = {
+    "delete_pod": "a deleted pod cannot be brought back (its controller, if any, makes a new one)",
 }
 
 # --- what the thread reads (one place) ---------------------------------------------------
@@ -52,6 +60,7 @@ NO_ROLLBACK = " No rollback card: {why}."
 NOT_ALLOWED = "role {role} may not use {tool}"
 UNPREPARED = "the rollback could not be prepared (logged)"
 UNREADABLE = "the target could not be read ({error})"
+GONE = "Not followed to the end: approval {id} is gone."
 ROLLBACK_REASON = (
     "Proposed by kelpie: approval {id} ({what}) did not recover: {evidence}. Undoes it."
 )
@@ -103,9 +112,13 @@ class WatchStore(Protocol):
 
     async def renew(self, approval_id: str) -> bool: ...
 
-    async def finish(self, approval_id: str, verdict: str) -> bool: ...
+    async def conclude(self, approval_id: str, verdict: str) -> bool: ...
 
-    async def orphans(self) -> list[tuple[str, datetime]]: ...
+    async def said(self, approval_id: str, ts: str | None) -> None: ...
+
+    async def finish(self, approval_id: str) -> bool: ...
+
+    async def orphans(self) -> list[LeftWatch]: ...
 
     async def claim(self, approval_id: str) -> bool: ...
 
@@ -171,7 +184,7 @@ class Rollbacks:
         undo = FOLLOWED.get(plan.tool)
         tool = self._registry.get(undo) if undo else None
         if tool is None or tool.write is None:
-            return f"{plan.tool} cannot be undone by a write kelpie has"
+            return NO_UNDO.get(plan.tool, f"{plan.tool} cannot be undone by a write kelpie has")
         if not self._allowed(approval.role, tool):
             return NOT_ALLOWED.format(role=approval.role, tool=tool.name)
         args = undo_args(plan)
@@ -186,7 +199,7 @@ class Rollbacks:
             log.exception("could not prepare the rollback of approval %s", approval.id)
             return UNPREPARED
         return Approval(
-            id=uuid.uuid4().hex,
+            id=rollback_id(approval.id),
             session_id=approval.session_id,
             turn_id=approval.turn_id,
             tool_call_id=f"verify-{approval.id[:8]}",
@@ -209,8 +222,17 @@ class Rollbacks:
             log.warning("the rollback card %s could not be posted", rollback.id)
 
 
+def rollback_id(approval_id: str) -> str:
+    """The one rollback card an approval can have: proposed again after a crash, it is
+    found by this id rather than posted twice."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"kelpie:rollback:{approval_id}").hex
+
+
 def undo_args(plan: WritePlan) -> dict[str, object] | None:
-    """The undoing tool's arguments: the previous replica count, or the previous revision."""
+    """The undoing tool's arguments: the node again, the previous replica count, or the
+    previous revision."""
+    if plan.tool in ("cordon_node", "uncordon_node"):
+        return {"name": plan.target.name}
     where = {"namespace": plan.target.namespace, "name": plan.target.name}
     if plan.tool == "scale_deployment":
         try:
@@ -262,22 +284,27 @@ class Verifier:
         return deadline if created else None
 
     def start(self, approval: Approval, deadline: datetime, *, resumed: bool = False) -> None:
-        task = asyncio.create_task(
-            self._watch(approval, deadline, resumed), name=f"verify-{approval.id[:8]}"
-        )
-        self._tasks[approval.id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(approval.id, None))
+        self._track(approval.id, self._watch(approval, deadline, resumed))
+
+    def _track(self, approval_id: str, work: Coroutine[object, object, None]) -> None:
+        task = asyncio.create_task(work, name=f"verify-{approval_id[:8]}")
+        self._tasks[approval_id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(approval_id, None))
 
     async def resume(self) -> None:
-        """Watches a stopped process left (its lease expired): followed again here."""
-        for approval_id, deadline in await self._store.orphans():
-            if approval_id in self._tasks or not await self._store.claim(approval_id):
+        """Watches a stopped process left (its lease expired): followed again here, or,
+        when it had concluded, its stored verdict said."""
+        for left in await self._store.orphans():
+            if left.approval_id in self._tasks or not await self._store.claim(left.approval_id):
                 continue
-            approval = await self._approvals.get(approval_id)
+            approval = await self._approvals.get(left.approval_id)
             if approval is None:
-                await self._store.finish(approval_id, "the approval is gone")
-                continue
-            self.start(approval, deadline, resumed=True)
+                await self._store.conclude(left.approval_id, GONE.format(id=left.approval_id))
+                await self._store.finish(left.approval_id)
+            elif left.verdict is None:
+                self.start(approval, left.deadline, resumed=True)
+            else:
+                self._track(approval.id, self._announce_left(approval, left))
 
     async def close(self) -> None:
         """Stop following (shutdown): the rows stay, so the next start resumes them."""
@@ -299,9 +326,11 @@ class Verifier:
             if effect is None:
                 return  # another replica follows it now
             verdict = await self._verdict(approval, effect, deadline)
-            if not await self._store.finish(approval.id, verdict.text):
+            text, rollback = await self._conclusion(approval, verdict, resumed)
+            # Stored before it is said: a crash from here on leaves it to be said once.
+            if not await self._store.conclude(approval.id, text):
                 return
-            await self._say(approval, verdict, resumed)
+            await self._announce(approval, text, rollback)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -341,18 +370,55 @@ class Verifier:
                 return Verdict(False, NOT_RECOVERED.format(what=what, evidence=evidence), evidence)
         return Verdict(True, RECOVERED.format(what=what, evidence=evidence), evidence)
 
-    async def _say(self, approval: Approval, verdict: Verdict, resumed: bool) -> None:
-        """The verdict, then (not recovered) the rollback card below it."""
+    async def _conclusion(
+        self, approval: Approval, verdict: Verdict, resumed: bool
+    ) -> tuple[str, Approval | None]:
+        """The verdict's message and (not recovered) the rollback card to post below it."""
         text = verdict.text + (RESUMED if resumed else "")
-        rollback: Approval | str = ""
-        if not verdict.recovered:
-            rollback = await self._rollbacks.prepare(approval, verdict.evidence)
-            text += (
-                NO_ROLLBACK.format(why=rollback) if isinstance(rollback, str) else ROLLBACK_OFFERED
-            )
+        if verdict.recovered:
+            return text, None
+        rollback = await self._rollbacks.prepare(approval, verdict.evidence)
+        if isinstance(rollback, str):
+            return text + NO_ROLLBACK.format(why=rollback), None
+        return text + ROLLBACK_OFFERED, rollback
+
+    async def _announce(self, approval: Approval, text: str, rollback: Approval | None) -> None:
+        """Say the concluded verdict, then post the rollback card below it, then end."""
         try:
-            await self._cards.tell(approval, text)
+            ts = await self._cards.tell(approval, text)
         except Exception:
+            # Concluded, not said: handed back, so a later reconciliation says it.
             log.exception("could not say the verdict on approval %s", approval.id)
-        if isinstance(rollback, Approval):
+            await self._store.release(approval.id)
+            return
+        await self._store.said(approval.id, ts)
+        if rollback is not None:
             await self._rollbacks.propose(rollback)
+        await self._store.finish(approval.id)
+
+    async def _announce_left(self, approval: Approval, left: LeftWatch) -> None:
+        """A concluded watch whose replica died: its stored verdict said (unless it was)
+        and its rollback card proposed (unless it exists), then it ends."""
+        try:
+            rollback = await self._left_rollback(approval, left)
+            if left.said_ts is None:
+                await self._announce(approval, left.verdict or "", rollback)
+                return
+            if rollback is not None:
+                await self._rollbacks.propose(rollback)
+            await self._store.finish(approval.id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("could not end the verification watch of approval %s", approval.id)
+
+    async def _left_rollback(self, approval: Approval, left: LeftWatch) -> Approval | None:
+        """The rollback card the stored verdict offers, unless it was proposed already."""
+        if left.verdict is None or not left.verdict.endswith(ROLLBACK_OFFERED):
+            return None
+        if await self._approvals.get(rollback_id(approval.id)) is not None:
+            return None
+        evidence = left.verdict.removesuffix(ROLLBACK_OFFERED).removesuffix(RESUMED)
+        evidence = evidence.removeprefix(NOT_RECOVERED.split("{", 1)[0]).rstrip(".")
+        prepared = await self._rollbacks.prepare(approval, evidence)
+        return prepared if isinstance(prepared, Approval) else None

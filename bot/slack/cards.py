@@ -207,11 +207,13 @@ class SlackApprovalCards:
             blocks=card_blocks(approval, note),
         )
 
-    async def tell(self, approval: Approval, text: str) -> None:
+    async def tell(self, approval: Approval, text: str) -> str | None:
         # The sentence quotes the plan and outcome (cluster and model text): never markup.
-        await self._client.chat_postMessage(
+        response = await self._client.chat_postMessage(
             channel=approval.channel_id, thread_ts=approval.thread_ts, text=escape_mrkdwn(text)
         )
+        ts = response.get("ts")
+        return ts if isinstance(ts, str) else None
 
 
 def _clicked_card(body: dict[str, Any], approval_id: str) -> str | None:

@@ -259,17 +259,20 @@ class WriteReservationRow(SQLModel, table=True):
 class VerifyWatchRow(SQLModel, table=True):
     """An approved write's effect being followed (`agent.verify_s`): stored before the watch
     starts, leased to the replica watching it (renewed at every poll), so a restart or
-    another replica resumes it once that lease expired. `state` moves only watching → done,
-    by a compare-and-set, and only its winner says the verdict in the thread."""
+    another replica resumes it once that lease expired. `state` moves only watching →
+    concluded (the verdict stored, by a compare-and-set: only its winner says it) → done
+    (said); a concluded watch taken over after a crash says its stored verdict, unless
+    `verdict_ts` shows it was said already."""
 
     __tablename__ = "verify_watches"
 
     approval_id: str = Field(foreign_key="approvals.id", primary_key=True)
-    state: str = Field(index=True)  # watching | done
+    state: str = Field(index=True)  # watching | concluded | done
     deadline: datetime
     owner: str | None = None
     lease_expires_at: datetime | None = Field(default=None, index=True)
-    verdict: str | None = None  # the thread's message, once done
+    verdict: str | None = None  # the thread's message, once concluded
+    verdict_ts: str | None = None  # its ts in the thread, once said
     created_at: datetime = Field(default_factory=utcnow)
 
 

@@ -2,11 +2,15 @@
 
 A watch is leased like a turn: its `owner` renews `lease_expires_at` at every poll; one
 whose lease expired (its replica died or stopped) is claimed by compare-and-set, so exactly
-one replica resumes it. Ending it is a compare-and-set too (watching → done by its owner):
-only the winner says the verdict, so the thread gets one message."""
+one replica resumes it. Ending it takes three steps, each by its owner: the verdict is
+stored first (watching → concluded, a compare-and-set: only the winner says it), then
+said (the message's ts stored), then the watch is done. A replica that dies between them
+leaves a concluded watch: whoever takes it over says the stored verdict, unless its ts
+shows it was said already, so the verdict survives kill -9 and is said once."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +22,20 @@ from bot.store.tables import VerifyWatchRow, aware
 from bot.store.turns import Replica
 
 WATCHING = "watching"
+CONCLUDED = "concluded"  # the verdict stored, maybe not said yet
 DONE = "done"
+OPEN = (WATCHING, CONCLUDED)
+
+
+@dataclass(frozen=True)
+class LeftWatch:
+    """A watch no live replica follows: still watching (verdict None), or concluded with a
+    verdict that may not have been said (said_ts None) when its replica died."""
+
+    approval_id: str
+    deadline: datetime
+    verdict: str | None = None
+    said_ts: str | None = None
 
 
 class VerifyWatchRepository:
@@ -55,12 +72,31 @@ class VerifyWatchRepository:
         )
         return await self._db.write(counting(statement))
 
-    async def finish(self, approval_id: str, verdict: str) -> bool:
-        """watching → done, by its owner only; True for the one caller that says it."""
+    async def conclude(self, approval_id: str, verdict: str) -> bool:
+        """watching → concluded with the verdict to say, by its owner only; True for the
+        one caller that says it."""
         statement = (
             update(VerifyWatchRow)
             .where(*self._mine(approval_id))
-            .values(state=DONE, verdict=verdict, lease_expires_at=None)
+            .values(state=CONCLUDED, verdict=verdict)
+        )
+        return await self._db.write(counting(statement))
+
+    async def said(self, approval_id: str, ts: str | None) -> None:
+        """The concluded verdict is in the thread (its ts, when the surface gave one)."""
+        statement = (
+            update(VerifyWatchRow)
+            .where(*self._mine(approval_id, CONCLUDED))
+            .values(verdict_ts=ts or "")
+        )
+        await self._db.write(counting(statement))
+
+    async def finish(self, approval_id: str) -> bool:
+        """concluded → done, by its owner only."""
+        statement = (
+            update(VerifyWatchRow)
+            .where(*self._mine(approval_id, CONCLUDED))
+            .values(state=DONE, lease_expires_at=None)
         )
         return await self._db.write(counting(statement))
 
@@ -68,25 +104,21 @@ class VerifyWatchRepository:
         """This process stops following it (shutdown): its lease ends now, so the next
         start, or another replica, resumes it without waiting for the lease to lapse."""
         statement = (
-            update(VerifyWatchRow).where(*self._mine(approval_id)).values(lease_expires_at=None)
+            update(VerifyWatchRow)
+            .where(*self._mine(approval_id, *OPEN))
+            .values(lease_expires_at=None)
         )
         await self._db.write(counting(statement))
 
-    async def orphans(self) -> list[tuple[str, datetime]]:
-        """Watches no live replica follows (lease expired): (approval id, deadline)."""
-        now = self._replica.clock()
+    async def orphans(self) -> list[LeftWatch]:
+        """Watches no live replica follows (lease expired), watching or concluded."""
         async with self._db.sessions() as session:
-            rows = await session.exec(
-                select(VerifyWatchRow.approval_id, VerifyWatchRow.deadline).where(
-                    col(VerifyWatchRow.state) == WATCHING,
-                    or_(
-                        col(VerifyWatchRow.lease_expires_at).is_(None),
-                        col(VerifyWatchRow.lease_expires_at) <= now,
-                    ),
-                )
-            )
-            found = [(row[0], aware(row[1])) for row in rows.all()]
-        return [(key, deadline) for key, deadline in found if key not in self.running]
+            rows = await session.exec(select(VerifyWatchRow).where(*self._lapsed()))
+            found = [
+                LeftWatch(row.approval_id, aware(row.deadline), row.verdict, row.verdict_ts)
+                for row in rows.all()
+            ]
+        return [watch for watch in found if watch.approval_id not in self.running]
 
     async def claim(self, approval_id: str) -> bool:
         """Take an orphaned watch over; True for exactly one replica."""
@@ -95,14 +127,7 @@ class VerifyWatchRepository:
         now, until = self._replica.lease()
         statement = (
             update(VerifyWatchRow)
-            .where(
-                col(VerifyWatchRow.approval_id) == approval_id,
-                col(VerifyWatchRow.state) == WATCHING,
-                or_(
-                    col(VerifyWatchRow.lease_expires_at).is_(None),
-                    col(VerifyWatchRow.lease_expires_at) <= now,
-                ),
-            )
+            .where(col(VerifyWatchRow.approval_id) == approval_id, *self._lapsed(now))
             .values(owner=self._replica.id, lease_expires_at=until)
         )
         return await self._db.write(counting(statement))
@@ -113,9 +138,19 @@ class VerifyWatchRepository:
             row = await session.get(VerifyWatchRow, approval_id)
             return (row.state, row.verdict) if row is not None else None
 
-    def _mine(self, approval_id: str) -> list[Any]:
+    def _mine(self, approval_id: str, *states: str) -> list[Any]:
         return [
             col(VerifyWatchRow.approval_id) == approval_id,
-            col(VerifyWatchRow.state) == WATCHING,
+            col(VerifyWatchRow.state).in_(states or (WATCHING,)),
             col(VerifyWatchRow.owner) == self._replica.id,
+        ]
+
+    def _lapsed(self, now: datetime | None = None) -> list[Any]:
+        """Open, and its lease expired (or handed back)."""
+        return [
+            col(VerifyWatchRow.state).in_(OPEN),
+            or_(
+                col(VerifyWatchRow.lease_expires_at).is_(None),
+                col(VerifyWatchRow.lease_expires_at) <= (now or self._replica.clock()),
+            ),
         ]

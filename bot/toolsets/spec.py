@@ -128,6 +128,9 @@ class ToolContext:
     reach: Reach = Reach()
     # The Slack user who asked, where a write must name them (a silence's comment).
     requester: str | None = None
+    # The approval an approved write runs for, where what it makes carries its id (a
+    # silence's comment), so a restart can find it again; None outside an approved write.
+    approval_id: str | None = None
     # The running turn's background investigations; None where they are not available
     # (e.g. inside a background investigation).
     background: BackgroundPort | None = field(default=None, compare=False, repr=False)

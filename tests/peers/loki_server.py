@@ -9,7 +9,9 @@ text with HTTP 400: a missing query, a limit over `max_entries_limit_per_query` 
 window over `max_query_length` (721h), a selector whose matchers all match the empty string,
 a query it cannot parse. LogQL is evaluated for what the tests send: a stream selector,
 line filters (|=, !=, |~, !~), and `count_over_time`/`rate` over a range, optionally inside
-`sum` / `sum by (...)`. Every query received is recorded (`queries`).
+`sum` / `sum by (...)`. Every query received is recorded (`queries`), with the request's
+headers (`requests`). With `tenant_required` it is a multi-tenant Loki (`auth_enabled:
+true`): a query without an `X-Scope-OrgID` header is answered 401 `no org id`, as Loki does.
 """
 
 from __future__ import annotations
@@ -40,10 +42,21 @@ class Entry:
     line: str
 
 
+@dataclass(frozen=True)
+class Received:
+    """One request as it arrived: its path, parameters and headers."""
+
+    path: str
+    params: dict[str, str]
+    headers: dict[str, str]
+
+
 class LokiServer:
-    def __init__(self) -> None:
+    def __init__(self, *, tenant_required: bool = False) -> None:
         self.entries: list[Entry] = []
         self.queries: list[dict[str, str]] = []
+        self.requests: list[Received] = []
+        self.tenant_required = tenant_required
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -51,7 +64,7 @@ class LokiServer:
         self.entries.append(Entry(labels, int(at_s * 1e9), line))
 
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(middlewares=[self._record])
         app.router.add_get("/ready", lambda _: web.Response(text="ready"))
         app.router.add_get("/loki/api/v1/query_range", self._query_range)
         self._runner = web.AppRunner(app)
@@ -64,6 +77,15 @@ class LokiServer:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+    @web.middleware
+    async def _record(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        self.requests.append(Received(request.path, dict(request.query), dict(request.headers)))
+        if self.tenant_required and request.path.startswith("/loki/api/"):
+            if not request.headers.get("X-Scope-OrgID"):
+                return web.Response(status=401, text="no org id\n")
+        response: web.StreamResponse = await handler(request)
+        return response
 
     async def _query_range(self, request: web.Request) -> web.Response:
         params = dict(request.query)

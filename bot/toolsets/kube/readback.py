@@ -37,7 +37,7 @@ class KubeReadback:
     def __init__(self, clients: KubeClients) -> None:
         self._clients = clients
 
-    async def applied(self, plan: WritePlan) -> bool:
+    async def applied(self, plan: WritePlan, approval_id: str = "") -> bool:
         try:
             current = await self._read(plan)
         except (KubeFailure, KeyError):

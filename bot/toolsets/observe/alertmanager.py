@@ -8,6 +8,7 @@ by equality, so it can never quiet another team's alerts.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -90,6 +91,12 @@ class Alertmanager:
         timed = {**body, "startsAt": _iso(now), "endsAt": _iso(now + duration)}
         created = await self._http.post(self.endpoint, "/api/v2/silences", timed)
         return str((created or {}).get("silenceID", ""))
+
+    async def silences(self, matcher: SilenceMatcher) -> list[dict[str, Any]]:
+        """Every silence (active, pending or expired) with this equality matcher."""
+        equal = f"{matcher.name}={json.dumps(matcher.value)}"
+        found = await self._http.get(self.endpoint, "/api/v2/silences", {"filter": equal})
+        return [raw for raw in found or [] if isinstance(raw, dict)]
 
     def _admits(self, scope: NamespaceScope, labels: dict[str, str]) -> bool:
         namespace = labels.get(self.endpoint.namespace_label)

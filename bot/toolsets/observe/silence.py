@@ -3,12 +3,16 @@
 `prepare` checks the matchers, the duration and the comment against the channel's reach
 and the configured cap, and builds a plan whose preview is the silence body exactly as it
 will be posted (its start and end are set when it runs); the comment names who asked.
-`execute` posts it once, to the instance the plan names, with what `prepare` checked.
+`execute` posts it once, to the instance the plan names, with what `prepare` checked, its
+comment ending with the approval's id (`[kelpie approval …]`): after a crash between the
+post and the recorded outcome, `SilenceReadback` finds the silence by that id in the
+Alertmanager, so a silence that was made is reported as made (and never posted twice).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -35,6 +39,8 @@ from bot.toolsets.observe.window import DURATION, parse_duration
 from bot.toolsets.spec import ToolArgumentError, ToolContext, ToolFailure, ToolResult
 from bot.values import FieldChange, WritePlan, WriteTarget
 
+log = logging.getLogger(__name__)
+
 SILENCE_TOOL = "silence_alert"
 NO_REQUESTER = "someone in Slack"
 _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -42,6 +48,8 @@ MATCHERS_NEEDED = "matchers must name at least one label besides the namespace."
 BAD_LABEL = "matchers: {name!r} is not a label name."
 NAMESPACE_IN_MATCHERS = "give the namespace as namespace, not among the matchers."
 TIMES_NOTE = "The silence starts when it is approved and lasts {duration}."
+APPROVAL_MARK = " [kelpie approval {id}]"
+MARK_NOTE = "Its comment ends with this approval's id, to find the silence again."
 SILENCED = "Silenced {target} in {namespace} until {until} (silence {id}, alertmanager {name})."
 
 
@@ -91,7 +99,7 @@ class SilenceWrite:
                 "body": body,
                 "duration_s": request.duration.total_seconds(),
             },
-            notes=(TIMES_NOTE.format(duration=parsed.duration),),
+            notes=(TIMES_NOTE.format(duration=parsed.duration), MARK_NOTE),
         )
 
     async def execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
@@ -101,7 +109,8 @@ class SilenceWrite:
         try:
             endpoint = observe.instances.named("alertmanager", str(plan.args["instance"]))
             client = Alertmanager(observe.http, endpoint, observe.settings.max_silence_h)
-            silence_id = await client.post_silence(dict(plan.args["body"]), now, duration)
+            body = marked(dict(plan.args["body"]), context.approval_id)
+            silence_id = await client.post_silence(body, now, duration)
         except ObserveError as error:
             raise ToolFailure(str(error)) from error
         text = SILENCED.format(
@@ -112,6 +121,36 @@ class SilenceWrite:
             name=endpoint.name,
         )
         return ToolResult(text, f"silence {silence_id}")
+
+
+def marked(body: dict[str, Any], approval_id: str | None) -> dict[str, Any]:
+    """The body with the approval's id at the end of its comment."""
+    if approval_id is None:
+        return body
+    return body | {"comment": str(body.get("comment", "")) + APPROVAL_MARK.format(id=approval_id)}
+
+
+class SilenceReadback:
+    """Whether an approved silence was made: its Alertmanager holds a silence (in any
+    state: it may have ended since) whose comment carries the approval's id."""
+
+    def __init__(self, observe: Observe) -> None:
+        self._observe = observe
+
+    async def applied(self, plan: WritePlan, approval_id: str) -> bool:
+        observe = self._observe
+        mark = APPROVAL_MARK.format(id=approval_id)
+        label = next(iter(plan.args["body"]["matchers"]), None)
+        try:
+            endpoint = observe.instances.named("alertmanager", str(plan.args["instance"]))
+            client = Alertmanager(observe.http, endpoint, observe.settings.max_silence_h)
+            if label is None:
+                return False
+            found = await client.silences(SilenceMatcher(label["name"], label["value"]))
+        except (ObserveError, KeyError, TypeError):
+            log.warning("could not read the silences of approval %s back", approval_id)
+            return False
+        return any(str(s.get("comment", "")).endswith(mark) for s in found)
 
 
 def _request(
