@@ -310,7 +310,7 @@ class ReplayServer:
         parts = [p for p in request.path.split("/") if p]
         if request.method in WRITE_METHODS and SSAR not in parts:
             body = await _body(request)
-            dry_run = request.query.get("dryRun") == "All"
+            dry_run = _dry_run(request.query.getall("dryRun", []), body)
             self.writes.append(RecordedWrite(request.method, request.path_qs, dry_run, body))
             return self._answer_write(request.method, parts, body)
         if request.method == "POST":
@@ -584,11 +584,23 @@ async def _body(request: web.Request) -> Any:
         return {"raw": raw.decode("utf-8", errors="replace")}
 
 
+def _dry_run(query: list[str], body: Any) -> bool:
+    """`?dryRun=All`, or `dryRun: [All]` in a DeleteOptions body."""
+    in_body = body.get("dryRun") if isinstance(body, dict) else None
+    return "All" in query or (isinstance(in_body, list) and "All" in in_body)
+
+
+def _uid(kind: str, namespace: str, name: str) -> str:
+    """A fixture object's uid, stable across runs (owner references name their owner's)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{kind}/{namespace}/{name}"))
+
+
 def _filled(obj: Obj, kind: Kind, index: int, now: datetime) -> Obj:
     filled = copy.deepcopy(obj)
     meta = filled["metadata"]
-    key = f"{kind.kind}/{meta.get('namespace', '')}/{meta['name']}"
-    meta.setdefault("uid", str(uuid.uuid5(uuid.NAMESPACE_URL, key)))
+    meta.setdefault("uid", _uid(kind.kind, meta.get("namespace", ""), meta["name"]))
+    for owner in meta.get("ownerReferences") or []:
+        owner.setdefault("uid", _uid(owner["kind"], meta.get("namespace", ""), owner["name"]))
     meta.setdefault("resourceVersion", str(100 + index))
     meta.setdefault("creationTimestamp", now.strftime("%Y-%m-%dT%H:%M:%SZ"))
     if not kind.namespaced:

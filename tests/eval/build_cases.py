@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from tests.eval import cases_diagnosis, cases_safety
+from tests.eval import cases_diagnosis, cases_observe, cases_safety
 from tests.eval.kit import CaseDef
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ SCRIPTS = Path(__file__).parent / "scripts"
 
 
 def all_cases() -> list[CaseDef]:
-    return [*cases_diagnosis.CASES, *cases_safety.CASES]
+    return [*cases_diagnosis.CASES, *cases_observe.CASES, *cases_safety.CASES]
 
 
 def _dump(data: Any) -> str:
