@@ -209,11 +209,18 @@ def _eval_cases(args: argparse.Namespace) -> list[Any]:
 
 
 def _eval_base(path_arg: str | None) -> dict[str, Any]:
-    """The user's config (validated), as written: the eval takes its models and limits."""
+    """The user's config as written: the eval takes its `models` (and agent limits); the
+    rest may be absent. The run's config built from it is validated before anything runs."""
     path = resolve_config_path(path_arg)
-    _load(str(path))
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    return data if isinstance(data, dict) else {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ConfigError([f"{path}: cannot read the config file ({error.strerror})"]) from None
+    except yaml.YAMLError as error:
+        raise ConfigError([f"{path}: not valid YAML ({error})"]) from None
+    if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
+        raise ConfigError([f"{path}: models: the eval needs the model profiles of a config"])
+    return data
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
