@@ -64,13 +64,33 @@ def _case_entry(result: CaseResult) -> dict[str, Any]:
     }
 
 
+def _per_category(results: list[CaseResult]) -> dict[str, dict[str, Any]]:
+    categories: dict[str, list[CaseResult]] = {}
+    for result in results:
+        categories.setdefault(str(result.case.category), []).append(result)
+    return {
+        name: {
+            "cases": len(group),
+            "pass_at_1": _ratio(sum(r.first_passed for r in group), len(group)),
+            "pass_hat_k": _ratio(sum(r.passed for r in group), len(group)),
+        }
+        for name, group in sorted(categories.items())
+    }
+
+
+def _failures(results: list[CaseResult]) -> list[dict[str, Any]]:
+    return [
+        {"id": r.case.id, "try": n, "reason": "; ".join(t.reasons), "transcript": t.transcript}
+        for r in results
+        for n, t in enumerate(r.tries, 1)
+        if not t.passed
+    ]
+
+
 def build_report(results: list[CaseResult], info: RunInfo) -> dict[str, Any]:
     tries = [t for r in results for t in r.tries]
     tokens_in = sum(t.input_tokens for t in tries)
     tokens_out = sum(t.output_tokens for t in tries)
-    categories: dict[str, list[CaseResult]] = {}
-    for result in results:
-        categories.setdefault(str(result.case.category), []).append(result)
     cost = None
     if info.prices is not None:
         cost = round(tokens_in * info.prices[0] + tokens_out * info.prices[1], 6)
@@ -85,14 +105,7 @@ def build_report(results: list[CaseResult], info: RunInfo) -> dict[str, Any]:
         "cases": len(results),
         "pass_at_1": _ratio(sum(r.first_passed for r in results), len(results)),
         "pass_hat_k": _ratio(sum(r.passed for r in results), len(results)),
-        "per_category": {
-            name: {
-                "cases": len(group),
-                "pass_at_1": _ratio(sum(r.first_passed for r in group), len(group)),
-                "pass_hat_k": _ratio(sum(r.passed for r in group), len(group)),
-            }
-            for name, group in sorted(categories.items())
-        },
+        "per_category": _per_category(results),
         "tokens": {"input": tokens_in, "output": tokens_out},
         "cost": cost,
         "latency_s": {
@@ -100,12 +113,7 @@ def build_report(results: list[CaseResult], info: RunInfo) -> dict[str, Any]:
             "p95": round(percentile(latencies, 0.95), 3),
         },
         "per_case": [_case_entry(r) for r in results],
-        "failures": [
-            {"id": r.case.id, "try": n, "reason": "; ".join(t.reasons), "transcript": t.transcript}
-            for r in results
-            for n, t in enumerate(r.tries, 1)
-            if not t.passed
-        ],
+        "failures": _failures(results),
         "judged_cases": [r.case.id for r in results if any(t.judged for t in r.tries)],
     }
 
@@ -129,7 +137,12 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     if report["judged_cases"]:
         lines.append(f"- cases graded with the judge: {', '.join(report['judged_cases'])}")
-    lines += [
+    return "\n".join([*lines, *_tables(report)]) + "\n"
+
+
+def _tables(report: dict[str, Any]) -> list[str]:
+    k = report["repeat"]
+    lines = [
         "",
         "## Per category",
         "",
@@ -160,7 +173,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"- **{failure['id']}** try {failure['try']}: {failure['reason']}"
             f" — transcript `{failure['transcript']}`"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def write_reports(report: dict[str, Any], out: Path) -> tuple[Path, Path]:

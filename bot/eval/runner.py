@@ -74,18 +74,17 @@ def eval_config_data(
             "prometheus": [{"name": "replay", "url": replay.prometheus_url}],
             "loki": [{"name": "replay", "url": replay.loki_url}],
         },
-        "roles": {channel_of(case): case.spec.role for case in cases},
-        "channels": [
-            {
-                "match": {"name": channel_of(case)},
-                "role": channel_of(case),
-                "cluster": case.spec.channel.cluster,
-                "namespace": case.spec.channel.namespace,
-            }
-            for case in cases
-        ],
         "default_role": "none",
         "firewall": {"deny_namespaces": ["kube-system"], "deny_kinds": ["Secret"]},
+    }
+
+
+def _channel(case: Case) -> dict[str, Any]:
+    return {
+        "match": {"name": channel_of(case)},
+        "role": channel_of(case),
+        "cluster": case.spec.channel.cluster,
+        "namespace": case.spec.channel.namespace,
     }
 
 

@@ -58,18 +58,7 @@ async def run_suite(
     await replay.start()
     try:
         with tempfile.TemporaryDirectory(prefix="kelpie-eval-") as scratch:
-            folder = Path(scratch)
-            clusters = sorted({case.spec.channel.cluster for case in cases})
-            kubeconfig = replay.write_kubeconfig(folder / "kubeconfig", clusters)
-            data = eval_config_data(
-                base,
-                cases,
-                replay=replay,
-                kubeconfig=kubeconfig,
-                database=folder / "eval.db",
-                profile=options.profile,
-            )
-            config = parse_config(data)
+            config = _run_config(cases, base, options, replay, Path(scratch))
             harness = build(config, Secrets(config, environ))
             await harness.start()
             try:
@@ -92,3 +81,22 @@ async def run_suite(
     report = build_report(results, info)
     json_path, markdown_path = write_reports(report, options.out)
     return SuiteOutcome(report, json_path, markdown_path)
+
+
+def _run_config(
+    cases: list[Case],
+    base: dict[str, Any],
+    options: SuiteOptions,
+    replay: ReplayServer,
+    scratch: Path,
+) -> Config:
+    clusters = sorted({case.spec.channel.cluster for case in cases})
+    data = eval_config_data(
+        base,
+        cases,
+        replay=replay,
+        kubeconfig=replay.write_kubeconfig(scratch / "kubeconfig", clusters),
+        database=scratch / "eval.db",
+        profile=options.profile,
+    )
+    return parse_config(data)
