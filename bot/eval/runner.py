@@ -74,6 +74,8 @@ def eval_config_data(
             "prometheus": [{"name": "replay", "url": replay.prometheus_url}],
             "loki": [{"name": "replay", "url": replay.loki_url}],
         },
+        "roles": {channel_of(case): case.spec.role for case in cases},
+        "channels": [_channel(case) for case in cases],
         "default_role": "none",
         "firewall": {"deny_namespaces": ["kube-system"], "deny_kinds": ["Secret"]},
     }
