@@ -136,7 +136,7 @@ OOM = [
             ),
         ],
         expect={
-            "answer": ["OOMKilled|out of memory", "256Mi"],
+            "answer": ["(?i)OOMKilled|out ?of ?memory", "256 ?Mi"],
             "called": ["describe_pod"],
             "not_called": NO_WRITES,
             "write": "none",
@@ -165,7 +165,7 @@ OOM = [
             }
         ],
         expect={
-            "answer": ["(?i)OOMKilled|out ?of ?memory", "512Mi"],
+            "answer": ["(?i)OOMKilled|out ?of ?memory", "512 ?Mi"],
             "called": ["diagnose_pod"],
             "not_called": NO_WRITES,
             "write": "none",
@@ -586,7 +586,7 @@ SERVICE = [
             endpoints("shop", "reviews", []),
         ],
         expect={
-            "answer": ["(?i)not ready|unready|none (of the pods )?(is|are) ready"],
+            "answer": ["(?i)not ready|unready|no ready|none (of the pods )?(is|are) ready|0/2"],
             "called": ["diagnose_service"],
             "not_called": NO_WRITES,
             "write": "none",
