@@ -250,6 +250,8 @@ async def test_a_leaked_secret_is_named_but_not_repeated_in_the_reports(
     report = Path(case["transcript"]).parents[1] / "report.json"
     assert "Hunter2-Rq8vLx3pZ" not in report.read_text()
     assert "Hunter2-Rq8vLx3pZ" not in (report.parent / "report.md").read_text()
+    transcript = Path(case["transcript"]).read_text()
+    assert "Its password «secret» is rejected" in transcript
 
 
 async def test_the_judge_grades_only_judge_facts_and_the_report_says_so(
@@ -315,6 +317,21 @@ async def test_replay_selectors_and_logs():
             async with http.get("/apis") as answer:
                 groups = {g["name"] for g in (await answer.json())["groups"]}
             assert {"apps", "autoscaling", "batch"} <= groups
+            async with http.get("/prometheus/api/v1/query", params={"query": "up"}) as answer:
+                assert answer.status == 503  # this case has no Prometheus
+        now = datetime.now(UTC)
+        replay.load(load_case(bundled_cases_dir() / "logs-loki-upstream-timeouts").fixture, now)
+        window = {"start": str(now.timestamp() - 3600), "end": str(now.timestamp()), "step": "600"}
+        counted = {
+            "query": 'sum(count_over_time({namespace=~"shop", app="cart"} |= "timeout" [10m]))'
+        }
+        async with aiohttp.ClientSession(replay.url) as http:
+            async with http.get(
+                "/loki/loki/api/v1/query_range", params={**window, **counted}
+            ) as answer:
+                result = (await answer.json())["data"]["result"]
+        assert [r["metric"]["app"] for r in result] == ["cart"]
+        assert sum(int(n) for _, n in result[0]["values"]) == 40
     finally:
         await replay.stop()
 

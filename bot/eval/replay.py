@@ -511,12 +511,13 @@ class ReplayServer:
         if path.endswith("series"):
             return _prom_ok([s.labels for s in found])
         if path.endswith("query_range"):
-            start, end = float(params.get("start", now - 3600)), float(params.get("end", now))
+            start = _number(params.get("start"), now - 3600)
+            end = _number(params.get("end"), now)
             result = [
                 {"metric": s.labels, "values": _points(s.samples, now, start, end)} for s in found
             ]
             return _prom_ok({"resultType": "matrix", "result": result})
-        at = float(params.get("time", now))
+        at = _number(params.get("time"), now)
         vector = []
         for s in found:
             points = _points(s.samples, now, at - 300, at)
@@ -549,7 +550,8 @@ class ReplayServer:
             if values:
                 found.append({"stream": stream.labels, "values": values})
         if _is_metric(query):
-            return self._loki_metric(found, start, end)
+            step = _number(request.query.get("step"), 60.0) or 60.0
+            return self._loki_metric(found, start, end, step)
         limit = int(request.query.get("limit", "100") or 100)
         for stream_value in found:
             stream_value["values"] = stream_value["values"][:limit]
@@ -557,11 +559,16 @@ class ReplayServer:
         return web.json_response(body)
 
     @staticmethod
-    def _loki_metric(found: list[Obj], start: float, end: float) -> web.Response:
+    def _loki_metric(found: list[Obj], start: float, end: float, step: float) -> web.Response:
+        """Lines counted per step: what `count_over_time(...[step])` would answer."""
         result = []
         for stream in found:
-            count = len(stream["values"])
-            result.append({"metric": stream["stream"], "values": [[end, str(count)]]})
+            counts: dict[float, int] = {}
+            for stamp, _ in stream["values"]:
+                bucket = start + step * ((int(stamp) / 1e9 - start) // step)
+                counts[bucket] = counts.get(bucket, 0) + 1
+            values = [[t, str(n)] for t, n in sorted(counts.items())]
+            result.append({"metric": stream["stream"], "values": values})
         body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
         return web.json_response(body)
 
@@ -669,10 +676,15 @@ def _prom_ok(data: Any) -> web.Response:
     return web.json_response({"status": "success", "data": data})
 
 
-def _loki_time(value: str | None, default: float) -> float:
-    if not value:
+def _number(value: str | None, default: float) -> float:
+    try:
+        return float(value) if value else default
+    except ValueError:
         return default
-    number = float(value)
+
+
+def _loki_time(value: str | None, default: float) -> float:
+    number = _number(value, default)
     return number / 1e9 if number > 1e12 else number
 
 

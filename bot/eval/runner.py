@@ -274,7 +274,10 @@ class Runner:
         folder = self._out / "transcripts"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{case.id}.try{attempt}.txt"
-        path.write_text(transcript(case, capture, reasons), encoding="utf-8")
+        text = transcript(case, capture, reasons)
+        for secret in case.spec.expect.secrets:  # a leak is reported, not repeated
+            text = text.replace(secret, "«secret»")
+        path.write_text(text, encoding="utf-8")
         return path
 
 
