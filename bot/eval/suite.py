@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from bot.config import Config, Secrets, parse_config
+from bot.config import Config, ConfigError, Secrets, parse_config
 from bot.eval.case import Case
 from bot.eval.replay import ReplayServer
 from bot.eval.report import RunInfo, build_report, write_reports
@@ -99,4 +99,7 @@ def _run_config(
         database=scratch / "eval.db",
         profile=options.profile,
     )
-    return parse_config(data)
+    config = parse_config(data)
+    if options.judge is not None and options.judge not in config.models.profiles:
+        raise ConfigError([f"--judge: no model profile is named {options.judge}"])
+    return config
