@@ -49,6 +49,17 @@ from bot.config import (
     SlackMode,
     valid_roles,
 )
+from bot.eval.runner import EvalHarness
+from bot.eval.surface import (
+    AWAITING_IN_EVAL,
+    Captures,
+    DiscardedTurns,
+    EvalApprovers,
+    EvalBindings,
+    EvalCards,
+    EvalReporters,
+    TappedGateway,
+)
 from bot.health import health_app, serve
 from bot.metrics import (
     MeteredApprovalRepository,
@@ -63,7 +74,7 @@ from bot.model.model_map import map_capabilities
 from bot.model.openai_wire import OpenAIWireGateway
 from bot.model.outbound import MaskingGateway, MaskMemo
 from bot.model.router import CapabilityProbe, ModelRouter
-from bot.model.types import ModelCapabilities, ProviderGateway, ProviderSettings
+from bot.model.types import ModelCapabilities, ModelGateway, ProviderGateway, ProviderSettings
 from bot.pipeline.decision import Stage
 from bot.pipeline.firewall import FirewallStage
 from bot.pipeline.flow import (
@@ -614,9 +625,12 @@ def build_core(
     write_audit: WriteAuditLog | None = None,
     replica: Replica | None = None,
     watch_time: WatchTime = REAL_TIME,
+    tap: Callable[[ModelGateway], ModelGateway] | None = None,
 ) -> AgentCore:
     """The shared core, with approval cards and progress going to the given front end.
-    With a `replica`, every turn is recorded with its state and this replica's lease."""
+    With a `replica`, every turn is recorded with its state and this replica's lease.
+    `tap` wraps the active model's gateway inside the masking (`kelpie eval` records what
+    the model was sent and wrote)."""
     db = Database(config.database.url, linger_s=config.database.linger_s)
     turns = TurnRepository(db=db, replica=replica) if replica is not None else None
     wakeups = Wakeups()
@@ -655,10 +669,11 @@ def build_core(
     harness = ToolHarness(registry, pipeline, tool_audit)
     payloads = PayloadLog(db)
     router = ModelRouter(config=config, probe=capability_probe(config))
+    active: ModelGateway = gateways(config.models.active)
     engine = Engine(
         # Every request is masked, size-limited and kept (the last one per session).
         gateway=MaskingGateway(
-            inner=MeteredGateway(inner=gateways(config.models.active), metrics=metrics),
+            inner=MeteredGateway(inner=tap(active) if tap else active, metrics=metrics),
             sink=payloads,
             memo=memo,
         ),
@@ -1059,4 +1074,44 @@ def build_terminal(
         turns=turns,
         cards=cards,
         decider=terminal_decider(self_approve),
+    )
+
+
+def build_eval(config: Config, secrets: Secrets, *, judge: str | None = None) -> EvalHarness:
+    """`kelpie eval`: the shared core with the terminal surface's rendering in-process
+    (bot/eval/surface.py): approval cards are recorded and never approved, a turn after a
+    decision never runs, and the model gateway is tapped for the grader. `judge`: the
+    profile of the LLM judge (free-text facts only)."""
+    captures = Captures()
+    roles = ChannelRoles(config)
+    front = FrontEnd(
+        cards=EvalCards(captures),
+        reporters=EvalReporters(captures, model_name=config.models.active_profile.model),
+        submit=DiscardedTurns(captures).submit,
+        bindings=EvalBindings(roles),
+        approvers=EvalApprovers(),
+        awaiting_approval=AWAITING_IN_EVAL,
+    )
+    core = build_core(
+        config=config,
+        secrets=secrets,
+        front=front,
+        metrics=Metrics(),
+        tap=lambda gateway: TappedGateway(gateway, captures),
+    )
+    options = config.models.active_profile.options
+    prices = None
+    if "input_cost_per_token" in options and "output_cost_per_token" in options:
+        prices = (float(options["input_cost_per_token"]), float(options["output_cost_per_token"]))
+
+    return EvalHarness(
+        sessions=core.agent,
+        decisions=core.approvals,
+        roles=roles,
+        captures=captures,
+        start=core.start,
+        close=core.close,
+        model_name=config.models.active_profile.model,
+        prices=prices,
+        judge=core.gateways(judge) if judge else None,
     )

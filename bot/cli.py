@@ -12,8 +12,13 @@ import logging
 import os
 import signal
 import sys
+import time
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
+
+import yaml
 
 from bot.config import Config, ConfigError, Secrets, load_config, resolve_config_path
 from bot.errors import KelpieError
@@ -196,6 +201,92 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_cases(args: argparse.Namespace) -> list[Any]:
+    from bot.eval.case import bundled_cases_dir, load_cases, select
+
+    folder = Path(args.cases) if args.cases else bundled_cases_dir()
+    return select(load_cases(folder), args.only)
+
+
+def _eval_base(path_arg: str | None) -> dict[str, Any]:
+    """The user's config as written: the eval takes its `models` (and agent limits); the
+    rest may be absent. The run's config built from it is validated before anything runs."""
+    path = resolve_config_path(path_arg)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ConfigError([f"{path}: cannot read the config file ({error.strerror})"]) from None
+    except yaml.YAMLError as error:
+        raise ConfigError([f"{path}: not valid YAML ({error})"]) from None
+    if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
+        raise ConfigError([f"{path}: models: the eval needs the model profiles of a config"])
+    return data
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from bot.app import build_eval
+    from bot.eval.case import CaseError
+    from bot.eval.suite import SuiteOptions, run_suite
+
+    try:
+        cases = _eval_cases(args)
+    except CaseError as error:
+        print(f"kelpie: {error.user_message}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.list:
+        for case in cases:
+            print(f"{case.id}\t{case.category}\t{case.spec.question}")
+        return 0
+    if args.repeat < 1:
+        print("kelpie: --repeat must be at least 1", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        base = _eval_base(args.config)
+    except ConfigError as error:
+        return _print_config_problems(error)
+    _configure_logging(None, "ERROR")
+    out = Path(args.out or f"kelpie-eval/{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    options = SuiteOptions(
+        repeat=args.repeat,
+        out=out,
+        profile=args.profile,
+        judge=args.judge,
+        command=" ".join(["kelpie", *sys.argv[1:]]),
+    )
+
+    def build(config: Config, secrets: Secrets) -> Any:
+        return build_eval(config, secrets, judge=args.judge)
+
+    try:
+        outcome = asyncio.run(run_suite(cases, base, build, options))
+    except ConfigError as error:
+        return _print_config_problems(error)
+    except KelpieError as error:
+        print(f"kelpie: {error.user_message}", file=sys.stderr)
+        return EXIT_FAILED
+    report = outcome.report
+    print(
+        f"pass@1 {report['pass_at_1']:.1%} · pass^{args.repeat} {report['pass_hat_k']:.1%} "
+        f"over {report['cases']} cases · reports: {outcome.markdown_path}, {outcome.json_path}"
+    )
+    return 0 if outcome.all_passed else EXIT_FAILED
+
+
+def _eval_parser(commands: Any) -> None:
+    sub = commands.add_parser(
+        "eval", help="score the model on recorded incidents (replayed cluster, never a write)"
+    )
+    sub.add_argument("--config", help=CONFIG_HELP + "; its model profiles are used")
+    sub.add_argument("--profile", help="the model profile to evaluate (default: models.active)")
+    sub.add_argument("--repeat", type=int, default=1, metavar="K", help="tries per case")
+    sub.add_argument("--cases", metavar="DIR", help="a folder of case folders (default: bundled)")
+    sub.add_argument("--only", metavar="IDS", help="comma-separated case ids or categories")
+    sub.add_argument("--list", action="store_true", help="list the cases and exit")
+    sub.add_argument("--out", metavar="DIR", help="where report.md, report.json go")
+    sub.add_argument("--judge", metavar="PROFILE", help="an LLM judge for free-text facts")
+    sub.set_defaults(handler=cmd_eval)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kelpie", description="Kubernetes chat-ops in Slack")
     parser.add_argument("--version", action="version", version=f"kelpie {kelpie_version()}")
@@ -239,6 +330,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     manifest.add_argument("--config", help=CONFIG_HELP + "; its slack.http.path is used")
     manifest.set_defaults(handler=cmd_manifest)
+    _eval_parser(commands)
     return parser
 
 
