@@ -1,0 +1,116 @@
+"""MCP servers written with the SDK's own server (`MCPServer`), for kelpie's MCP client.
+
+Run as a process: `python -m tests.peers.mcp_servers stdio` (stdin/stdout) or
+`python -m tests.peers.mcp_servers http PORT` (streamable HTTP on 127.0.0.1:PORT/mcp).
+Every call a tool receives is appended, as one JSON line, to the file `MCP_PEER_LOG` names,
+so a test asserts what the server was really asked. The tools:
+
+- `get_dashboard` (a read): its answer carries a planted secret (the masker must hide it),
+  and the `Authorization` header the server saw (HTTP), or the `GRAFANA_TOKEN` variable
+  the process got (stdio): both must be what kelpie was configured to send;
+- `search`, `list_pods` (reads; `list_pods` has a namespace argument);
+- `create_annotation` (claims `readOnlyHint`, configured as a write in the tests);
+- `slow` (answers after `MCP_PEER_SLOW_S`, longer than any test's timeout);
+- `crash` (the process dies mid-call);
+- `failing` (the tool's own error: `isError`);
+- `grow` (adds the tool `grown` and tells listeners the list changed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
+
+# What the masker recognises (an AWS access key id), planted in a read's answer.
+PLANTED = "AKIAIOSFODNN7EXAMPL3"
+
+
+def _record(tool: str, args: dict[str, Any], seen: str | None = None) -> None:
+    path = os.environ.get("MCP_PEER_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(json.dumps({"tool": tool, "args": args, "seen": seen}) + "\n")
+
+
+def _credential(ctx: Context) -> str | None:
+    """What the server was given to authenticate kelpie: a header (HTTP) or a variable."""
+    headers = ctx.headers
+    if headers is not None:
+        return headers.get("authorization")
+    return os.environ.get("GRAFANA_TOKEN")
+
+
+def build() -> MCPServer:
+    server = MCPServer("grafana-peer")
+
+    @server.tool(description="A dashboard by uid.")
+    def get_dashboard(uid: str, ctx: Context) -> str:
+        seen = _credential(ctx)
+        _record("get_dashboard", {"uid": uid}, seen)
+        return f"dashboard {uid}: 3 panels, datasource key {PLANTED}"
+
+    @server.tool(description="Search dashboards.")
+    def search(query: str) -> str:
+        _record("search", {"query": query})
+        return f"found 1 dashboard for {query}"
+
+    @server.tool(description="Pods of a namespace.")
+    def list_pods(namespace: str) -> str:
+        _record("list_pods", {"namespace": namespace})
+        return f"pods in {namespace}: web-0"
+
+    @server.tool(
+        description="Annotate a dashboard.",
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
+    def create_annotation(dashboard: str, text: str) -> str:
+        _record("create_annotation", {"dashboard": dashboard, "text": text})
+        return f"annotated {dashboard}"
+
+    @server.tool(description="Answers slowly.")
+    async def slow() -> str:
+        _record("slow", {})
+        await asyncio.sleep(float(os.environ.get("MCP_PEER_SLOW_S", "3600")))
+        return "late"
+
+    @server.tool(description="The server process dies mid-call.")
+    def crash() -> str:
+        _record("crash", {})
+        os._exit(3)
+
+    @server.tool(description="Always fails.")
+    def failing() -> str:
+        _record("failing", {})
+        raise ValueError("the backend refused")
+
+    @server.tool(description="Adds a tool.")
+    async def grow(ctx: Context) -> str:
+        _record("grow", {})
+        server.add_tool(_grown, name="grown", description="A tool added while running.")
+        await ctx.notify_tools_changed()
+        return "grown"
+
+    return server
+
+
+def _grown() -> str:
+    _record("grown", {})
+    return "I am new"
+
+
+def main(argv: list[str]) -> None:
+    server = build()
+    if argv[0] == "stdio":
+        asyncio.run(server.run_stdio_async())
+    else:
+        asyncio.run(server.run_streamable_http_async(host="127.0.0.1", port=int(argv[1])))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
