@@ -258,7 +258,14 @@ class McpConnection:
             self._on_change()
 
     def _lose(self) -> None:
+        """A call saw the connection break: no call uses it any more; the owner task
+        connects again."""
+        if self.state is ServerState.CLOSED:
+            return
         self._lost = True
+        self._client = None
+        self.state = ServerState.CONNECTING
+        self.problem = f"MCP server {self.name} is reconnecting after a lost connection"
         self._wake.set()
 
 
