@@ -7,11 +7,7 @@ peer received (its call log) and what kelpie would hand the pipeline."""
 from __future__ import annotations
 
 import asyncio
-import json
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,58 +18,11 @@ from bot.config import ConfigError, McpServerConfig, Secrets, parse_config
 from bot.toolsets.mcp.connection import McpConnection, ServerState
 from bot.toolsets.mcp.toolset import McpToolset, model_name
 from bot.toolsets.spec import ToolContext, ToolFailure, ToolKind, ToolScope
-from tests.peers.mcp_servers import PLANTED
-from tests.postgres import free_port
+from tests.peers.mcp_servers import PLANTED, HttpPeer, PeerLog
 
 GRAFANA_AUTH = "Bearer glsa_test_0123456789abcdef"
 STDIO_TOKEN = "stdio-token-0123456789"
 READS = ["get_*", "search", "list_pods", "slow", "crash", "failing", "grow", "grown"]
-
-
-class PeerLog:
-    """The MCP peer's record of every call it received."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def calls(self, tool: str | None = None) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        found = [json.loads(line) for line in self.path.read_text().splitlines()]
-        return [call for call in found if tool is None or call["tool"] == tool]
-
-
-class HttpPeer:
-    """The peer as a streamable HTTP server process on 127.0.0.1."""
-
-    def __init__(self, log: Path, port: int | None = None) -> None:
-        self.port = port or free_port()
-        self.log = PeerLog(log)
-        self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def start(self) -> None:
-        env = {"MCP_PEER_LOG": str(self.log.path), "PATH": "/usr/bin:/bin"}
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "tests.peers.mcp_servers", "http", str(self.port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        while True:  # until it listens (or died)
-            assert self._process.poll() is None, "the MCP peer did not start"
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.05)  # a beat between probes (nothing is measured)
-
-    def stop(self) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            self._process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")

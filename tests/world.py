@@ -31,6 +31,8 @@ SRE_GROUP = "S0SRE"
 ALICE = "U0ALICE"
 BOB = "U0BOB"
 MODEL_KEY = "sk-test-model-key-0123456789"
+# The whole Authorization header kelpie sends an MCP server (`mcp.servers.*.headers`).
+MCP_AUTH = "Bearer glsa_world_0123456789abcdef"
 # The bearer token alert webhooks send (`alerts.receivers[].auth.token_env`).
 ALERTS_TOKEN = "alerts-test-token-0123456789"
 # Slack's rate limits keep their counts but run 30 times faster, in the fake Slack and in
@@ -109,6 +111,7 @@ def environ(slack: SlackServer) -> dict[str, str]:
         "KELPIE_TEST_ALERTS_TOKEN": ALERTS_TOKEN,
         "KELPIE_TEST_ALERTS_USER": "grafana",
         "KELPIE_TEST_ALERTS_PASSWORD": ALERTS_TOKEN[::-1],
+        "KELPIE_TEST_MCP_AUTH": MCP_AUTH,
     }
 
 

@@ -21,11 +21,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
+import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
+
+from tests.postgres import free_port
 
 # What the masker recognises (an AWS access key id), planted in a read's answer.
 PLANTED = "AKIAIOSFODNN7EXAMPL3"
@@ -102,6 +108,52 @@ def build() -> MCPServer:
 def _grown() -> str:
     _record("grown", {})
     return "I am new"
+
+
+class PeerLog:
+    """The MCP peer's record of every call it received."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def calls(self, tool: str | None = None) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        found = [json.loads(line) for line in self.path.read_text().splitlines()]
+        return [call for call in found if tool is None or call["tool"] == tool]
+
+
+class HttpPeer:
+    """The peer as a streamable HTTP server process on 127.0.0.1."""
+
+    def __init__(self, log: Path, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.log = PeerLog(log)
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def start(self) -> None:
+        env = {"MCP_PEER_LOG": str(self.log.path), "PATH": "/usr/bin:/bin"}
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "tests.peers.mcp_servers", "http", str(self.port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        while True:  # until it listens (or died)
+            assert self._process.poll() is None, "the MCP peer did not start"
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.05)  # a beat between probes (nothing is measured)
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait(timeout=10)
 
 
 def main(argv: list[str]) -> None:

@@ -1,0 +1,131 @@
+"""Another MCP server's tools in Slack, through the whole bot (tests/world.py) and an MCP
+server written with the SDK (tests/peers/mcp_servers.py, streamable HTTP on 127.0.0.1):
+a role naming one of its reads lets the model use it, masked and audited; a tool the role
+does not name is neither offered nor run; a tool configured as a write (though it claims
+`readOnlyHint`) waits for its card and runs, exactly as previewed, only once approved."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bot.store.approvals import WriteAuditRepository
+from bot.store.repositories import ToolAuditRepository
+from tests.peers.mcp_servers import PLANTED, HttpPeer
+from tests.test_approvals import card_text, click, wait_card, wait_said
+from tests.world import ALICE, CAROL, MCP_AUTH, OPS_CHANNEL, SHOP_CHANNEL, World
+
+
+@pytest.fixture(scope="module")
+def grafana(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpPeer]:
+    peer = HttpPeer(tmp_path_factory.mktemp("mcp-e2e") / "calls.jsonl")
+    peer.start()
+    yield peer
+    peer.stop()
+
+
+def with_grafana(peer: HttpPeer) -> dict[str, Any]:
+    """SHOP_CHANNEL: one read of the server; OPS_CHANNEL: all its tools, writes approved by
+    CAROL. The server's reads by kelpie's config: get_* and search."""
+    return {
+        "mcp": {
+            "servers": {
+                "grafana": {
+                    "url": peer.url,
+                    "headers": {"Authorization": "KELPIE_TEST_MCP_AUTH"},
+                    "read": ["get_*", "search"],
+                    "timeout_s": 10,
+                }
+            }
+        },
+        "roles": {
+            "dashboards": {
+                "tools": ["read/*", "mcp/grafana/get_dashboard"],
+                "namespaces": ["shop"],
+            },
+            "annotator": {
+                "tools": ["mcp/grafana/*"],
+                "namespaces": ["shop"],
+                "approval": {"approvers": {"users": [CAROL]}, "allow_requester": False},
+            },
+        },
+        "channels": [
+            {"match": {"id": SHOP_CHANNEL}, "role": "dashboards", "namespace": "shop"},
+            {"match": {"id": OPS_CHANNEL}, "role": "annotator", "namespace": "shop"},
+        ],
+    }
+
+
+def offered(world: World, index: int) -> set[str]:
+    return {tool["function"]["name"] for tool in world.model.requests[index].get("tools", [])}
+
+
+def thread_text(world: World, channel: str, thread_ts: str) -> str:
+    return "\n".join(str(m.text or "") for m in world.slack.thread(channel, thread_ts))
+
+
+async def test_a_roles_mcp_read_is_offered_masked_and_audited_and_no_other_tool(
+    world: World, grafana: HttpPeer
+):
+    bot = await world.start_bot(with_grafana(grafana))
+    world.model.reply_tool_calls([("mcp_grafana_get_dashboard", {"uid": "checkout"})])
+    world.model.reply_tool_calls([("mcp_grafana_search", {"query": "x"})])
+    world.model.reply_text("The checkout dashboard has 3 panels.")
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "what is on the checkout dashboard?")
+    await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 1)
+    await world.model.wait_for_requests(3, timeout=20)
+    await world.drain()
+
+    # Offered: the one read the role names; neither the server's other read nor its write.
+    names = offered(world, 0)
+    assert "mcp_grafana_get_dashboard" in names
+    assert not names & {"mcp_grafana_search", "mcp_grafana_create_annotation"}
+    # The server answered with a planted secret: the model read it masked.
+    results = [m for m in world.model.requests[2]["messages"] if m["role"] == "tool"]
+    assert "dashboard checkout: 3 panels" in results[0]["content"]
+    assert PLANTED not in str(world.model.requests[1:]) and PLANTED not in thread_text(
+        world, SHOP_CHANNEL, mention["ts"]
+    )
+    # The unnamed tool was refused by the role gate; the server never heard of it.
+    assert "channel role dashboards may not run mcp/grafana/search" in results[1]["content"]
+    assert [call["tool"] for call in grafana.log.calls()].count("search") == 0
+    call = grafana.log.calls("get_dashboard")[-1]
+    assert call["args"] == {"uid": "checkout"} and call["seen"] == MCP_AUTH
+
+    session = await bot.sessions.find(f"T0TEST:{SHOP_CHANNEL}:{mention['ts']}")
+    assert session is not None
+    audit = await ToolAuditRepository(bot.db).for_session(session.id)
+    read = [row for row in audit if row.tool == "mcp/grafana/get_dashboard"]
+    assert read[-1].decision == "ok" and json.loads(read[-1].arguments_json) == {"uid": "checkout"}
+    denied = [row for row in audit if row.tool == "mcp/grafana/search"]
+    assert (denied[-1].stage, denied[-1].decision) == ("channel role", "deny")
+
+
+async def test_a_configured_write_needs_a_card_and_runs_as_previewed_once_approved(
+    world: World, grafana: HttpPeer
+):
+    await world.start_bot(with_grafana(grafana))
+    args = {"dashboard": "checkout", "text": "deploy 42"}
+    world.model.reply_tool_calls(
+        [("mcp_grafana_create_annotation", {**args, "reason": "mark the deploy"})]
+    )
+    world.model.reply_text("Annotated the checkout dashboard.")
+    mention = await world.mention(OPS_CHANNEL, ALICE, "annotate the deploy on checkout")
+    card = await wait_card(world, mention["ts"])
+    text = card_text(card)
+    # The preview is the exact call; the server's read-only claim is shown, not believed.
+    assert '{"dashboard": "checkout", "text": "deploy 42"}' in text
+    assert "readOnlyHint" in text and "mark the deploy" in text
+    assert grafana.log.calls("create_annotation") == []
+
+    await click(world, CAROL, card)
+    await wait_said(world, mention["ts"], "Annotated the checkout dashboard.")
+    await world.drain()
+    assert [call["args"] for call in grafana.log.calls("create_annotation")] == [args]
+    audits = await WriteAuditRepository(world.bots[0].db).all()
+    assert [a.phase for a in audits] == ["intent", "outcome"]
+    assert audits[0].approved_by == CAROL and audits[1].ok
+    assert audits[0].target == "MCP tool/shop/grafana/create_annotation"
