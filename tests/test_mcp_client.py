@@ -14,11 +14,13 @@ from typing import Any
 
 import pytest
 
+from bot.checks import mcp_checks
 from bot.config import ConfigError, McpServerConfig, Secrets, parse_config
 from bot.toolsets.mcp.connection import McpConnection, ServerState
 from bot.toolsets.mcp.toolset import McpToolset, model_name
 from bot.toolsets.spec import ToolContext, ToolFailure, ToolKind, ToolScope
 from tests.peers.mcp_servers import PLANTED, HttpPeer, PeerLog
+from tests.postgres import free_port
 
 GRAFANA_AUTH = "Bearer glsa_test_0123456789abcdef"
 STDIO_TOKEN = "stdio-token-0123456789"
@@ -254,11 +256,14 @@ def test_model_names_follow_the_models_rules_and_stay_stable():
     assert model_name("grafana", "x" * 80) != model_name("grafana", "x" * 81)
 
 
+BASE = {
+    "kubernetes": {"clusters": [{"name": "prod", "in_cluster": True}]},
+    "models": {"active": "m", "profiles": {"m": {"model": "openai/x"}}},
+}
+
+
 def test_config_refuses_literal_secrets_and_unknown_servers_in_roles():
-    base = {
-        "kubernetes": {"clusters": [{"name": "prod", "in_cluster": True}]},
-        "models": {"active": "m", "profiles": {"m": {"model": "openai/x"}}},
-    }
+    base = BASE
     with pytest.raises(ConfigError) as literal:
         parse_config(
             base
@@ -284,3 +289,22 @@ def test_config_refuses_literal_secrets_and_unknown_servers_in_roles():
     assert Secrets(config, {}).check_all()[-1] == (
         "mcp.servers.grafana.headers.A: environment variable G_AUTH is not set"
     )
+
+
+async def test_kelpie_check_has_one_line_per_server(http_peer: HttpPeer):
+    auth = {"Authorization": "GRAFANA_AUTH"}
+    servers = {
+        "grafana": {"url": http_peer.url, "headers": auth, "read": READS},
+        "down": {"url": f"http://127.0.0.1:{free_port()}/mcp", "timeout_s": 5},
+        "nokey": {"url": http_peer.url, "headers": {"Authorization": "KELPIE_UNSET"}},
+    }
+    config = parse_config(BASE | {"mcp": {"servers": servers}})
+    results = await mcp_checks(config, Secrets(config, {"GRAFANA_AUTH": GRAFANA_AUTH}))
+    assert [result.line() for result in results] == [
+        f"ok   mcp server grafana: reachable at {http_peer.url}: 8 tools (7 read, 1 write)",
+        "FAIL mcp server down: MCP server down is unreachable (ConnectError); "
+        "fix mcp.servers.down (url or command, headers or env)",
+        "FAIL mcp server nokey: MCP server nokey cannot be used: "
+        "mcp.servers.nokey.headers.Authorization: environment variable KELPIE_UNSET is not set; "
+        "fix mcp.servers.nokey (url or command, headers or env)",
+    ]

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from functools import partial
 from typing import Any
 
 from mcp.types import CallToolResult, TextContent
@@ -240,8 +241,7 @@ def mcp_toolset(
 ) -> McpToolset:
     """A connection per configured server (none started: `start` does)."""
     connections = [
-        McpConnection(name, config, lambda name=name: values(name))  # type: ignore[misc]
-        for name, config in configs.items()
+        McpConnection(name, config, partial(values, name)) for name, config in configs.items()
     ]
     return McpToolset(connections, dict(configs))
 
