@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from bot.checks import mcp_checks
 from bot.config import ConfigError, McpServerConfig, Secrets, parse_config
@@ -308,3 +309,16 @@ async def test_kelpie_check_has_one_line_per_server(http_peer: HttpPeer):
         "mcp.servers.nokey.headers.Authorization: environment variable KELPIE_UNSET is not set; "
         "fix mcp.servers.nokey (url or command, headers or env)",
     ]
+
+
+def test_the_readme_and_example_config_show_mcp_servers_that_parse():
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    section = readme[readme.index("## Other MCP servers' tools (MCP client)") :]
+    snippet = yaml.safe_load(section.split("```yaml\n")[1].split("```")[0])
+    config = parse_config(BASE | snippet)
+    assert config.mcp.servers["kube"].env == {"KUBECONFIG": "KELPIE_MCP_KUBECONFIG"}
+    example = (root / "config" / "kelpie.example.yaml").read_text()
+    commented = example[example.index("# mcp:\n#   servers") :].splitlines()
+    block = "\n".join(line[2:] for line in commented if line.startswith("#"))
+    assert set(parse_config(BASE | yaml.safe_load(block)).mcp.servers) == {"grafana", "kube"}
