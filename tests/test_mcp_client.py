@@ -7,6 +7,7 @@ peer received (its call log) and what kelpie would hand the pipeline."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -139,7 +140,10 @@ async def test_a_write_is_prepared_into_the_exact_call_and_runs_only_when_execut
         await connection.close()
 
 
-async def test_stdio_server_gets_its_variables_from_kelpies_environment(peer_dir: Path):
+async def test_stdio_server_gets_its_variables_and_its_stderr_is_logged_masked(
+    peer_dir: Path, caplog: pytest.LogCaptureFixture
+):
+    caplog.set_level(logging.INFO, logger="bot.toolsets.mcp.connection")
     log = peer_dir / "stdio.jsonl"
     config = stdio_config(log)
     environ = {"KELPIE_STDIO_TOKEN": STDIO_TOKEN, "KELPIE_PEER_LOG": str(log)}
@@ -148,6 +152,9 @@ async def test_stdio_server_gets_its_variables_from_kelpies_environment(peer_dir
         get = by_name(McpToolset([connection], {"local": config}))["mcp_local_get_dashboard"]
         await get.handler({"uid": "x"}, CONTEXT)
         assert PeerLog(log).calls("get_dashboard")[-1]["seen"] == STDIO_TOKEN
+        # The server's own stderr line reaches kelpie's log, its secret masked.
+        await until(lambda: "MCP server local: debug: fetched x with key" in caplog.text)
+        assert PLANTED not in caplog.text
     finally:
         await connection.close()
 

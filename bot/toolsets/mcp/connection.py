@@ -13,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+import os
+import threading
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TextIO
 
 import httpx2
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
@@ -27,6 +30,7 @@ from mcp.types import CONNECTION_CLOSED, CallToolResult, ToolListChangedNotifica
 
 from bot.config import McpServerConfig, McpTransport
 from bot.errors import KelpieError
+from bot.model.outbound import mask_text
 from bot.toolsets.spec import ToolFailure
 
 log = logging.getLogger(__name__)
@@ -167,7 +171,7 @@ class McpConnection:
 
     async def _session(self) -> None:
         self._lost = False
-        async with self._connect() as client:
+        async with self._connected() as client:
             await self._relist(client)
             self._client = client
             self.state, self.problem = ServerState.UP, None
@@ -226,21 +230,29 @@ class McpConnection:
         if isinstance(message, ToolListChangedNotification):
             self._wake.set()
 
-    def _connect(self) -> Client:
+    @contextlib.asynccontextmanager
+    async def _connected(self) -> AsyncIterator[Client]:
+        """A connected client: over HTTP with the configured headers, or to a process
+        started with the configured variables, its stderr logged line by line, masked."""
         values = self._values()
         timeout = self._config.timeout_s
-        if self._config.transport is McpTransport.HTTP:
-            assert self._config.url is not None
-            http = create_mcp_http_client(
-                headers=values, timeout=httpx2.Timeout(timeout, read=max(timeout, 300.0))
-            )
-            transport = streamable_http_client(self._config.url, http_client=http)
-            return Client(transport, read_timeout_seconds=timeout, message_handler=self._notified)
-        assert self._config.command is not None
-        params = StdioServerParameters(
-            command=self._config.command, args=list(self._config.args), env=values
-        )
-        return Client(params, read_timeout_seconds=timeout, message_handler=self._notified)
+        async with contextlib.AsyncExitStack() as stack:
+            server: Any
+            if self._config.transport is McpTransport.HTTP:
+                assert self._config.url is not None
+                http = create_mcp_http_client(
+                    headers=values, timeout=httpx2.Timeout(timeout, read=max(timeout, 300.0))
+                )
+                await stack.enter_async_context(http)
+                server = streamable_http_client(self._config.url, http_client=http)
+            else:
+                assert self._config.command is not None
+                params = StdioServerParameters(
+                    command=self._config.command, args=list(self._config.args), env=values
+                )
+                server = stdio_client(params, errlog=stack.enter_context(_StderrLog(self.name)))
+            client = Client(server, read_timeout_seconds=timeout, message_handler=self._notified)
+            yield await stack.enter_async_context(client)
 
     async def _pause(self, delay: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -305,3 +317,29 @@ def _sentence(name: str, error: BaseException) -> str:
     if isinstance(error, OSError | httpx2.HTTPError | ConnectionError):
         return f"MCP server {name} is unreachable ({type(error).__name__})"
     return f"MCP server {name} failed ({type(error).__name__})"
+
+
+class _StderrLog:
+    """A pipe for a stdio server's stderr, read by a thread that logs each line masked (a
+    server printing its own credentials must not put them in kelpie's log unmasked)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        read, write = os.pipe()
+        self._reader = os.fdopen(read, "r", encoding="utf-8", errors="replace")
+        self._writer = os.fdopen(write, "w", encoding="utf-8")
+        self._thread = threading.Thread(target=self._log, name=f"mcp-{name}-stderr", daemon=True)
+
+    def __enter__(self) -> TextIO:
+        self._thread.start()
+        return self._writer
+
+    def __exit__(self, *exc: object) -> None:
+        # The process holds its own copy: the thread ends when that closes too.
+        self._writer.close()
+
+    def _log(self) -> None:
+        with self._reader:
+            for line in self._reader:
+                masked, _ = mask_text(line.rstrip())
+                log.info("MCP server %s: %s", self._name, masked)

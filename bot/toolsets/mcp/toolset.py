@@ -107,14 +107,16 @@ class McpTool:
     def check(self, args: dict[str, Any]) -> dict[str, Any]:
         """The arguments, once no argument is one the tool does not declare (so no
         namespace reaches a tool the pipeline did not judge as namespaced)."""
-        properties = self.listed.input_schema.get("properties")
-        if isinstance(properties, dict):
-            unknown = sorted(set(args) - set(properties))
-            if unknown:
-                known = ", ".join(sorted(properties)) or "none"
-                raise ToolArgumentError(
-                    f"unknown argument(s) {', '.join(unknown)}; known: {known}."
-                )
+        schema = self.listed.input_schema
+        properties = schema.get("properties")
+        declared = set(properties) if isinstance(properties, dict) else set()
+        unknown = sorted(set(args) - declared)
+        if schema.get("additionalProperties"):
+            # A free-form tool takes any argument, but never an undeclared namespace.
+            unknown = [key for key in unknown if _folded(key) in _NAMESPACE_KEYS]
+        if unknown:
+            known = ", ".join(sorted(declared)) or "none"
+            raise ToolArgumentError(f"unknown argument(s) {', '.join(unknown)}; known: {known}.")
         return args
 
     async def run(self, args: dict[str, Any], context: ToolContext) -> ToolResult:
