@@ -16,7 +16,7 @@ from bot.store.approvals import WriteAuditRepository
 from bot.store.repositories import ToolAuditRepository
 from tests.peers.mcp_servers import PLANTED, HttpPeer
 from tests.test_approvals import card_text, click, wait_card, wait_said
-from tests.world import ALICE, CAROL, MCP_AUTH, OPS_CHANNEL, SHOP_CHANNEL, World
+from tests.world import ADMIN_CHANNEL, ALICE, CAROL, MCP_AUTH, OPS_CHANNEL, SHOP_CHANNEL, World
 
 
 @pytest.fixture(scope="module")
@@ -29,21 +29,21 @@ def grafana(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpPeer]:
 
 def with_grafana(peer: HttpPeer) -> dict[str, Any]:
     """SHOP_CHANNEL: one read of the server; OPS_CHANNEL: all its tools, writes approved by
-    CAROL. The server's reads by kelpie's config: get_* and search."""
+    CAROL. The server's reads by kelpie's config: get_*, search and list_*."""
     return {
         "mcp": {
             "servers": {
                 "grafana": {
                     "url": peer.url,
                     "headers": {"Authorization": "KELPIE_TEST_MCP_AUTH"},
-                    "read": ["get_*", "search"],
+                    "read": ["get_*", "search", "list_*"],
                     "timeout_s": 10,
                 }
             }
         },
         "roles": {
             "dashboards": {
-                "tools": ["read/*", "mcp/grafana/get_dashboard"],
+                "tools": ["read/*", "mcp/grafana/get_dashboard", "mcp/grafana/list_pods"],
                 "namespaces": ["shop"],
             },
             "annotator": {
@@ -129,3 +129,44 @@ async def test_a_configured_write_needs_a_card_and_runs_as_previewed_once_approv
     assert [a.phase for a in audits] == ["intent", "outcome"]
     assert audits[0].approved_by == CAROL and audits[1].ok
     assert audits[0].target == "MCP tool/shop/grafana/create_annotation"
+
+
+async def test_a_namespace_argument_is_judged_by_the_role_and_the_firewall(
+    world: World, grafana: HttpPeer
+):
+    override = {**with_grafana(grafana), "firewall": {"deny_namespaces": ["kube-system"]}}
+    override["channels"] = [
+        *override["channels"],
+        {"match": {"id": ADMIN_CHANNEL}, "role": "admin"},
+    ]
+    await world.start_bot(override)
+    before = len(grafana.log.calls("list_pods"))
+    # SHOP_CHANNEL's role reaches shop only; the admin's everything but the denied zone.
+    for channel, namespace in ((SHOP_CHANNEL, "payments"), (ADMIN_CHANNEL, "kube-system")):
+        world.model.reply_tool_calls([("mcp_grafana_list_pods", {"namespace": namespace})])
+        world.model.reply_text("Not there.")
+        asked = len(world.model.requests)
+        mention = await world.mention(channel, ALICE, f"pods in {namespace}?")
+        await world.wait_bot_replies(channel, mention["ts"], 1)
+        await world.model.wait_for_requests(asked + 2, timeout=20)
+    results = [
+        [m for m in request["messages"] if m["role"] == "tool"][-1]["content"]
+        for request in (world.model.requests[1], world.model.requests[3])
+    ]
+    assert "channel role dashboards may not touch namespace payments" in results[0]
+    assert "namespace kube-system is a denied zone (kube-system)" in results[1]
+    assert len(grafana.log.calls("list_pods")) == before
+    # In the role's namespace (the channel's default when the model names none) it runs.
+    world.model.reply_tool_calls([("mcp_grafana_list_pods", {"namespace": "shop"})])
+    world.model.reply_text("web-0.")
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "pods in shop?")
+    await wait_said_in(world, SHOP_CHANNEL, mention["ts"], "web-0.")
+    assert grafana.log.calls("list_pods")[-1]["args"] == {"namespace": "shop"}
+
+
+async def wait_said_in(world: World, channel: str, thread_ts: str, text: str) -> None:
+    def said(server: Any) -> bool | None:
+        found = any(m.is_bot and text in (m.text or "") for m in server.thread(channel, thread_ts))
+        return True if found else None
+
+    await world.slack.wait_for(said, timeout=20)
