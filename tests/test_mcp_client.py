@@ -7,6 +7,7 @@ peer received (its call log) and what kelpie would hand the pipeline."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sys
 from collections.abc import Callable, Iterator
@@ -255,6 +256,17 @@ async def test_a_tools_error_and_an_undeclared_argument_are_one_sentence(http_pe
         await connection.close()
 
 
+async def test_structured_content_reaches_the_model_once(http_peer: HttpPeer):
+    config = http_config(http_peer.url)
+    connection = await connected("grafana", config, {"GRAFANA_AUTH": GRAFANA_AUTH})
+    try:
+        latency = by_name(McpToolset([connection], {"grafana": config}))["mcp_grafana_get_latency"]
+        result = await latency.handler({"service": "checkout"}, CONTEXT)
+        assert json.loads(result.text) == {"service": "checkout", "p95_ms": 120}
+    finally:
+        await connection.close()
+
+
 def test_model_names_follow_the_models_rules_and_stay_stable():
     assert model_name("grafana", "search") == "mcp_grafana_search"
     odd = model_name("grafana", "dash.board/get")
@@ -309,7 +321,7 @@ async def test_kelpie_check_has_one_line_per_server(http_peer: HttpPeer):
     config = parse_config(BASE | {"mcp": {"servers": servers}})
     results = await mcp_checks(config, Secrets(config, {"GRAFANA_AUTH": GRAFANA_AUTH}))
     assert [result.line() for result in results] == [
-        f"ok   mcp server grafana: reachable at {http_peer.url}: 8 tools (7 read, 1 write)",
+        f"ok   mcp server grafana: reachable at {http_peer.url}: 9 tools (8 read, 1 write)",
         "FAIL mcp server down: MCP server down is unreachable (ConnectError); "
         "fix mcp.servers.down (url or command, headers or env)",
         "FAIL mcp server nokey: MCP server nokey cannot be used: "

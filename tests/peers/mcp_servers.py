@@ -8,7 +8,8 @@ so a test asserts what the server was really asked. The tools:
 - `get_dashboard` (a read): its answer carries a planted secret (the masker must hide it),
   and the `Authorization` header the server saw (HTTP), or the `GRAFANA_TOKEN` variable
   the process got (stdio): both must be what kelpie was configured to send;
-- `search`, `list_pods` (reads; `list_pods` has a namespace argument);
+- `search`, `list_pods` (reads; `list_pods` has a namespace argument), `get_latency`
+  (structured content);
 - `create_annotation` (claims `readOnlyHint`, configured as a write in the tests);
 - `slow` (answers after `MCP_PEER_SLOW_S`, longer than any test's timeout);
 - `crash` (the process dies mid-call);
@@ -71,6 +72,11 @@ def build() -> MCPServer:
     def list_pods(namespace: str) -> str:
         _record("list_pods", {"namespace": namespace})
         return f"pods in {namespace}: web-0"
+
+    @server.tool(description="Latency of a service.")
+    def get_latency(service: str) -> dict[str, Any]:
+        _record("get_latency", {"service": service})
+        return {"service": service, "p95_ms": 120}
 
     @server.tool(
         description="Annotate a dashboard.",

@@ -10,6 +10,7 @@ firewall judge it; a tool without one takes no such argument.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -230,8 +231,9 @@ class McpToolset:
         return list(built.values())
 
     async def start(self) -> None:
-        for connection in self.connections:
-            await connection.start()
+        """Every server's first attempt at once: the start waits for the slowest, at most
+        its `timeout_s`."""
+        await asyncio.gather(*(connection.start() for connection in self.connections))
 
     async def close(self) -> None:
         for connection in self.connections:
@@ -258,20 +260,21 @@ def rendered(result: CallToolResult) -> str:
         else:
             parts.append(f"[{getattr(item, 'type', 'content')} content not shown]")
     structured = result.structured_content
-    if structured is not None:
-        encoded = json.dumps(structured, sort_keys=True, default=str)
-        if not any(encoded == part or _wraps(structured, part) for part in parts):
-            parts.append(encoded)
+    if structured is not None and not any(_says(part, structured) for part in parts):
+        parts.append(json.dumps(structured, sort_keys=True, default=str))
     return "\n".join(parts)[:RESULT_CHARS]
 
 
-def _wraps(structured: Any, text: str) -> bool:
-    """The SDK wraps a plain return value as {"result": value}: already in the text."""
-    return (
-        isinstance(structured, dict)
-        and list(structured) == ["result"]
-        and (str(structured["result"]) == text)
-    )
+def _says(text: str, structured: Any) -> bool:
+    """Whether a text part already carries the structured content: the same JSON, or the
+    plain value a server wrapped as {"result": value}."""
+    if isinstance(structured, dict) and list(structured) == ["result"]:
+        if str(structured["result"]) == text:
+            return True
+    try:
+        return bool(json.loads(text) == structured)
+    except ValueError:
+        return False
 
 
 def _model_schema(schema: dict[str, Any]) -> dict[str, Any]:
