@@ -15,6 +15,7 @@ import pytest
 from bot.store.approvals import WriteAuditRepository
 from bot.store.repositories import ToolAuditRepository
 from tests.peers.mcp_servers import PLANTED, HttpPeer
+from tests.postgres import free_port
 from tests.test_approvals import card_text, click, wait_card, wait_said
 from tests.world import ADMIN_CHANNEL, ALICE, CAROL, MCP_AUTH, OPS_CHANNEL, SHOP_CHANNEL, World
 
@@ -28,8 +29,9 @@ def grafana(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpPeer]:
 
 
 def with_grafana(peer: HttpPeer) -> dict[str, Any]:
-    """SHOP_CHANNEL: one read of the server; OPS_CHANNEL: all its tools, writes approved by
-    CAROL. The server's reads by kelpie's config: get_*, search and list_*."""
+    """A server that is down; SHOP_CHANNEL: two reads of the grafana server; OPS_CHANNEL:
+    all its tools, writes approved by CAROL. Its reads by kelpie's config: get_*, search
+    and list_*."""
     return {
         "mcp": {
             "servers": {
@@ -38,12 +40,19 @@ def with_grafana(peer: HttpPeer) -> dict[str, Any]:
                     "headers": {"Authorization": "KELPIE_TEST_MCP_AUTH"},
                     "read": ["get_*", "search", "list_*"],
                     "timeout_s": 10,
-                }
+                },
+                # Nothing listens there: kelpie starts without it and offers none of it.
+                "down": {"url": f"http://127.0.0.1:{free_port()}/mcp", "timeout_s": 10},
             }
         },
         "roles": {
             "dashboards": {
-                "tools": ["read/*", "mcp/grafana/get_dashboard", "mcp/grafana/list_pods"],
+                "tools": [
+                    "read/*",
+                    "mcp/grafana/get_dashboard",
+                    "mcp/grafana/list_pods",
+                    "mcp/down/*",
+                ],
                 "namespaces": ["shop"],
             },
             "annotator": {
@@ -83,6 +92,7 @@ async def test_a_roles_mcp_read_is_offered_masked_and_audited_and_no_other_tool(
     names = offered(world, 0)
     assert "mcp_grafana_get_dashboard" in names
     assert not names & {"mcp_grafana_search", "mcp_grafana_create_annotation"}
+    assert not [name for name in names if name.startswith("mcp_down_")]
     # The server answered with a planted secret: the model read it masked.
     results = [m for m in world.model.requests[2]["messages"] if m["role"] == "tool"]
     assert "dashboard checkout: 3 panels" in results[0]["content"]
