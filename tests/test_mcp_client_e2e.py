@@ -180,3 +180,30 @@ async def wait_said_in(world: World, channel: str, thread_ts: str, text: str) ->
         return True if found else None
 
     await world.slack.wait_for(said, timeout=20)
+
+
+async def test_a_pre_tool_use_hook_matching_mcp_tools_sees_and_stops_the_call(
+    world: World, grafana: HttpPeer
+):
+    seen = world.tmp / "hook.json"
+    hook = {
+        "match": "mcp/grafana/*",
+        # Keeps the document it was given, then denies (exit 2).
+        "command": ["/bin/sh", "-c", f"cat > {seen}; echo 'change freeze' >&2; exit 2"],
+    }
+    await world.start_bot({**with_grafana(grafana), "hooks": {"pre_tool_use": [hook]}})
+    before = len(grafana.log.calls("get_dashboard"))
+    world.model.reply_tool_calls([("mcp_grafana_get_dashboard", {"uid": "frozen"})])
+    world.model.reply_text("A hook stopped it.")
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "the frozen dashboard?")
+    await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 1)
+    await world.model.wait_for_requests(2, timeout=20)
+    result = [m for m in world.model.requests[1]["messages"] if m["role"] == "tool"][-1]
+    assert result["content"].startswith("Denied by pre-tool-use hook")
+    document = json.loads(seen.read_text())
+    assert (document["tool"], document["kind"], document["args"]) == (
+        "mcp_grafana_get_dashboard",
+        "read",
+        {"uid": "frozen"},
+    )
+    assert len(grafana.log.calls("get_dashboard")) == before
