@@ -19,9 +19,10 @@ import yaml
 
 from bot.checks import mcp_checks
 from bot.config import ConfigError, McpServerConfig, Secrets, parse_config
+from bot.pipeline.harness import ToolRegistry
 from bot.toolsets.mcp.connection import McpConnection, ServerState
 from bot.toolsets.mcp.toolset import McpToolset, model_name
-from bot.toolsets.spec import ToolContext, ToolFailure, ToolKind, ToolScope
+from bot.toolsets.spec import Tool, ToolContext, ToolFailure, ToolKind, ToolResult, ToolScope
 from tests.peers.mcp_servers import PLANTED, HttpPeer, PeerLog
 from tests.postgres import free_port
 
@@ -252,6 +253,11 @@ async def test_a_tools_error_and_an_undeclared_argument_are_one_sentence(http_pe
         assert pods.target_namespace({"namespace": "dev"}, CONTEXT) == "dev"
         assert pods.target_namespace({}, CONTEXT) == "shop"
         assert pods.target_namespace({"namespace": "*"}, CONTEXT) is None
+        assert pods.target_namespace({"namespace": ""}, CONTEXT) is None
+        assert pods.target_namespace({"namespace": ["a", "b"]}, CONTEXT) is None
+        # Named by none, the call carries the namespace the pipeline judged.
+        await pods.handler({}, CONTEXT)
+        assert http_peer.log.calls("list_pods")[-1]["args"] == {"namespace": "shop"}
     finally:
         await connection.close()
 
@@ -341,3 +347,29 @@ def test_the_readme_and_example_config_show_mcp_servers_that_parse():
     commented = example[example.index("# mcp:\n#   servers") :].splitlines()
     block = "\n".join(line[2:] for line in commented if line.startswith("#"))
     assert set(parse_config(BASE | yaml.safe_load(block)).mcp.servers) == {"grafana", "kube"}
+
+
+class Source:
+    """Tools that come and go, as a connected MCP server's do."""
+
+    def __init__(self) -> None:
+        self.now: list[Tool] = []
+
+    def tools(self) -> list[Tool]:
+        return self.now
+
+
+def test_the_registry_offers_a_sources_tools_as_they_are_now_never_over_its_own():
+    async def handler(args: dict[str, Any], context: ToolContext) -> ToolResult:
+        return ToolResult("", "")
+
+    own = Tool("list_pods", ToolKind.READ, "Pods.", {}, handler)
+    source = Source()
+    registry = ToolRegistry([own], [source])
+    assert [tool.name for tool in registry.all()] == ["list_pods"]
+    came = Tool("mcp_g_x", ToolKind.READ, "X.", {}, handler, pattern="mcp/g/x")
+    source.now = [came, Tool("list_pods", ToolKind.WRITE, "Other.", {}, handler)]
+    assert registry.get("mcp_g_x") is came and registry.get("list_pods") is own
+    assert [tool.pattern_name for tool in registry.all()] == ["read/list_pods", "mcp/g/x"]
+    source.now = []
+    assert registry.get("mcp_g_x") is None

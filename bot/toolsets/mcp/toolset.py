@@ -95,15 +95,24 @@ class McpTool:
         return model_name(self.server, self.listed.name)
 
     def namespace(self, args: dict[str, Any], context: ToolContext) -> str | None:
-        """Where a call lands: its namespace argument ("*" or a list: all namespaces),
-        else the channel's default (None: all namespaces)."""
+        """Where a call lands: its namespace argument, or (absent) the channel's default,
+        which `sent` then passes on. Any other value ("*", "", null, a list…) may mean
+        every namespace to the server: judged as all namespaces (None)."""
         key = namespace_key(self.listed.input_schema)
-        value = args.get(key) if key is not None else None
-        if value == "*" or isinstance(value, list):
-            return None
-        if isinstance(value, str) and value:
-            return value
-        return context.default_namespace
+        if key is None or key not in args:
+            return context.default_namespace
+        value = args[key]
+        return value if isinstance(value, str) and value and value != "*" else None
+
+    def sent(self, args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+        """The arguments as the server gets them: checked, and with the channel's default
+        namespace where the model named none (the namespace the pipeline judged, not the
+        server's own default)."""
+        checked = self.check(args)
+        key = namespace_key(self.listed.input_schema)
+        if key is not None and key not in checked and context.default_namespace:
+            return {**checked, key: context.default_namespace}
+        return checked
 
     def check(self, args: dict[str, Any]) -> dict[str, Any]:
         """The arguments, once no argument is one the tool does not declare (so no
@@ -121,10 +130,10 @@ class McpTool:
         return args
 
     async def run(self, args: dict[str, Any], context: ToolContext) -> ToolResult:
-        result = await self.connection.call(self.listed.name, self.check(args))
-        return self._result(result, args)
+        sent = self.sent(args, context)
+        return self.result_of(await self.connection.call(self.listed.name, sent), sent)
 
-    def _result(self, result: CallToolResult, args: dict[str, Any]) -> ToolResult:
+    def result_of(self, result: CallToolResult, args: dict[str, Any]) -> ToolResult:
         text = rendered(result)
         where = f"{self.server}/{self.listed.name}"
         if result.is_error:
@@ -168,7 +177,7 @@ class McpWrite:
 
     async def prepare(self, args: dict[str, Any], context: ToolContext) -> WritePlan:
         tool = self._tool
-        checked = tool.check(args)
+        checked = tool.sent(args, context)
         if tool.connection.state is not ServerState.UP:
             raise ToolFailure(tool.connection.problem or f"MCP server {tool.server} is down")
         namespace = tool.namespace(checked, context)
@@ -186,7 +195,7 @@ class McpWrite:
 
     async def execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
         result = await self._tool.connection.call(self._tool.listed.name, plan.args)
-        return self._tool._result(result, plan.args)
+        return self._tool.result_of(result, plan.args)
 
 
 async def _approval_only(args: dict[str, Any], context: ToolContext) -> ToolResult:
