@@ -138,7 +138,7 @@ async def test_a_configured_write_needs_a_card_and_runs_as_previewed_once_approv
     audits = await WriteAuditRepository(world.bots[0].db).all()
     assert [a.phase for a in audits] == ["intent", "outcome"]
     assert audits[0].approved_by == CAROL and audits[1].ok
-    assert audits[0].target == "MCP tool/shop/grafana/create_annotation"
+    assert audits[0].target == "MCP tool//grafana/create_annotation"
 
 
 async def test_a_namespace_argument_is_judged_by_the_role_and_the_firewall(

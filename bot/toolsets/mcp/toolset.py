@@ -180,7 +180,9 @@ class McpWrite:
         checked = tool.sent(args, context)
         if tool.connection.state is not ServerState.UP:
             raise ToolFailure(tool.connection.problem or f"MCP server {tool.server} is down")
-        namespace = tool.namespace(checked, context)
+        # The namespace the call lands in, where the tool has a namespace argument.
+        namespaced = namespace_key(tool.listed.input_schema) is not None
+        namespace = tool.namespace(checked, context) if namespaced else None
         return WritePlan(
             tool=tool.name,
             description=f"Call {tool.listed.name} on MCP server {tool.server}",
