@@ -25,10 +25,10 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
@@ -136,26 +136,25 @@ class HttpPeer:
     def __init__(self, log: Path, port: int | None = None) -> None:
         self.port = port or free_port()
         self.log = PeerLog(log)
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: subprocess.Popen[str] | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/mcp"
 
     def start(self) -> None:
+        """Returns once the server listens: it says so on stdout, after binding its port."""
         env = {"MCP_PEER_LOG": str(self.log.path), "PATH": "/usr/bin:/bin"}
         self._process = subprocess.Popen(
             [sys.executable, "-m", "tests.peers.mcp_servers", "http", str(self.port)],
             env=env,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
+            text=True,
         )
-        while True:  # until it listens (or died)
-            assert self._process.poll() is None, "the MCP peer did not start"
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.05)  # a beat between probes (nothing is measured)
+        assert self._process.stdout is not None
+        said = self._process.stdout.readline()
+        assert said.strip() == f"listening on {self.port}", "the MCP peer did not start"
 
     def stop(self) -> None:
         if self._process is not None:
@@ -167,8 +166,15 @@ def main(argv: list[str]) -> None:
     server = build()
     if argv[0] == "stdio":
         asyncio.run(server.run_stdio_async())
-    else:
-        asyncio.run(server.run_streamable_http_async(host="127.0.0.1", port=int(argv[1])))
+        return
+    # Bound before it says so: whoever reads the line may connect at once.
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", int(argv[1])))
+    listener.listen()
+    config = uvicorn.Config(server.streamable_http_app(), log_level="warning")
+    print(f"listening on {listener.getsockname()[1]}", flush=True)
+    asyncio.run(uvicorn.Server(config).serve(sockets=[listener]))
 
 
 if __name__ == "__main__":
