@@ -76,9 +76,11 @@ async def connected(
 
 
 async def until(condition: Callable[[], bool]) -> None:
-    """Wait for a state the connection's owner task reaches on its own."""
-    while not condition():
-        await asyncio.sleep(0.01)
+    """Wait for a state the connection's owner task reaches on its own (a hang guard of
+    30 s, not a measure)."""
+    async with asyncio.timeout(30):
+        while not condition():
+            await asyncio.sleep(0.01)
 
 
 CONTEXT = ToolContext("prod", "shop")
