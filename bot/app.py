@@ -10,7 +10,7 @@ import gc
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -157,6 +157,7 @@ from bot.toolsets.kube.effects import KubeEffects
 from bot.toolsets.kube.read import read_tools
 from bot.toolsets.kube.readback import KubeReadback
 from bot.toolsets.kube.write import write_tools
+from bot.toolsets.mcp.toolset import McpToolset, mcp_toolset
 from bot.toolsets.observe.http import ObserveError, ObserveHttp
 from bot.toolsets.observe.instances import KINDS, Instances
 from bot.toolsets.observe.prometheus import Prometheus
@@ -164,7 +165,7 @@ from bot.toolsets.observe.silence import SILENCE_TOOL, SilenceReadback
 from bot.toolsets.observe.tools import Observe, ObserveSettings
 from bot.toolsets.observe.toolset import observe_tools
 from bot.toolsets.present import present_tools
-from bot.toolsets.spec import Tool
+from bot.toolsets.spec import Tool, ToolSource
 from bot.values import GitOpsPolicy
 
 log = logging.getLogger(__name__)
@@ -316,13 +317,17 @@ def tool_registry(
     gitops: GitOpsPolicy = GitOpsPolicy.REFUSE,
     observability: Observe | None = None,
     kinds: tuple[str, ...] | None = None,
+    sources: Sequence[ToolSource] = (),
 ) -> ToolRegistry:
     """Every tool of this build; the observability tools of the configured backends (or
-    of `kinds`: every kind when roles are checked against what a build can offer)."""
+    of `kinds`: every kind when roles are checked against what a build can offer); the
+    tools `sources` offer as they are now (MCP servers')."""
     reads = read_tools(kube)
     writes = write_tools(kube, gitops=gitops)
     observing = observe_tools(observability, kinds) if observability is not None else []
-    return ToolRegistry([*reads, *present_tools(reads), investigation_tool(), *writes, *observing])
+    return ToolRegistry(
+        [*reads, *present_tools(reads), investigation_tool(), *writes, *observing], sources
+    )
 
 
 def config_problems(data: dict[str, Any]) -> list[str]:
@@ -583,14 +588,20 @@ class AgentCore:
     observe_http: ObserveHttp = field(default_factory=ObserveHttp)
     # Wake-ups from other replicas' writes (fed by a `PgListener` on PostgreSQL).
     wakeups: Wakeups = field(default_factory=Wakeups)
+    # The configured MCP servers' connections (their tools are in `registry`).
+    mcp: McpToolset = field(default_factory=lambda: McpToolset([], {}))
 
     async def start(self) -> None:
         await self.db.upgrade()
         await self.agent.warm_up()
+        # Each server's first attempt, at most its timeout: one that is down is left out
+        # (one log line) and tried again in the background.
+        await self.mcp.start()
         self.retention.start()
 
     async def close(self) -> None:
         await self.approvals.close()
+        await self.mcp.close()
         for background in self.background:
             await background.drain()
         self.kube.close()
@@ -641,7 +652,11 @@ def build_core(
     kube = kube_clients(config)
     observe_http = ObserveHttp()
     observability = observe(config, secrets, observe_http)
-    registry = tool_registry(kube, gitops=config.kubernetes.gitops, observability=observability)
+    # Other MCP servers' tools: connected at start, offered while they answer.
+    mcp = mcp_toolset(config.mcp.servers, secrets.mcp_values)
+    registry = tool_registry(
+        kube, gitops=config.kubernetes.gitops, observability=observability, sources=[mcp]
+    )
     gateways = ModelGateways(config=config, secrets=secrets)
     post_hooks = PostToolUseHooks(config.hooks.post_tool_use)
     session_hooks = SessionHooks(config.hooks.session_start, config.hooks.session_end)
@@ -749,6 +764,7 @@ def build_core(
         turns=turns,
         wakeups=wakeups,
         observe_http=observe_http,
+        mcp=mcp,
     )
 
 

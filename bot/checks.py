@@ -8,15 +8,26 @@ features, and prints one line each. Nothing here starts the bot.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.config import AlertRoute, AlertWatch, Config, ConfigError, Secrets, SlackMode
+from bot.config import (
+    AlertRoute,
+    AlertWatch,
+    Config,
+    ConfigError,
+    McpServerConfig,
+    Secrets,
+    SlackMode,
+)
 from bot.model.types import ModelError
 from bot.pipeline.roles import ChannelRoles
 from bot.slack.manifest import BOT_EVENTS, BOT_SCOPES
+from bot.toolsets.mcp.connection import McpConnection, ServerState
+from bot.toolsets.mcp.toolset import is_read
 from bot.toolsets.observe.alertmanager import Alertmanager
 from bot.toolsets.observe.http import Endpoint, ObserveError, ObserveHttp
 from bot.toolsets.observe.instances import Instances
@@ -340,6 +351,32 @@ def _route_check(index: int, route: AlertRoute, roles: ChannelRoles) -> CheckRes
     return CheckResult(name, True, detail)
 
 
+async def mcp_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
+    """Each MCP server (`mcp.servers`): reached and listed, with how many of its tools are
+    reads and writes by kelpie's config; one line each, a server that fails included."""
+    results = []
+    for name, server in config.mcp.servers.items():
+        connection = McpConnection(name, server, partial(secrets.mcp_values, name))
+        try:
+            await connection.start()
+            results.append(_mcp_result(connection, server))
+        finally:
+            await connection.close()
+    return results
+
+
+def _mcp_result(connection: McpConnection, server: McpServerConfig) -> CheckResult:
+    name = f"mcp server {connection.name}"
+    where = server.url if server.url is not None else f"stdio: {server.command}"
+    if connection.state is not ServerState.UP:
+        fix = f"fix mcp.servers.{connection.name} (url or command, headers or env)"
+        return CheckResult(name, False, f"{connection.problem}; {fix}")
+    reads = sum(is_read(server, tool.name) for tool in connection.tools)
+    writes = len(connection.tools) - reads
+    detail = f"reachable at {where}: {len(connection.tools)} tools ({reads} read, {writes} write)"
+    return CheckResult(name, True, detail)
+
+
 async def run_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     results = [CheckResult("config", True, "valid")]
     results += await startup_checks(config, secrets)
@@ -348,4 +385,5 @@ async def run_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     results.append(await model_check(config, secrets))
     results += await observability_checks(config, secrets)
     results += alert_checks(config, secrets)
+    results += await mcp_checks(config, secrets)
     return results

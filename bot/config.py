@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from fnmatch import fnmatchcase
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -366,6 +367,8 @@ def _tool_pattern(pattern: str) -> str:
     if pattern == "*":
         return pattern
     kind, _, name = pattern.partition("/")
+    if kind == MCP_PATTERN_KIND:
+        return _mcp_tool_pattern(pattern, name)
     if not name:
         raise ValueError(f'"{pattern}" must look like <kind>/<name>, e.g. read/*')
     if kind != "*" and kind not in TOOL_KINDS:
@@ -690,6 +693,93 @@ class AlertsConfig(_Strict):
         return watch
 
 
+# --- MCP servers whose tools kelpie offers (the client side: `mcp.servers`) ---
+
+# Roles name an MCP server's tool `mcp/<server>/<tool>` (`mcp/grafana/*` for all of them).
+MCP_PATTERN_KIND = "mcp"
+_MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,31}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _mcp_tool_pattern(pattern: str, name: str) -> str:
+    server, slash, tool = name.partition("/")
+    if not server or not slash or not tool:
+        raise ValueError(f'"{pattern}" must look like mcp/<server>/<tool>, e.g. mcp/grafana/*')
+    return pattern
+
+
+def _env_names(names: dict[str, str]) -> dict[str, str]:
+    for key, env in names.items():
+        if not _ENV_NAME.fullmatch(env):
+            raise ValueError(
+                f'{key}: "{env}" is not an environment variable name (the value names the '
+                "variable that holds it, never the value itself)"
+            )
+    return names
+
+
+EnvNames = Annotated[dict[str, str], AfterValidator(_env_names)]
+
+
+class McpTransport(StrEnum):
+    HTTP = "streamable-http"
+    STDIO = "stdio"
+
+
+class McpServerConfig(_Strict):
+    """One MCP server: streamable HTTP (`url`, `headers`) or stdio (`command`, `args`,
+    `env`). Its tools are reads where `read` matches their name, writes otherwise."""
+
+    url: str | None = Field(default=None, pattern=r"^https?://")
+    # Header name -> the environment variable that holds its whole value (never a literal).
+    headers: EnvNames = Field(default_factory=dict)
+    command: str | None = Field(default=None, min_length=1)
+    args: list[str] = Field(default_factory=list)
+    # The server process's variable -> the environment variable of kelpie that holds it.
+    env: EnvNames = Field(default_factory=dict)
+    timeout_s: float = Field(default=30, gt=0)
+    # Tool-name patterns (fnmatch) of the read tools; every other tool is a write.
+    read: list[str] = Field(default_factory=list)
+    # How often the tool list is read again (besides the server's list-changed events).
+    relist_s: float = Field(default=300, gt=0)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.url is None) == (self.command is None):
+            raise ValueError("set either url (streamable HTTP) or command (stdio)")
+        if self.url is not None and (self.args or self.env):
+            raise ValueError("args and env are for a stdio server (command)")
+        if self.command is not None and self.headers:
+            raise ValueError("headers are for a streamable HTTP server (url)")
+        return self
+
+    @property
+    def transport(self) -> McpTransport:
+        return McpTransport.HTTP if self.url is not None else McpTransport.STDIO
+
+
+def _server_names(servers: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+    for name in servers:
+        if not _MCP_SERVER_NAME.fullmatch(name):
+            raise ValueError(
+                f'server name "{name}": letters, digits and - (at most 32): its tools are '
+                "named mcp_<server>_<tool>"
+            )
+    return servers
+
+
+class McpServersConfig(_Strict):
+    """The client side of MCP (`mcp.servers`): the servers whose tools kelpie offers."""
+
+    servers: Annotated[dict[str, McpServerConfig], AfterValidator(_server_names)] = Field(
+        default_factory=dict
+    )
+
+
+class McpConfig(McpServersConfig):
+    """The `mcp` section."""
+
+
 NO_ROLE = "none"
 
 
@@ -710,6 +800,7 @@ class Config(_Strict):
     logging: LoggingConfig = LoggingConfig()
     server: ServerConfig = ServerConfig()
     alerts: AlertsConfig = AlertsConfig()
+    mcp: McpConfig = McpConfig()
 
     @model_validator(mode="after")
     def _alerts_listener(self) -> Config:
@@ -781,6 +872,24 @@ def reference_problems(data: dict[str, Any]) -> list[str]:
     if guardian.get("enabled") is True and isinstance(profile, str) and profile not in profiles:
         problems.append(f'guardian.model_profile: unknown profile "{profile}"')
     problems += _observability_references(_mapping(data, "observability"), clusters)
+    problems += _mcp_references(data)
+    return problems
+
+
+def _mcp_references(data: dict[str, Any]) -> list[str]:
+    """Role patterns `mcp/<server>/...` naming a server `mcp.servers` does not define."""
+    servers = list(_mapping(_mapping(data, "mcp"), "servers"))
+    problems: list[str] = []
+    for role, raw in _mapping(data, "roles").items():
+        tools = raw.get("tools") if isinstance(raw, dict) else None
+        for i, pattern in enumerate(tools if isinstance(tools, list) else []):
+            if not isinstance(pattern, str) or not pattern.startswith(f"{MCP_PATTERN_KIND}/"):
+                continue
+            server = pattern.split("/")[1]
+            if any(fnmatchcase(name, server) for name in servers):
+                continue
+            known = ", ".join(servers) or "no mcp.servers defined"
+            problems.append(f'roles.{role}.tools[{i}]: "{pattern}" names no MCP server ({known})')
     return problems
 
 
@@ -978,10 +1087,30 @@ class Secrets:
         for index, receiver in enumerate(self._config.alerts.receivers):
             path = f"alerts.receivers[{index}].auth"
             needed += [(env, f"{path}.{key}") for env, key in receiver.auth.envs()]
+        needed += _mcp_env(self._config.mcp)
         for env, key_path in needed:
             if not self._environ.get(env):
                 problems.append(f"{key_path}: environment variable {env} is not set")
         return problems
+
+    def mcp_values(self, server: str) -> dict[str, str]:
+        """An MCP server's headers (HTTP) or process variables (stdio), each read from the
+        variable the config names; raises ConfigError naming the first one not set."""
+        config = self._config.mcp.servers[server]
+        names = config.headers if config.transport is McpTransport.HTTP else config.env
+        part = "headers" if config.transport is McpTransport.HTTP else "env"
+        return {
+            key: self._need(env, f"mcp.servers.{server}.{part}.{key}") for key, env in names.items()
+        }
+
+
+def _mcp_env(section: McpServersConfig) -> list[tuple[str, str]]:
+    """(environment variable, key path) for each value the MCP servers need."""
+    found: list[tuple[str, str]] = []
+    for name, server in section.servers.items():
+        found += [(env, f"mcp.servers.{name}.headers.{key}") for key, env in server.headers.items()]
+        found += [(env, f"mcp.servers.{name}.env.{key}") for key, env in server.env.items()]
+    return found
 
 
 def _observability_env(

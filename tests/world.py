@@ -31,6 +31,8 @@ SRE_GROUP = "S0SRE"
 ALICE = "U0ALICE"
 BOB = "U0BOB"
 MODEL_KEY = "sk-test-model-key-0123456789"
+# The whole Authorization header kelpie sends an MCP server (`mcp.servers.*.headers`).
+MCP_AUTH = "Bearer glsa_world_0123456789abcdef"
 # The bearer token alert webhooks send (`alerts.receivers[].auth.token_env`).
 ALERTS_TOKEN = "alerts-test-token-0123456789"
 # A multi-tenant Loki's tenant (X-Scope-OrgID) and bearer token, named by the observe tests.
@@ -114,6 +116,7 @@ def environ(slack: SlackServer) -> dict[str, str]:
         "KELPIE_TEST_ALERTS_PASSWORD": ALERTS_TOKEN[::-1],
         "KELPIE_TEST_LOKI_TENANT": LOKI_TENANT,
         "KELPIE_TEST_LOKI_TOKEN": LOKI_TOKEN,
+        "KELPIE_TEST_MCP_AUTH": MCP_AUTH,
     }
 
 

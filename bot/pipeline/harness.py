@@ -9,13 +9,14 @@ audit entry. It never raises for problems the model can fix.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from bot.model.outbound import mask_value
 from bot.pipeline.decision import CallScope, ToolInvocation
 from bot.pipeline.flow import CallFlow
 from bot.pipeline.tail import AuditLog, failed
-from bot.toolsets.spec import Tool, ToolArgumentError
+from bot.toolsets.spec import Tool, ToolArgumentError, ToolSource
 from bot.values import AuditEntry, ToolCallRequest, ToolOutcome, ToolStatus
 
 
@@ -26,16 +27,31 @@ class Calls(Protocol):
 
 
 class ToolRegistry:
-    def __init__(self, tools: list[Tool]) -> None:
+    """The tools of this build, and those of `sources` as they are now (an MCP server's
+    tools come and go: a source's tool never shadows a built-in one)."""
+
+    def __init__(self, tools: list[Tool], sources: Sequence[ToolSource] = ()) -> None:
         self._tools = {tool.name: tool for tool in tools}
         if len(self._tools) != len(tools):
             raise ValueError("tool names must be unique")
+        self._sources = list(sources)
 
     def get(self, name: str) -> Tool | None:
-        return self._tools.get(name)
+        found = self._tools.get(name)
+        if found is not None:
+            return found
+        return next((tool for tool in self._sourced() if tool.name == name), None)
 
     def all(self) -> list[Tool]:
-        return list(self._tools.values())
+        return [*self._tools.values(), *self._sourced()]
+
+    def _sourced(self) -> list[Tool]:
+        return [
+            tool
+            for source in self._sources
+            for tool in source.tools()
+            if tool.name not in self._tools
+        ]
 
 
 def summarize_args(args: dict[str, Any], limit: int = 80) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 
 from bot.config import (
+    MCP_PATTERN_KIND,
     NO_ROLE,
     ApprovalConfig,
     Approvers,
@@ -212,6 +213,8 @@ def pattern_problems(roles: dict[str, RoleConfig], tools: list[Tool]) -> list[st
         for i, pattern in enumerate(role.tools):
             if any(fnmatchcase(name, pattern) for name in names):
                 continue
+            if pattern.startswith(f"{MCP_PATTERN_KIND}/"):
+                continue  # an MCP server's tools are known once it answers: see mcp.servers
             _, _, tool_name = pattern.partition("/")
             # The right name under another kind (write/list_pods) says so.
             close = [n for n in names if n.partition("/")[2] == tool_name]

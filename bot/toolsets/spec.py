@@ -166,6 +166,13 @@ class ToolResult:
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
 
 
+class ToolSource(Protocol):
+    """Tools that come and go while kelpie runs (an MCP server's): the registry asks for
+    the current list each time."""
+
+    def tools(self) -> list[Tool]: ...
+
+
 class WriteConflict(ToolFailure):
     """The target changed or was replaced since the preview: nothing was executed."""
 
@@ -201,11 +208,14 @@ class Tool:
     # Where a call lands when the arguments alone do not say it the usual way (a generic
     # tool whose kind may be cluster-scoped); None: `namespace` or the channel's default.
     target: Callable[[dict[str, Any], ToolContext], str | None] | None = None
+    # The name roles match when it is not `<kind>/<name>`: an MCP server's tool is
+    # `mcp/<server>/<tool>` whatever its kind (`bot/toolsets/mcp/`).
+    pattern: str | None = None
 
     @property
     def pattern_name(self) -> str:
-        """The name roles match against: `<kind>/<name>`."""
-        return f"{self.kind}/{self.name}"
+        """The name roles match against: `<kind>/<name>` (or the tool's own `pattern`)."""
+        return self.pattern or f"{self.kind}/{self.name}"
 
     def openai_schema(self) -> dict[str, Any]:
         return {
