@@ -26,16 +26,26 @@ def counting_commits() -> Iterator[Calls]:
         yield commits
 
 
+class Statements(Calls):
+    """SQL statements but SQLite's `BEGIN IMMEDIATE`, which opens each write transaction
+    (a commit is counted on its own)."""
+
+    def __call__(self, *args: Any) -> None:
+        statement = args[2]
+        if not statement.startswith("BEGIN"):
+            self.count += 1
+
+
 @contextmanager
 def counting_statements() -> Iterator[Calls]:
     """Every SQL statement on any engine of this process, like bench/bot_process.py."""
-    with counting(Engine, "before_cursor_execute") as statements:
+    with counting(Engine, "before_cursor_execute", Statements()) as statements:
         yield statements
 
 
 @contextmanager
-def counting(target: Any, name: str) -> Iterator[Calls]:
-    calls = Calls()
+def counting(target: Any, name: str, calls: Calls | None = None) -> Iterator[Calls]:
+    calls = calls or Calls()
     event.listen(target, name, calls)
     try:
         yield calls

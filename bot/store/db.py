@@ -145,6 +145,7 @@ def _writer_transactions(async_url: str) -> ThreadTransactions | LoopTransaction
     url = make_url(async_url).set(drivername="sqlite")
     engine = create_engine(url, pool_size=1, max_overflow=0, pool_reset_on_return=None)
     event.listen(engine, "connect", _sqlite_writer)
+    event.listen(engine, "begin", _sqlite_begin_immediate)
     return ThreadTransactions(engine)
 
 
@@ -224,6 +225,12 @@ def executing(statement: Any) -> Op[None]:
     return op
 
 
+def _sqlite_begin_immediate(connection: Connection) -> None:
+    """Every write transaction takes SQLite's write lock at its start: what it reads stays
+    true until it commits, across processes on the same file (a check-then-mark is one step)."""
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
 def counting(statement: Any) -> Op[bool]:
     """An op running one conditional statement: True when it changed a row (a
     compare-and-set that won)."""
@@ -252,6 +259,10 @@ def _sqlite_reader(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _sqlite_writer(dbapi_connection: Any, _record: Any) -> None:
+    # The driver would begin a transaction only at the first INSERT/UPDATE, so a count read
+    # before it was outside the transaction: two processes on one file could both count 0
+    # and both mark. Transactions are begun by `_sqlite_begin_immediate` instead.
+    dbapi_connection.isolation_level = None
     cursor = _sqlite_common(dbapi_connection)
     # A commit in WAL mode is durable against a process crash with NORMAL.
     cursor.execute("PRAGMA synchronous=NORMAL")
