@@ -289,3 +289,25 @@ class AlertGroupRow(SQLModel, table=True):
     resolved_at: datetime | None = None
     investigated_at: datetime | None = Field(default=None, index=True)
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class FeedbackRow(SQLModel, table=True):
+    """A person's 👍/👎 on one answer (Slack's feedback buttons): append-only, one row per
+    person per answer (the unique key makes a second click, on any replica, a no-op). A 👎
+    may get its reason later (masked, like everything kelpie keeps)."""
+
+    __tablename__ = "feedback"
+    __table_args__ = (UniqueConstraint("turn_id", "user", name="uq_feedback_turn_user"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    team_id: str
+    channel_id: str = Field(index=True)
+    thread_ts: str
+    turn_id: str = Field(index=True)
+    message_ts: str  # the answer's message the buttons were on
+    user: str
+    value: str  # positive | negative (`bot.values.FeedbackValue`)
+    evidence_json: str = "[]"  # the [E#] references the answer cited
+    reason: str | None = None
+    reason_at: datetime | None = None
+    created_at: datetime = Field(default_factory=utcnow)
