@@ -93,6 +93,7 @@ from bot.slack.cards import ApprovalClicks, SlackApprovalCards
 from bot.slack.channels import ChannelBindings, ChannelDirectory
 from bot.slack.clicks import ClickLimit
 from bot.slack.commands import SlashCommands
+from bot.slack.feedback import FeedbackClicks
 from bot.slack.guard import SlackHttpRoute, installed_workspace_only, warm_authorization
 from bot.slack.inbox import InboxMiddleware
 from bot.slack.pacing import PacingLimits, SlackPacer
@@ -110,6 +111,7 @@ from bot.store.approvals import (
     WriteReservationRepository,
 )
 from bot.store.db import Database
+from bot.store.feedback import FeedbackRepository
 from bot.store.history import SessionOpenings
 from bot.store.inbox import Inbox
 from bot.store.payloads import PayloadLog
@@ -797,6 +799,13 @@ def _days(days: int | None) -> timedelta | None:
     return timedelta(days=days) if days is not None else None
 
 
+def _feedback_clicks(slack_app: AsyncApp, core: AgentCore, inbox: Inbox) -> None:
+    """Answers' 👍/👎 (Slack's feedback buttons), stored once per person per answer."""
+    FeedbackClicks(
+        app=slack_app, store=FeedbackRepository(core.db), handled=inbox.handled, now=utcnow
+    ).register()
+
+
 def build_kelpie(
     config: Config,
     secrets: Secrets,
@@ -865,6 +874,7 @@ def build_kelpie(
     agent = core.agent
     inbox = Inbox(db=core.db, replica=replica)
     ApprovalClicks(app=slack_app, service=core.approvals, handled=inbox.handled).register()
+    _feedback_clicks(slack_app, core, inbox)
     stop = StopHandler(
         app=slack_app,
         turns=reporters.turns,

@@ -1,0 +1,149 @@
+"""Feedback on answers, end to end through the fake Slack: the answer carries Slack's
+feedback buttons (a `context_actions` block the fake checks as Slack does), a 👎 is stored
+once per person per answer and answered with an ephemeral whose button opens a modal, and
+what the person types there is stored masked on their row."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.feedback import REASON_ACTION_ID, REASON_CALLBACK_ID, TELL_ACTION_ID
+from bot.slack.feedback_buttons import feedback_block, parse_rating
+from bot.store.feedback import FeedbackRepository
+from bot.store.tables import FeedbackRow
+from tests.world import ALICE, BOB, CAROL, SHOP_CHANNEL, World, running_world
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+AWS_KEY = "AKIAIOSFODNN7EXAMPL3"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
+    async with running_world(tmp_path_factory.mktemp("feedback")) as world:
+        await world.start_bot()
+        yield world
+
+
+def crashing_pod(world: World) -> str:
+    for pod in world.kube.objects("Pod"):
+        statuses = pod["status"].get("containerStatuses") or []
+        if any("waiting" in (s.get("state") or {}) for s in statuses):
+            return str(pod["metadata"]["name"])
+    raise AssertionError("the demo has no crash-looping pod")
+
+
+def feedback_buttons(message: Any) -> dict[str, Any] | None:
+    for block in message.blocks or []:
+        if block.get("type") == "context_actions":
+            return dict(block)
+    return None
+
+
+async def ask(world: World, calls: list[tuple[str, dict[str, Any]]], answer: str) -> Any:
+    """One turn in #shop-oncall; the bot's answer message (the one with feedback buttons)."""
+    world.model.reply_tool_calls(calls)
+    world.model.reply_text(answer)
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "why does checkout keep restarting?")
+
+    def answered(server: Any) -> Any:
+        for message in server.thread(SHOP_CHANNEL, mention["ts"]):
+            if message.is_bot and feedback_buttons(message) is not None:
+                return message
+        return None
+
+    return await world.slack.wait_for(answered, timeout=20)
+
+
+async def click(world: World, user: str, answer: Any, *, positive: bool) -> None:
+    payload = world.slack.feedback_click(user, SHOP_CHANNEL, answer.ts, positive=positive)
+    await world.slack.wait_ack(await world.slack.deliver("interactive", payload))
+
+
+async def ephemeral(world: World, user: str, text: str) -> Any:
+    def said(server: Any) -> Any:
+        found = [e for e in server.ephemerals(SHOP_CHANNEL, user) if text in e.text]
+        return found[-1] if found else None
+
+    return await world.slack.wait_for(said, timeout=10)
+
+
+def store(world: World) -> FeedbackRepository:
+    return FeedbackRepository(world.bots[0].core.db)
+
+
+async def rows(world: World, thread_ts: str) -> list[FeedbackRow]:
+    record = await store(world).thread(SHOP_CHANNEL, thread_ts)
+    assert record is not None
+    return record.feedback
+
+
+async def test_a_thumbs_down_is_stored_once_asked_why_and_its_reason_stored_masked(world: World):
+    pod = crashing_pod(world)
+    answer = await ask(
+        world, [("describe_pod", {"namespace": "shop", "name": pod})], "It is OOMKilled [E1]."
+    )
+    block = feedback_buttons(answer)
+    assert block is not None
+    [element] = block["elements"]
+    assert element["type"] == "feedback_buttons"
+    rating = parse_rating(element["negative_button"]["value"])
+    assert rating is not None and rating.evidence == ("E1",)
+
+    await click(world, BOB, answer, positive=False)
+    asked = await ephemeral(world, BOB, "What was wrong")
+    assert asked.thread_ts == answer.thread_ts
+    [row] = await rows(world, answer.thread_ts)
+    assert (row.user, row.value, row.turn_id) == (BOB, "negative", rating.turn_id)
+    assert (row.message_ts, json.loads(row.evidence_json)) == (answer.ts, ["E1"])
+
+    # A second click, either button, stores nothing more and says so.
+    await click(world, BOB, answer, positive=False)
+    await click(world, BOB, answer, positive=True)
+    await world.slack.wait_for(
+        lambda s: len([e for e in s.ephemerals(SHOP_CHANNEL, BOB) if "already" in e.text]) == 2
+    )
+    assert len(await rows(world, answer.thread_ts)) == 1
+
+    # The ephemeral's button opens a modal; what is typed there is stored, masked.
+    tell = world.slack.ephemeral_click(asked, TELL_ACTION_ID)
+    await world.slack.wait_ack(await world.slack.deliver("interactive", tell))
+    opened = await world.slack.wait_for(lambda s: s.views[-1] if s.views else None)
+    assert (opened.user, opened.view["callback_id"]) == (BOB, REASON_CALLBACK_ID)
+    typed = f"It looked at the wrong pod. Also it printed AWS_ACCESS_KEY_ID: {AWS_KEY}"
+    submit = world.slack.view_submission(opened, {REASON_ACTION_ID: typed})
+    await world.slack.wait_ack(await world.slack.deliver("interactive", submit))
+
+    await ephemeral(world, BOB, "what you wrote is stored")
+    stored = await store(world).find(rating.turn_id, BOB)
+    assert stored is not None and stored.reason is not None
+    assert stored.reason.startswith("It looked at the wrong pod.")
+    assert AWS_KEY not in stored.reason and "AWS_ACCESS_KEY_ID" in stored.reason
+
+    # Someone else's 👍 is theirs: stored beside it, thanked.
+    await click(world, CAROL, answer, positive=True)
+    await ephemeral(world, CAROL, "👍")
+    assert [(r.user, r.value) for r in await rows(world, answer.thread_ts)] == [
+        (BOB, "negative"),
+        (CAROL, "positive"),
+    ]
+
+
+async def test_the_fake_slack_refuses_feedback_buttons_slack_would_refuse(world: World):
+    client = AsyncWebClient(token=world.slack.bot_token, base_url=world.slack.api_url)
+    good = feedback_block("t1", ["E1"])
+    half = {**good, "elements": [{**good["elements"][0], "negative_button": None}]}
+    loose = {"type": "actions", "elements": good["elements"]}
+    for blocks in ([half], [loose]):
+        with pytest.raises(SlackApiError) as refused:
+            await client.chat_postMessage(channel=SHOP_CHANNEL, text="x", blocks=blocks)
+        assert refused.value.response["error"] == "invalid_blocks"
+    posted = await client.chat_postMessage(channel=SHOP_CHANNEL, text="x", blocks=[good])
+    assert posted["ok"]
