@@ -46,6 +46,8 @@ from bot.config import (
     SlackMode,
     valid_roles,
 )
+from bot.feedback.export import ExportedCase, ThreadExport
+from bot.feedback.links import parse_thread_link
 from bot.health import health_app, serve
 from bot.metrics import (
     MeteredApprovalRepository,
@@ -804,6 +806,19 @@ def _feedback_clicks(slack_app: AsyncApp, core: AgentCore, inbox: Inbox) -> None
     FeedbackClicks(
         app=slack_app, store=FeedbackRepository(core.db), handled=inbox.handled, now=utcnow
     ).register()
+
+
+async def export_case(config: Config, link: str, out: Path) -> ExportedCase:
+    """`kelpie eval export`: the thread at `link` as a case folder under `out`."""
+    ref = parse_thread_link(link)
+    db = Database(config.database.url)
+    kube = kube_clients(config)
+    try:
+        export = ThreadExport(FeedbackRepository(db), config, kube, utcnow)
+        return await export.export(ref, out)
+    finally:
+        kube.close()
+        await db.close()
 
 
 def build_kelpie(

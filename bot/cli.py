@@ -13,6 +13,8 @@ import os
 import signal
 import sys
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from bot.config import Config, ConfigError, Secrets, load_config, resolve_config_path
@@ -196,6 +198,46 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval_export(args: argparse.Namespace) -> int:
+    from bot.app import export_case
+
+    try:
+        config = _load(args.config)
+    except ConfigError as error:
+        return _print_config_problems(error)
+    _configure_logging(config, "ERROR")
+    try:
+        case = asyncio.run(export_case(config, args.thread, Path(args.out)))
+    except KelpieError as error:
+        print(f"kelpie: {error.user_message}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{case.path}: {case.objects} objects, {case.logs} logs re-read from the cluster")
+    for line in case.missing:
+        print(f"  not in the fixture: {line}")
+    print("complete the TODOs in case.yaml (category, expect) before adding it to a suite")
+    return 0
+
+
+def _eval_usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_usage(sys.stderr)
+    return EXIT_CONFIG
+
+
+def _add_eval_export(commands: Any) -> None:
+    """`kelpie eval export`: its own subcommand of `eval` (the runner's options stay on
+    `eval` itself)."""
+    evals = commands.add_parser("eval", help="the eval suite: run it, or add a case to it")
+    evals.set_defaults(handler=lambda _: _eval_usage(evals))
+    eval_commands = evals.add_subparsers(dest="eval_command")
+    export = eval_commands.add_parser(
+        "export", help="write a case skeleton from a Slack thread kelpie answered"
+    )
+    export.add_argument("--thread", required=True, help="the thread's Slack link (Copy link)")
+    export.add_argument("--out", default="cases", help="folder to write the case in (./cases)")
+    export.add_argument("--config", help=CONFIG_HELP)
+    export.set_defaults(handler=cmd_eval_export)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kelpie", description="Kubernetes chat-ops in Slack")
     parser.add_argument("--version", action="version", version=f"kelpie {kelpie_version()}")
@@ -239,6 +281,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     manifest.add_argument("--config", help=CONFIG_HELP + "; its slack.http.path is used")
     manifest.set_defaults(handler=cmd_manifest)
+    _add_eval_export(commands)
     return parser
 
 

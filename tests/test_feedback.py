@@ -5,12 +5,18 @@ what the person types there is stored masked on their row."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
+import os
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -23,6 +29,9 @@ from tests.world import ALICE, BOB, CAROL, SHOP_CHANNEL, World, running_world
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 AWS_KEY = "AKIAIOSFODNN7EXAMPL3"
+CONFIG_VALUE = "cm-value-hunter2"
+SECRET_VALUE = "secret-value-correct-horse"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -48,8 +57,9 @@ def feedback_buttons(message: Any) -> dict[str, Any] | None:
 
 
 async def ask(world: World, calls: list[tuple[str, dict[str, Any]]], answer: str) -> Any:
-    """One turn in #shop-oncall; the bot's answer message (the one with feedback buttons)."""
-    world.model.reply_tool_calls(calls)
+    """One turn in #shop-oncall, a call per round; the bot's answer (with feedback buttons)."""
+    for call in calls:
+        world.model.reply_tool_calls([call])
     world.model.reply_text(answer)
     mention = await world.mention(SHOP_CHANNEL, ALICE, "why does checkout keep restarting?")
 
@@ -147,3 +157,80 @@ async def test_the_fake_slack_refuses_feedback_buttons_slack_would_refuse(world:
         assert refused.value.response["error"] == "invalid_blocks"
     posted = await client.chat_postMessage(channel=SHOP_CHANNEL, text="x", blocks=[good])
     assert posted["ok"]
+
+
+async def kelpie(world: World, *args: str) -> tuple[int, str, str]:
+    """`kelpie ARGS` in a child process, as a person runs it; the peers keep serving."""
+    config = world.tmp / "kelpie.yaml"
+    config.write_text(yaml.safe_dump(world.config_data))
+    env = {"PATH": os.environ.get("PATH", ""), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", *args, "--config", str(config),
+        cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_export_writes_a_case_whose_fixture_holds_what_the_tools_read(world: World):
+    pod = crashing_pod(world)
+    world.kube.add_configmap("shop", "checkout-config", {"DB_PASSWORD": CONFIG_VALUE})
+    world.kube.add_secret("shop", "checkout-db", {"password": SECRET_VALUE})
+    world.kube.set_logs("shop", pod, f"boot\nAWS_ACCESS_KEY_ID: {AWS_KEY}\nOOM\n")
+    calls = [
+        ("describe_pod", {"namespace": "shop", "name": pod}),
+        ("pod_logs", {"namespace": "shop", "name": pod}),
+        ("get_resource", {"kind": "ConfigMap", "name": "checkout-config", "namespace": "shop"}),
+        ("get_resource", {"kind": "Secret", "name": "checkout-db", "namespace": "shop"}),
+    ]
+    answer = await ask(world, calls, "The pod runs out of memory [E1].")
+    await click(world, BOB, answer, positive=False)
+    await ephemeral(world, BOB, "What was wrong")
+    stamp = answer.thread_ts.replace(".", "")
+    link = f"https://kelpie-test.slack.com/archives/{SHOP_CHANNEL}/p{stamp}"
+    out = world.tmp / "cases"
+
+    code, said, err = await kelpie(world, "eval", "export", "--thread", link, "--out", str(out))
+    assert code == 0, err
+    [folder] = list(out.iterdir())
+    assert str(folder) in said and "get_resource: read nothing" in said
+    case = yaml.safe_load((folder / "case.yaml").read_text())
+    assert case["id"] == folder.name and case["question"] == "why does checkout keep restarting?"
+    assert case["channel"] == {"cluster": "prod", "namespace": "shop"}
+    assert case["role"]["tools"] == ["present/*", "read/*", "diagnose/*"]
+    assert case["expect"]["answer"] == [] and "TODO" in (folder / "case.yaml").read_text()
+    assert "# The answer kelpie gave" in (folder / "case.yaml").read_text()
+    assert "#   The pod runs out of memory [E1]." in (folder / "case.yaml").read_text()
+    assert "RE-READ from cluster prod" in (folder / "case.yaml").read_text()
+    assert f"Feedback: negative by {BOB}" in (folder / "case.yaml").read_text()
+
+    objects = yaml.safe_load((folder / "fixture" / "kube.yaml").read_text())
+    named = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert {("Pod", pod), ("ConfigMap", "checkout-config")} <= named
+    assert all({"apiVersion", "kind", "metadata"} <= o.keys() for o in objects)
+    assert not [o for o in objects if o["kind"] == "Secret"]
+    [config_map] = [o for o in objects if o["kind"] == "ConfigMap"]
+    assert config_map["data"] == {"DB_PASSWORD": "<masked>"}
+    logs = yaml.safe_load((folder / "fixture" / "logs.yaml").read_text())["logs"]
+    assert [(e["pod"], e["container"], e["previous"]) for e in logs] == [(pod, "app", False)]
+    assert "OOM" in logs[0]["text"]
+    everything = "\n".join(p.read_text() for p in folder.rglob("*") if p.is_file())
+    for secret in (
+        AWS_KEY,
+        CONFIG_VALUE,
+        SECRET_VALUE,
+        base64.b64encode(SECRET_VALUE.encode()).decode(),
+    ):
+        assert secret not in everything
+    # Exporting again does not overwrite what a person may have edited.
+    code, _, err = await kelpie(world, "eval", "export", "--thread", link, "--out", str(out))
+    assert code == 1 and "exists already" in err
+
+
+async def test_export_of_a_thread_kelpie_never_saw_says_so(world: World):
+    link = f"https://kelpie-test.slack.com/archives/{SHOP_CHANNEL}/p1000000000000001"
+    code, _, err = await kelpie(world, "eval", "export", "--thread", link)
+    assert code == 1 and "kelpie has no conversation in thread 1000000000.000001" in err
+    code, _, err = await kelpie(world, "eval", "export", "--thread", "not a link")
+    assert code == 1 and "is not a Slack message link" in err

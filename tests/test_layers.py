@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("bot.pipeline",),
     ("bot.approvals",),
     ("bot.agent",),
-    ("bot.slack", "bot.terminal", "bot.metrics", "bot.health", "bot.alerts"),
+    ("bot.slack", "bot.terminal", "bot.metrics", "bot.health", "bot.alerts", "bot.feedback"),
     ("bot.app", "bot.cli", "bot.checks"),
 )
 
