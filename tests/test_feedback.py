@@ -20,6 +20,8 @@ import yaml
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.errors import ExportError
+from bot.feedback.links import parse_thread_link
 from bot.slack.feedback import REASON_ACTION_ID, REASON_CALLBACK_ID, TELL_ACTION_ID
 from bot.slack.feedback_buttons import feedback_block, parse_rating
 from bot.store.feedback import FeedbackRepository
@@ -234,3 +236,15 @@ async def test_export_of_a_thread_kelpie_never_saw_says_so(world: World):
     assert code == 1 and "kelpie has no conversation in thread 1000000000.000001" in err
     code, _, err = await kelpie(world, "eval", "export", "--thread", "not a link")
     assert code == 1 and "is not a Slack message link" in err
+
+
+async def test_a_reply_link_names_its_thread_and_a_top_level_link_itself():
+    top = parse_thread_link("https://acme.slack.com/archives/C0SHOP/p1733400000123456")
+    assert (top.channel_id, top.thread_ts) == ("C0SHOP", "1733400000.123456")
+    reply = parse_thread_link(
+        "https://acme.slack.com/archives/C0SHOP/p1733400099000001"
+        "?thread_ts=1733400000.123456&cid=C0SHOP"
+    )
+    assert (reply.channel_id, reply.thread_ts) == ("C0SHOP", "1733400000.123456")
+    with pytest.raises(ExportError, match="not a Slack ts"):
+        parse_thread_link("https://acme.slack.com/archives/C0SHOP/p1733400000123456?thread_ts=x")

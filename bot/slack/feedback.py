@@ -22,7 +22,7 @@ from slack_bolt.context.async_context import AsyncBoltContext
 from bot.model.outbound import mask_text_async
 from bot.slack import copy
 from bot.slack.feedback_buttons import FEEDBACK_ACTION_ID, Rating, parse_rating
-from bot.slack.inbox import Handled, marking_handled
+from bot.slack.inbox import REPLAYED, Handled, marking_handled
 from bot.slack.progress.common import SLACK_FAILURES, error_code
 from bot.slack.replies import whisper
 from bot.values import Feedback, FeedbackValue
@@ -93,7 +93,8 @@ class FeedbackClicks:
             user,
             "" if first else " (already rated: not stored again)",
         )
-        await self._answer(rating, first, channel, user, thread_ts)
+        # A click replayed after a crash may have been stored before it: answer it as new.
+        await self._answer(rating, first or bool(context.get(REPLAYED)), channel, user, thread_ts)
 
     async def _answer(
         self, rating: Rating, first: bool, channel: str, user: str, thread_ts: str
