@@ -113,7 +113,7 @@ async def test_a_thumbs_down_is_stored_once_asked_why_and_its_reason_stored_mask
     asked = await ephemeral(world, BOB, "What was wrong")
     assert asked.thread_ts == answer.thread_ts
     [row] = await rows(world, answer.thread_ts)
-    assert (row.user, row.value, row.turn_id) == (BOB, "negative", rating.turn_id)
+    assert (row.slack_user, row.value, row.turn_id) == (BOB, "negative", rating.turn_id)
     assert (row.message_ts, json.loads(row.evidence_json)) == (answer.ts, ["E1"])
 
     # A second click, either button, stores nothing more and says so.
@@ -142,7 +142,7 @@ async def test_a_thumbs_down_is_stored_once_asked_why_and_its_reason_stored_mask
     # Someone else's 👍 is theirs: stored beside it, thanked.
     await click(world, CAROL, answer, positive=True)
     await ephemeral(world, CAROL, "👍")
-    assert [(r.user, r.value) for r in await rows(world, answer.thread_ts)] == [
+    assert [(r.slack_user, r.value) for r in await rows(world, answer.thread_ts)] == [
         (BOB, "negative"),
         (CAROL, "positive"),
     ]

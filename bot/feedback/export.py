@@ -220,7 +220,7 @@ class CaseSkeleton:
         ]
         for row in self.record.feedback:
             reason = f": {_masked(row.reason)}" if row.reason else ""
-            lines.append(f"Feedback: {row.value} by {row.user} on turn {row.turn_id}{reason}")
+            lines.append(f"Feedback: {row.value} by {row.slack_user} on turn {row.turn_id}{reason}")
         return lines
 
     def notes(self) -> str:

@@ -38,7 +38,7 @@ class FeedbackRepository:
             "thread_ts": feedback.thread_ts,
             "turn_id": feedback.turn_id,
             "message_ts": feedback.message_ts,
-            "user": feedback.user,
+            "slack_user": feedback.user,
             "value": str(feedback.value),
             "evidence_json": json.dumps(list(feedback.evidence)),
             "created_at": at,
@@ -56,7 +56,7 @@ class FeedbackRepository:
             update(FeedbackRow)
             .where(
                 col(FeedbackRow.turn_id) == turn_id,
-                col(FeedbackRow.user) == user,
+                col(FeedbackRow.slack_user) == user,
                 col(FeedbackRow.value) == str(FeedbackValue.NEGATIVE),
             )
             .values(reason=reason, reason_at=at)
@@ -66,7 +66,7 @@ class FeedbackRepository:
     async def find(self, turn_id: str, user: str) -> FeedbackRow | None:
         async with self._db.sessions() as session:
             query = select(FeedbackRow).where(
-                FeedbackRow.turn_id == turn_id, FeedbackRow.user == user
+                FeedbackRow.turn_id == turn_id, FeedbackRow.slack_user == user
             )
             return (await session.exec(query)).first()
 

@@ -297,7 +297,7 @@ class FeedbackRow(SQLModel, table=True):
     may get its reason later (masked, like everything kelpie keeps)."""
 
     __tablename__ = "feedback"
-    __table_args__ = (UniqueConstraint("turn_id", "user", name="uq_feedback_turn_user"),)
+    __table_args__ = (UniqueConstraint("turn_id", "slack_user", name="uq_feedback_turn_user"),)
 
     id: int | None = Field(default=None, primary_key=True)
     team_id: str
@@ -305,7 +305,7 @@ class FeedbackRow(SQLModel, table=True):
     thread_ts: str
     turn_id: str = Field(index=True)
     message_ts: str  # the answer's message the buttons were on
-    user: str
+    slack_user: str
     value: str  # positive | negative (`bot.values.FeedbackValue`)
     evidence_json: str = "[]"  # the [E#] references the answer cited
     reason: str | None = None

@@ -2047,6 +2047,8 @@ def _context_actions_error(block: Json) -> str | None:
 def _feedback_button_ok(button: Json) -> bool:
     text = button.get("text")
     value = button.get("value")
+    if len(str(button.get("accessibility_label") or "")) > 75:
+        return False
     return (
         isinstance(text, dict)
         and text.get("type") == "plain_text"

@@ -24,13 +24,13 @@ def upgrade() -> None:
         sa.Column("thread_ts", sa.String(), nullable=False),
         sa.Column("turn_id", sa.String(), nullable=False),
         sa.Column("message_ts", sa.String(), nullable=False),
-        sa.Column("user", sa.String(), nullable=False),
+        sa.Column("slack_user", sa.String(), nullable=False),
         sa.Column("value", sa.String(), nullable=False),
         sa.Column("evidence_json", sa.String(), nullable=False),
         sa.Column("reason", sa.String(), nullable=True),
         sa.Column("reason_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.UniqueConstraint("turn_id", "user", name="uq_feedback_turn_user"),
+        sa.UniqueConstraint("turn_id", "slack_user", name="uq_feedback_turn_user"),
     )
     op.create_index("ix_feedback_channel_id", "feedback", ["channel_id"])
     op.create_index("ix_feedback_turn_id", "feedback", ["turn_id"])
