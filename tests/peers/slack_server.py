@@ -319,6 +319,7 @@ _METHOD_TIERS = {
     "files.completeUploadExternal": 4,
     "agents.sessions.setStatus": 3,
     "agents.sessions.rename": 3,
+    "views.open": 4,
 }
 # Calls that put a new message in a channel: about one a second per channel, short bursts.
 _POSTING = frozenset({"chat.postMessage", "chat.startStream"})
