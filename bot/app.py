@@ -46,6 +46,7 @@ from bot.config import (
     SlackMode,
     valid_roles,
 )
+from bot.feedback.capture import FixtureCapture
 from bot.feedback.export import ExportedCase, ThreadExport
 from bot.feedback.links import parse_thread_link
 from bot.health import health_app, serve
@@ -801,10 +802,13 @@ def _days(days: int | None) -> timedelta | None:
     return timedelta(days=days) if days is not None else None
 
 
-def _feedback_clicks(slack_app: AsyncApp, core: AgentCore, inbox: Inbox) -> None:
-    """Answers' 👍/👎 (Slack's feedback buttons), stored once per person per answer."""
+def _feedback_clicks(slack_app: AsyncApp, core: AgentCore, inbox: Inbox, config: Config) -> None:
+    """Answers' 👍/👎 (Slack's feedback buttons), stored once per person per answer; a 👎
+    has what its turn read captured for `kelpie eval export`."""
+    store = FeedbackRepository(core.db)
+    capture = FixtureCapture(store, config, core.kube, utcnow)
     FeedbackClicks(
-        app=slack_app, store=FeedbackRepository(core.db), handled=inbox.handled, now=utcnow
+        app=slack_app, store=store, handled=inbox.handled, now=utcnow, on_negative=capture
     ).register()
 
 
@@ -889,7 +893,7 @@ def build_kelpie(
     agent = core.agent
     inbox = Inbox(db=core.db, replica=replica)
     ApprovalClicks(app=slack_app, service=core.approvals, handled=inbox.handled).register()
-    _feedback_clicks(slack_app, core, inbox)
+    _feedback_clicks(slack_app, core, inbox, config)
     stop = StopHandler(
         app=slack_app,
         turns=reporters.turns,

@@ -25,7 +25,7 @@ from bot.feedback.links import parse_thread_link
 from bot.slack.feedback import REASON_ACTION_ID, REASON_CALLBACK_ID, TELL_ACTION_ID
 from bot.slack.feedback_buttons import feedback_block, parse_rating
 from bot.store.feedback import FeedbackRepository
-from bot.store.tables import FeedbackRow
+from bot.store.tables import FeedbackFixtureRow, FeedbackRow
 from tests.world import ALICE, BOB, CAROL, SHOP_CHANNEL, World, running_world
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -89,6 +89,16 @@ async def ephemeral(world: World, user: str, text: str) -> Any:
 
 def store(world: World) -> FeedbackRepository:
     return FeedbackRepository(world.bots[0].core.db)
+
+
+async def captured(world: World, thread_ts: str) -> FeedbackFixtureRow:
+    """The reads a 👎 in the thread had captured, once they are stored (polled)."""
+    async with asyncio.timeout(30):
+        while True:
+            record = await store(world).thread(SHOP_CHANNEL, thread_ts)
+            if record is not None and record.fixtures:
+                return record.fixtures[0]
+            await asyncio.sleep(0.02)
 
 
 async def rows(world: World, thread_ts: str) -> list[FeedbackRow]:
@@ -189,6 +199,11 @@ async def test_export_writes_a_case_whose_fixture_holds_what_the_tools_read(worl
     answer = await ask(world, calls, "The pod runs out of memory [E1].")
     await click(world, BOB, answer, positive=False)
     await ephemeral(world, BOB, "What was wrong")
+    # The 👎 had what its turn read captured then: the export keeps that, not what the
+    # cluster holds by the time it runs.
+    snapshot = await captured(world, answer.thread_ts)
+    assert AWS_KEY not in snapshot.logs_json and "OOM" in snapshot.logs_json
+    world.kube.set_logs("shop", pod, "much later: all fine\n")
     stamp = answer.thread_ts.replace(".", "")
     link = f"https://kelpie-test.slack.com/archives/{SHOP_CHANNEL}/p{stamp}"
     out = world.tmp / "cases"
@@ -204,7 +219,8 @@ async def test_export_writes_a_case_whose_fixture_holds_what_the_tools_read(worl
     assert case["expect"]["answer"] == [] and "TODO" in (folder / "case.yaml").read_text()
     assert "# The answer kelpie gave" in (folder / "case.yaml").read_text()
     assert "#   The pod runs out of memory [E1]." in (folder / "case.yaml").read_text()
-    assert "RE-READ from cluster prod" in (folder / "case.yaml").read_text()
+    assert "re-read from cluster prod when its 👎 came" in (folder / "case.yaml").read_text()
+    assert "RE-READ" not in (folder / "case.yaml").read_text()
     assert f"Feedback: negative by {BOB}" in (folder / "case.yaml").read_text()
 
     objects = yaml.safe_load((folder / "fixture" / "kube.yaml").read_text())
@@ -228,6 +244,23 @@ async def test_export_writes_a_case_whose_fixture_holds_what_the_tools_read(worl
     # Exporting again does not overwrite what a person may have edited.
     code, _, err = await kelpie(world, "eval", "export", "--thread", link, "--out", str(out))
     assert code == 1 and "exists already" in err
+
+
+async def test_export_re_reads_what_no_thumbs_down_captured_and_says_so(world: World):
+    pod = crashing_pod(world)
+    answer = await ask(world, [("describe_pod", {"namespace": "shop", "name": pod})], "OOM [E1].")
+    stamp = answer.thread_ts.replace(".", "")
+    link = f"https://kelpie-test.slack.com/archives/{SHOP_CHANNEL}/p{stamp}"
+    out = world.tmp / "unrated"
+    code, _, err = await kelpie(world, "eval", "export", "--thread", link, "--out", str(out))
+    assert code == 0, err
+    [folder] = list(out.iterdir())
+    assert (
+        "all reads were RE-READ from cluster prod at export time"
+        in (folder / "case.yaml").read_text()
+    )
+    objects = yaml.safe_load((folder / "fixture" / "kube.yaml").read_text())
+    assert ("Pod", pod) in {(o["kind"], o["metadata"]["name"]) for o in objects}
 
 
 async def test_export_of_a_thread_kelpie_never_saw_says_so(world: World):

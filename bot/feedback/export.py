@@ -4,15 +4,15 @@ the suite's format (`case.yaml` + `fixture/`) for a person to complete.
 What comes from the store: the thread's first question and the answer kelpie gave it, the
 channel's role (its config body), cluster and namespace, every read call of the thread and
 its rendered result, and the thread's feedback (👍/👎 and reasons). What comes from the
-cluster: the objects and logs those calls read, re-read now (`fixture`), since what the
-tools saw then was stored only as rendered text; `case.yaml` says so. Everything written
-is masked again here, whatever the store holds. `expect` is left for a person: TODO.
+cluster: the objects and logs those calls read (`fixture`), since what the tools saw then
+was stored only as rendered text: for a 👎'd turn, as re-read when the 👎 came
+(`feedback.capture`); for any other turn, re-read now. `case.yaml` says which. Everything
+written is masked again here, whatever the store holds. `expect` is left for a person.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -25,18 +25,15 @@ import yaml
 
 from bot.config import Config, RoleConfig
 from bot.errors import ExportError
-from bot.feedback.fixture import Fixture, FixtureReader
+from bot.feedback.fixture import Fixture
 from bot.feedback.links import ThreadRef
-from bot.feedback.reads import plan_reads
+from bot.feedback.thread import Call, read_fixture, role_of, thread_calls
 from bot.model.outbound import mask_text
-from bot.pipeline.roles import ChannelBinding
 from bot.store.feedback import FeedbackRepository, ThreadRecord
-from bot.store.tables import MessageRow
+from bot.store.tables import MessageRow, aware
 from bot.toolsets.kube.client import KubeClients
-from bot.values import tool_calls_from_json
 
 _CONTEXT = "\n\n[context] "
-_EVIDENCE = re.compile(r"\[E\d+\]")
 
 
 @dataclass(frozen=True)
@@ -49,12 +46,12 @@ class ExportedCase:
 
 @dataclass(frozen=True)
 class Conversation:
-    """What the export reads of a stored thread, masked."""
+    """What the export reads of a stored thread (question and answer masked)."""
 
     question: str
     answer: str
     asked_at: datetime
-    calls: list[tuple[str, dict[str, Any], str]]  # tool, arguments, rendered result
+    calls: list[Call]
 
 
 class ThreadExport:
@@ -77,43 +74,49 @@ class ThreadExport:
                 f"kelpie has no conversation in thread {ref.thread_ts} of channel "
                 f"{ref.channel_id}; check the link, and that --config names kelpie's database"
             )
-        session = record.session
         folder = out / case_id(ref)
         if folder.exists():
             raise ExportError(f"{folder} exists already; remove it or pick another --out")
         conversation = read_conversation(record.messages)
-        role = self._role(session.role)
-        binding = ChannelBinding(session.role, role, session.cluster, session.namespace)
-        kube = self._kube.client_for(session.cluster).acting_as(binding.tool_context().identity)
-        # Only calls that read something (their result holds evidence): not a denied,
-        # failed or not-run call, whose objects the agent never saw.
-        calls = [(name, args) for name, args, result in conversation.calls if read_ok(result)]
-        fixture = await FixtureReader(kube, role.namespaces).read(
-            plan_reads(calls, session.namespace)
-        )
-        fixture.missing += [
-            f"{name}: read nothing (denied, failed or not run)"
-            for name, _, result in conversation.calls
-            if not read_ok(result)
-        ]
+        role = role_of(self._config, record.session)
+        # A 👎'd turn's reads were captured when the 👎 came; the other turns' are read now.
+        captured = {row.turn_id for row in record.fixtures}
+        later = [c for c in conversation.calls if c.turn_id not in captured]
+        fixture = merged(record, await self._reread(record, later))
         _name_containers(fixture)
-        case = CaseSkeleton(ref, record, conversation, role, fixture, self._now())
+        case = CaseSkeleton(ref, record, conversation, role, fixture, self._now(), bool(later))
         case.write(folder)
         return ExportedCase(folder, len(fixture.objects), len(fixture.logs), tuple(fixture.missing))
 
-    def _role(self, name: str) -> RoleConfig:
-        role = self._config.roles.get(name)
-        if role is None:
-            raise ExportError(
-                f"the thread's role {name!r} is not in this config's roles; export with the "
-                "config kelpie ran with"
-            )
-        return role
+    async def _reread(self, record: ThreadRecord, calls: list[Call]) -> Fixture:
+        if not calls:
+            return Fixture()
+        return await read_fixture(self._config, self._kube, record.session, calls)
 
 
-def read_ok(result: str) -> bool:
-    """A read that succeeded: its result is labelled as evidence (`[E3] …`)."""
-    return _EVIDENCE.match(result) is not None
+def merged(record: ThreadRecord, now: Fixture) -> Fixture:
+    """The captured fixtures (in the order they were captured), then what was read now;
+    an object or log in several keeps its first (earliest) copy."""
+    fixture = Fixture()
+    seen: set[str] = set()
+    parts = [
+        (json.loads(r.objects_json), json.loads(r.logs_json), json.loads(r.missing_json))
+        for r in record.fixtures
+    ]
+    for objects, logs, missing in [*parts, (now.objects, now.logs, now.missing)]:
+        for obj in objects:
+            meta = obj.get("metadata") or {}
+            key = f"{obj.get('kind')}/{meta.get('namespace')}/{meta.get('name')}"
+            if key not in seen:
+                seen.add(key)
+                fixture.objects.append(obj)
+        for entry in logs:
+            key = f"logs/{entry['namespace']}/{entry['pod']}/{entry['previous']}"
+            if key not in seen:
+                seen.add(key)
+                fixture.logs.append(entry)
+        fixture.missing += [line for line in missing if line not in fixture.missing]
+    return fixture
 
 
 def case_id(ref: ThreadRef) -> str:
@@ -130,17 +133,7 @@ def read_conversation(messages: list[MessageRow]) -> Conversation:
         m for m in messages if m.turn_id == asked.turn_id and m.role == "assistant" and m.content
     ]
     answer = answers[-1].content if answers else ""
-    results = {m.tool_call_id: m.content or "" for m in messages if m.role == "tool"}
-    calls: list[tuple[str, dict[str, Any], str]] = []
-    for message in messages:
-        for call in tool_calls_from_json(message.tool_calls_json):
-            try:
-                args = json.loads(call.arguments or "{}")
-            except json.JSONDecodeError:
-                args = {}
-            calls.append(
-                (call.name, args if isinstance(args, dict) else {}, results.get(call.id, ""))
-            )
+    calls = thread_calls(messages)
     return Conversation(_masked(question), _masked(answer or ""), asked.created_at, calls)
 
 
@@ -169,6 +162,7 @@ class CaseSkeleton:
     role: RoleConfig
     fixture: Fixture
     exported_at: datetime
+    reread: bool  # some reads were made at export time (not captured at 👎 time)
 
     def write(self, folder: Path) -> None:
         """All files at once: built in a temporary folder beside it, then renamed."""
@@ -212,22 +206,39 @@ class CaseSkeleton:
             f"Exported by `kelpie eval export` at {self.exported_at.isoformat()} from "
             f"{self.ref.link} (channel {session.channel_id}, role {session.role}).",
             "Complete every TODO (category, expect) before adding it to a suite.",
-            f"fixture/ was RE-READ from cluster {session.cluster} at export time, as the "
-            "channel's role reads it: the cluster now, not necessarily what the tools saw "
-            f"when kelpie answered ({self.conversation.asked_at.isoformat()}). Compare it "
-            "with the tool results in NOTES.md and edit it back to the incident if they "
-            "differ. Secrets are never exported; ConfigMap values and secrets are masked.",
+            *self.sources(),
+            "Compare fixture/ with the tool results in NOTES.md and edit it back to the "
+            "incident where they differ. Secrets are never exported; ConfigMap values and "
+            "anything that looks like a secret are masked.",
         ]
         for row in self.record.feedback:
             reason = f": {_masked(row.reason)}" if row.reason else ""
             lines.append(f"Feedback: {row.value} by {row.slack_user} on turn {row.turn_id}{reason}")
         return lines
 
+    def sources(self) -> list[str]:
+        """Where fixture/ comes from: never what the tools saw (stored only as text)."""
+        cluster = self.record.session.cluster
+        lines = [
+            f"fixture/: the reads of turn {row.turn_id} were re-read from cluster {cluster} "
+            f"when its 👎 came ({aware(row.captured_at).isoformat()})"
+            for row in self.record.fixtures
+        ]
+        if self.reread:
+            lines.append(
+                f"fixture/: {'the other' if lines else 'all'} reads were RE-READ from cluster "
+                f"{cluster} at export time, as the channel's role reads it: the cluster now, "
+                "not necessarily what the tools saw when kelpie answered "
+                f"({aware(self.conversation.asked_at).isoformat()})."
+            )
+        return lines
+
     def notes(self) -> str:
         parts = [f"# {case_id(self.ref)}: what kelpie read in {self.ref.link}\n"]
-        for index, (name, args, result) in enumerate(self.conversation.calls, 1):
-            shown = json.dumps(args, sort_keys=True)
-            parts.append(f"## {index}. `{name}` {_masked(shown)}\n\n```\n{_masked(result)}\n```\n")
+        for index, call in enumerate(self.conversation.calls, 1):
+            shown = _masked(json.dumps(call.args, sort_keys=True))
+            result = _masked(call.result)
+            parts.append(f"## {index}. `{call.name}` {shown}\n\n```\n{result}\n```\n")
         if self.fixture.missing:
             parts.append("## Not in the fixture\n")
             parts += [f"- {line}" for line in self.fixture.missing]

@@ -2,7 +2,8 @@
 once per person per answer and audited (a log line naming who rated which turn how); a 👎
 is answered with an ephemeral message asking what was wrong, whose button opens a modal
 (views.open, with that click's trigger_id: Slack's way to take text from one person
-without a message in the thread); what they type is masked and stored on their row.
+without a message in the thread); what they type is masked and stored on their row. After
+a first 👎 is answered, `on_negative` captures what the turn read (`feedback.capture`).
 
 Does not own what the buttons look like (`feedback_buttons`) or the table (`store.feedback`);
 `kelpie eval export` reads what is stored here.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -42,6 +43,10 @@ class FeedbackStore(Protocol):
     async def add_reason(self, turn_id: str, user: str, reason: str, at: datetime) -> bool: ...
 
 
+# Told of each first 👎 (after it was stored and answered): captures what the turn read.
+OnNegative = Callable[[Feedback], Awaitable[None]]
+
+
 class FeedbackClicks:
     def __init__(
         self,
@@ -49,11 +54,13 @@ class FeedbackClicks:
         store: FeedbackStore,
         handled: Handled,
         now: Callable[[], datetime],
+        on_negative: OnNegative | None = None,
     ) -> None:
         self._app = app
         self._store = store
         self._handled = handled
         self._now = now
+        self._on_negative = on_negative
 
     def register(self) -> None:
         self._app.action(FEEDBACK_ACTION_ID)(marking_handled(self._handled, self._on_rating))
@@ -94,7 +101,10 @@ class FeedbackClicks:
             "" if first else " (already rated: not stored again)",
         )
         # A click replayed after a crash may have been stored before it: answer it as new.
-        await self._answer(rating, first or bool(context.get(REPLAYED)), channel, user, thread_ts)
+        first = first or bool(context.get(REPLAYED))
+        await self._answer(rating, first, channel, user, thread_ts)
+        if first and rating.value is FeedbackValue.NEGATIVE and self._on_negative is not None:
+            await self._on_negative(feedback)
 
     async def _answer(
         self, rating: Rating, first: bool, channel: str, user: str, thread_ts: str

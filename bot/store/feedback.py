@@ -13,7 +13,7 @@ from sqlalchemy import update
 from sqlmodel import Session, col, select
 
 from bot.store.db import Database, counting, insert_ignoring_duplicates
-from bot.store.tables import FeedbackRow, MessageRow, SessionRow
+from bot.store.tables import FeedbackFixtureRow, FeedbackRow, MessageRow, SessionRow
 from bot.values import Feedback, FeedbackValue
 
 
@@ -24,6 +24,7 @@ class ThreadRecord:
     session: SessionRow
     messages: list[MessageRow]
     feedback: list[FeedbackRow]
+    fixtures: list[FeedbackFixtureRow]
 
 
 class FeedbackRepository:
@@ -91,4 +92,24 @@ class FeedbackRepository:
                 .where(FeedbackRow.channel_id == channel_id, FeedbackRow.thread_ts == thread_ts)
                 .order_by(col(FeedbackRow.id))
             )
-            return ThreadRecord(row, list(messages.all()), list(feedback.all()))
+            fixtures = await session.exec(
+                select(FeedbackFixtureRow)
+                .where(
+                    FeedbackFixtureRow.channel_id == channel_id,
+                    FeedbackFixtureRow.thread_ts == thread_ts,
+                )
+                .order_by(col(FeedbackFixtureRow.captured_at))
+            )
+            return ThreadRecord(
+                row, list(messages.all()), list(feedback.all()), list(fixtures.all())
+            )
+
+    async def save_fixture(self, row: FeedbackFixtureRow) -> bool:
+        """Keep a 👎'd turn's captured reads; False when one was kept for it already."""
+        values = row.model_dump()
+
+        def op(session: Session) -> bool:
+            statement = insert_ignoring_duplicates(session, FeedbackFixtureRow).values(values)
+            return bool(session.connection().execute(statement).rowcount)
+
+        return await self._db.write(op)

@@ -311,3 +311,18 @@ class FeedbackRow(SQLModel, table=True):
     reason: str | None = None
     reason_at: datetime | None = None
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class FeedbackFixtureRow(SQLModel, table=True):
+    """What a 👎'd turn's read tools read, re-read (masked) when the 👎 was given, while the
+    incident is likely still there: `kelpie eval export` prefers it to a later re-read."""
+
+    __tablename__ = "feedback_fixtures"
+
+    turn_id: str = Field(primary_key=True)
+    channel_id: str
+    thread_ts: str
+    objects_json: str  # masked Kubernetes objects (never a Secret)
+    logs_json: str  # masked log entries
+    missing_json: str  # reads not captured, each with why
+    captured_at: datetime = Field(default_factory=utcnow)

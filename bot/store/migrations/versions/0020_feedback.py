@@ -1,4 +1,5 @@
-"""Feedback: a person's 👍/👎 on an answer (one per person per turn) and a 👎's reason.
+"""Feedback: a person's 👍/👎 on an answer (one per person per turn) and a 👎's reason;
+what a 👎'd turn's tools read, captured (masked) when the 👎 was given.
 
 Revision ID: 0020
 Revises: 0016
@@ -34,9 +35,20 @@ def upgrade() -> None:
     )
     op.create_index("ix_feedback_channel_id", "feedback", ["channel_id"])
     op.create_index("ix_feedback_turn_id", "feedback", ["turn_id"])
+    op.create_table(
+        "feedback_fixtures",
+        sa.Column("turn_id", sa.String(), primary_key=True),
+        sa.Column("channel_id", sa.String(), nullable=False),
+        sa.Column("thread_ts", sa.String(), nullable=False),
+        sa.Column("objects_json", sa.String(), nullable=False),
+        sa.Column("logs_json", sa.String(), nullable=False),
+        sa.Column("missing_json", sa.String(), nullable=False),
+        sa.Column("captured_at", sa.DateTime(timezone=True), nullable=False),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("feedback_fixtures")
     op.drop_index("ix_feedback_turn_id", "feedback")
     op.drop_index("ix_feedback_channel_id", "feedback")
     op.drop_table("feedback")
