@@ -223,12 +223,16 @@ def _eval_usage(parser: argparse.ArgumentParser) -> int:
     return EXIT_CONFIG
 
 
-def _add_eval_export(commands: Any) -> None:
-    """`kelpie eval export`: its own subcommand of `eval` (the runner's options stay on
-    `eval` itself)."""
+def _add_eval(commands: Any) -> None:
+    """`kelpie eval` (the suite runner's options belong on this parser) and its `export`."""
     evals = commands.add_parser("eval", help="the eval suite: run it, or add a case to it")
     evals.set_defaults(handler=lambda _: _eval_usage(evals))
-    eval_commands = evals.add_subparsers(dest="eval_command")
+    add_eval_export(evals.add_subparsers(dest="eval_command"))
+
+
+def add_eval_export(eval_commands: Any) -> None:
+    """`kelpie eval export`, a subcommand of `eval`: `eval_commands` is its subparsers (not
+    required, so `kelpie eval --options` still runs the suite)."""
     export = eval_commands.add_parser(
         "export", help="write a case skeleton from a Slack thread kelpie answered"
     )
@@ -281,7 +285,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     manifest.add_argument("--config", help=CONFIG_HELP + "; its slack.http.path is used")
     manifest.set_defaults(handler=cmd_manifest)
-    _add_eval_export(commands)
+    _add_eval(commands)
     return parser
 
 
