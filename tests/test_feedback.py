@@ -22,7 +22,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.errors import ExportError
 from bot.feedback.links import parse_thread_link
-from bot.slack.feedback import REASON_ACTION_ID, REASON_CALLBACK_ID, TELL_ACTION_ID
+from bot.slack.feedback import (
+    REASON_ACTION_ID,
+    REASON_CALLBACK_ID,
+    TELL_ACTION_ID,
+    reason_modal,
+)
 from bot.slack.feedback_buttons import feedback_block, parse_rating
 from bot.store.feedback import FeedbackRepository
 from bot.store.tables import FeedbackFixtureRow, FeedbackRow
@@ -281,3 +286,22 @@ async def test_a_reply_link_names_its_thread_and_a_top_level_link_itself():
     assert (reply.channel_id, reply.thread_ts) == ("C0SHOP", "1733400000.123456")
     with pytest.raises(ExportError, match="not a Slack ts"):
         parse_thread_link("https://acme.slack.com/archives/C0SHOP/p1733400000123456?thread_ts=x")
+
+
+async def test_the_fake_slack_opens_a_modal_once_per_trigger_and_checks_the_view(world: World):
+    client = AsyncWebClient(token=world.slack.bot_token, base_url=world.slack.api_url)
+    trigger = world.slack.block_action(BOB, SHOP_CHANNEL, "1.000001", "x", "v")["trigger_id"]
+    long_title = {**reason_modal("{}"), "title": {"type": "plain_text", "text": "x" * 25}}
+    for view, error in (
+        (long_title, "invalid_arguments"),
+        ({**reason_modal("{}"), "submit": None}, "invalid_arguments"),
+    ):
+        with pytest.raises(SlackApiError) as refused:
+            await client.views_open(trigger_id=trigger, view=view)
+        assert refused.value.response["error"] == error
+    opened = await client.views_open(trigger_id=trigger, view=reason_modal("{}"))
+    assert opened["view"]["id"] == world.slack.views[-1].id
+    for used, error in ((trigger, "exchanged_trigger_id"), ("1.2.unknown", "invalid_trigger_id")):
+        with pytest.raises(SlackApiError) as refused:
+            await client.views_open(trigger_id=used, view=reason_modal("{}"))
+        assert refused.value.response["error"] == error
