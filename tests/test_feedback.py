@@ -9,6 +9,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -232,6 +233,9 @@ async def test_export_writes_a_case_whose_fixture_holds_what_the_tools_read(worl
     named = {(o["kind"], o["metadata"]["name"]) for o in objects}
     assert {("Pod", pod), ("ConfigMap", "checkout-config")} <= named
     assert all({"apiVersion", "kind", "metadata"} <= o.keys() for o in objects)
+    # Times are relative to when they were read, as the eval's loader resolves them.
+    [pod_object] = [o for o in objects if o["kind"] == "Pod"]
+    assert re.fullmatch(r"now-\d+s", pod_object["metadata"]["creationTimestamp"])
     assert not [o for o in objects if o["kind"] == "Secret"]
     [config_map] = [o for o in objects if o["kind"] == "ConfigMap"]
     assert config_map["data"] == {"DB_PASSWORD": "<masked>"}

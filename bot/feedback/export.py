@@ -25,7 +25,7 @@ import yaml
 
 from bot.config import Config, RoleConfig
 from bot.errors import ExportError
-from bot.feedback.fixture import Fixture
+from bot.feedback.fixture import Fixture, relative_times
 from bot.feedback.links import ThreadRef
 from bot.feedback.thread import Call, read_fixture, role_of, thread_calls
 from bot.model.outbound import mask_text
@@ -82,9 +82,10 @@ class ThreadExport:
         # A 👎'd turn's reads were captured when the 👎 came; the other turns' are read now.
         captured = {row.turn_id for row in record.fixtures}
         later = [c for c in conversation.calls if c.turn_id not in captured]
-        fixture = merged(record, await self._reread(record, later))
+        exported_at = self._now()
+        fixture = merged(record, await self._reread(record, later), exported_at)
         _name_containers(fixture)
-        case = CaseSkeleton(ref, record, conversation, role, fixture, self._now(), bool(later))
+        case = CaseSkeleton(ref, record, conversation, role, fixture, exported_at, bool(later))
         case.write(folder)
         return ExportedCase(folder, len(fixture.objects), len(fixture.logs), tuple(fixture.missing))
 
@@ -94,16 +95,22 @@ class ThreadExport:
         return await read_fixture(self._config, self._kube, record.session, calls)
 
 
-def merged(record: ThreadRecord, now: Fixture) -> Fixture:
-    """The captured fixtures (in the order they were captured), then what was read now;
-    an object or log in several keeps its first (earliest) copy."""
+def merged(record: ThreadRecord, now: Fixture, read_at: datetime) -> Fixture:
+    """The captured fixtures (in the order they were captured), then what was read now (at
+    `read_at`), times relative to when each was read; an object or log in several keeps its
+    first (earliest) copy."""
     fixture = Fixture()
     seen: set[str] = set()
     parts = [
-        (json.loads(r.objects_json), json.loads(r.logs_json), json.loads(r.missing_json))
+        (
+            relative_times(json.loads(r.objects_json), aware(r.captured_at)),
+            json.loads(r.logs_json),
+            json.loads(r.missing_json),
+        )
         for r in record.fixtures
     ]
-    for objects, logs, missing in [*parts, (now.objects, now.logs, now.missing)]:
+    latest = (relative_times(now.objects, read_at), now.logs, now.missing)
+    for objects, logs, missing in [*parts, latest]:
         for obj in objects:
             meta = obj.get("metadata") or {}
             key = f"{obj.get('kind')}/{meta.get('namespace')}/{meta.get('name')}"
@@ -207,9 +214,10 @@ class CaseSkeleton:
             f"{self.ref.link} (channel {session.channel_id}, role {session.role}).",
             "Complete every TODO (category, expect) before adding it to a suite.",
             *self.sources(),
-            "Compare fixture/ with the tool results in NOTES.md and edit it back to the "
-            "incident where they differ. Secrets are never exported; ConfigMap values and "
-            "anything that looks like a secret are masked.",
+            "Times in fixture/ are relative to when they were read (now-<N>s), so a replay "
+            "keeps the ages the objects had then. Compare fixture/ with the tool results in "
+            "NOTES.md and edit it back to the incident where they differ. Secrets are never "
+            "exported; ConfigMap values and anything that looks like a secret are masked.",
         ]
         for row in self.record.feedback:
             reason = f": {_masked(row.reason)}" if row.reason else ""

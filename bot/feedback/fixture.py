@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -24,6 +26,7 @@ log = logging.getLogger(__name__)
 
 MASKED = "<masked>"
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
 
 # kind → (apiVersion, plural, namespaced): the built-in kinds kelpie's read tools read.
 KINDS: dict[str, tuple[str, str, bool]] = {
@@ -163,6 +166,21 @@ def clean(obj: Obj, kind: str, api_version: str) -> Obj:
     _mask_env(obj)
     masked, _ = mask_value({"apiVersion": api_version, "kind": kind} | obj, "fixture")
     return dict(masked)
+
+
+def relative_times(value: Any, at: datetime) -> Any:
+    """Every RFC 3339 time in `value` as `now-<N>s` before `at` (when it was read), the form
+    the eval's loader resolves against a run's `now`: replayed later, the objects keep their
+    ages ("restarted 43 s ago"), not the day they were read."""
+    if isinstance(value, dict):
+        return {key: relative_times(item, at) for key, item in value.items()}
+    if isinstance(value, list):
+        return [relative_times(item, at) for item in value]
+    if isinstance(value, str) and _RFC3339.match(value):
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        seconds = int((at - when).total_seconds())
+        return f"now-{seconds}s" if seconds > 0 else "now"
+    return value
 
 
 def _mask_env(node: Any) -> None:
