@@ -60,6 +60,9 @@ from bot.eval.surface import (
     EvalReporters,
     TappedGateway,
 )
+from bot.feedback.capture import FixtureCapture
+from bot.feedback.export import ExportedCase, ThreadExport
+from bot.feedback.links import parse_thread_link
 from bot.health import health_app, serve
 from bot.metrics import (
     MeteredApprovalRepository,
@@ -107,6 +110,7 @@ from bot.slack.cards import ApprovalClicks, SlackApprovalCards
 from bot.slack.channels import ChannelBindings, ChannelDirectory
 from bot.slack.clicks import ClickLimit
 from bot.slack.commands import SlashCommands
+from bot.slack.feedback import FeedbackClicks
 from bot.slack.guard import SlackHttpRoute, installed_workspace_only, warm_authorization
 from bot.slack.inbox import InboxMiddleware
 from bot.slack.pacing import PacingLimits, SlackPacer
@@ -124,6 +128,7 @@ from bot.store.approvals import (
     WriteReservationRepository,
 )
 from bot.store.db import Database
+from bot.store.feedback import FeedbackRepository
 from bot.store.history import SessionOpenings
 from bot.store.inbox import Inbox
 from bot.store.payloads import PayloadLog
@@ -834,6 +839,29 @@ def _days(days: int | None) -> timedelta | None:
     return timedelta(days=days) if days is not None else None
 
 
+def _feedback_clicks(slack_app: AsyncApp, core: AgentCore, inbox: Inbox, config: Config) -> None:
+    """Answers' 👍/👎 (Slack's feedback buttons), stored once per person per answer; a 👎
+    has what its turn read captured for `kelpie eval export`."""
+    store = FeedbackRepository(core.db)
+    capture = FixtureCapture(store, config, core.kube, utcnow)
+    FeedbackClicks(
+        app=slack_app, store=store, handled=inbox.handled, now=utcnow, on_negative=capture
+    ).register()
+
+
+async def export_case(config: Config, link: str, out: Path) -> ExportedCase:
+    """`kelpie eval export`: the thread at `link` as a case folder under `out`."""
+    ref = parse_thread_link(link)
+    db = Database(config.database.url)
+    kube = kube_clients(config)
+    try:
+        export = ThreadExport(FeedbackRepository(db), config, kube, utcnow)
+        return await export.export(ref, out)
+    finally:
+        kube.close()
+        await db.close()
+
+
 def build_kelpie(
     config: Config,
     secrets: Secrets,
@@ -902,6 +930,7 @@ def build_kelpie(
     agent = core.agent
     inbox = Inbox(db=core.db, replica=replica)
     ApprovalClicks(app=slack_app, service=core.approvals, handled=inbox.handled).register()
+    _feedback_clicks(slack_app, core, inbox, config)
     stop = StopHandler(
         app=slack_app,
         turns=reporters.turns,

@@ -285,6 +285,39 @@ def _eval_parser(commands: Any) -> None:
     sub.add_argument("--out", metavar="DIR", help="where report.md, report.json go")
     sub.add_argument("--judge", metavar="PROFILE", help="an LLM judge for free-text facts")
     sub.set_defaults(handler=cmd_eval)
+    add_eval_export(sub.add_subparsers(dest="eval_command"))
+
+
+def cmd_eval_export(args: argparse.Namespace) -> int:
+    from bot.app import export_case
+
+    try:
+        config = _load(args.config)
+    except ConfigError as error:
+        return _print_config_problems(error)
+    _configure_logging(config, "ERROR")
+    try:
+        case = asyncio.run(export_case(config, args.thread, Path(args.out)))
+    except KelpieError as error:
+        print(f"kelpie: {error.user_message}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{case.path}: {case.objects} objects, {case.logs} logs re-read from the cluster")
+    for line in case.missing:
+        print(f"  not in the fixture: {line}")
+    print("complete the TODOs in case.yaml (category, expect) before adding it to a suite")
+    return 0
+
+
+def add_eval_export(eval_commands: Any) -> None:
+    """`kelpie eval export`, a subcommand of `eval`: `eval_commands` is its subparsers (not
+    required, so `kelpie eval --options` still runs the suite)."""
+    export = eval_commands.add_parser(
+        "export", help="write a case skeleton from a Slack thread kelpie answered"
+    )
+    export.add_argument("--thread", required=True, help="the thread's Slack link (Copy link)")
+    export.add_argument("--out", default="cases", help="folder to write the case in (./cases)")
+    export.add_argument("--config", help=CONFIG_HELP)
+    export.set_defaults(handler=cmd_eval_export)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -22,3 +22,7 @@ class ConfigError(KelpieError):
 
 class StoreError(KelpieError):
     """The database cannot be used: unreachable, a wrong URL, or a schema from a newer kelpie."""
+
+
+class ExportError(KelpieError):
+    """`kelpie eval export` cannot write the case (a bad link, a thread kelpie never saw)."""

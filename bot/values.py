@@ -542,3 +542,24 @@ def shown_person(user: str) -> str:
     if user.startswith(ALERT_ASKER_PREFIX):
         return f"the alert ({user.removeprefix(ALERT_ASKER_PREFIX)})"
     return f"<@{user}>"
+
+
+class FeedbackValue(StrEnum):
+    """A person's rating of one answer (Slack's feedback buttons)."""
+
+    POSITIVE = "positive"
+    NEGATIVE = "negative"
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """One click on an answer's feedback buttons: where, which turn, who, what it cited."""
+
+    team_id: str
+    channel_id: str
+    thread_ts: str
+    turn_id: str
+    message_ts: str
+    user: str
+    value: FeedbackValue
+    evidence: tuple[str, ...] = ()

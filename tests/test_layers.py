@@ -23,7 +23,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("bot.pipeline",),
     ("bot.approvals",),
     ("bot.agent",),
-    ("bot.slack", "bot.terminal", "bot.metrics", "bot.health", "bot.alerts", "bot.eval"),
+    (
+        "bot.slack",
+        "bot.terminal",
+        "bot.metrics",
+        "bot.health",
+        "bot.alerts",
+        "bot.eval",
+        "bot.feedback",
+    ),
     ("bot.app", "bot.cli", "bot.checks"),
 )
 

@@ -80,6 +80,7 @@ class TurnOrigin:
     asker: str
     message_ts: str | None = None  # None: no one wrote it (the turn after a decision)
     text: str = ""  # that message's text, which titles a session it starts
+    turn_id: str = ""  # the turn it starts: what feedback on its answer refers to
 
 
 @dataclass(frozen=True)
@@ -530,7 +531,8 @@ class AgentSessions:
         in its first milliseconds (while the reporter is still opening): no stream or
         progress message is ever left unfinished. The turn does not wait for it to open."""
         messages = _LedgerMessages(self._ledger, spec.turn_id, ending)
-        reporter = _OpeningReporter(self._reporters.open(spec.session, spec.origin, messages))
+        origin = replace(spec.origin, turn_id=spec.turn_id)
+        reporter = _OpeningReporter(self._reporters.open(spec.session, origin, messages))
         try:
             yield reporter
         except asyncio.CancelledError:

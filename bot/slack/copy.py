@@ -188,3 +188,23 @@ def unknown_subcommand(escaped_word: str) -> str:
     return (
         f"Unknown subcommand `{escaped_word}`. Try `/kelpie help`, `/kelpie role`, `/kelpie model`."
     )
+
+
+# Feedback on answers (bot/slack/feedback.py): Slack's feedback buttons and what follows.
+FEEDBACK_POSITIVE_LABEL = "Good answer"
+FEEDBACK_NEGATIVE_LABEL = "Bad answer"
+FEEDBACK_THANKS = "Thanks: your 👍 on this answer is recorded."
+FEEDBACK_ALREADY = "Your feedback on this answer is already recorded; it counts once."
+FEEDBACK_ASK_WHY = (
+    "Thanks: your 👎 is recorded. What was wrong with this answer? Your words help turn this "
+    "thread into a test kelpie must pass."
+)
+FEEDBACK_TELL_BUTTON = "Say what was wrong"
+FEEDBACK_MODAL_TITLE = "What was wrong?"
+FEEDBACK_MODAL_SUBMIT = "Send"
+FEEDBACK_MODAL_LABEL = "What was wrong with the answer, or what should it have said?"
+FEEDBACK_MODAL_HINT = "Stored with the thread (secrets masked) for the team's eval suite."
+FEEDBACK_NOT_STORED = "Your feedback could not be stored; please try again in a minute."
+FEEDBACK_REASON_MISSING = "There is no 👎 of yours on this answer to add this to."
+FEEDBACK_REASON_EMPTY = "Say in a few words what was wrong."
+FEEDBACK_REASON_THANKS = "Thanks: what you wrote is stored with this thread (secrets masked)."

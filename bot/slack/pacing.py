@@ -77,6 +77,7 @@ METHOD_TIERS: Mapping[str, Tier] = MappingProxyType(
         "assistant.threads.setStatus": Tier.SPECIAL,
         "agents.sessions.setStatus": Tier.TIER3,
         "agents.sessions.rename": Tier.TIER3,
+        "views.open": Tier.TIER4,
     }
 )
 # How often a caller waiting only on calls still in flight looks again.

@@ -292,3 +292,40 @@ class AlertGroupRow(SQLModel, table=True):
     resolved_at: datetime | None = None
     investigated_at: datetime | None = Field(default=None, index=True)
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class FeedbackRow(SQLModel, table=True):
+    """A person's 👍/👎 on one answer (Slack's feedback buttons): append-only, one row per
+    person per answer (the unique key makes a second click, on any replica, a no-op). A 👎
+    may get its reason later (masked, like everything kelpie keeps)."""
+
+    __tablename__ = "feedback"
+    __table_args__ = (UniqueConstraint("turn_id", "slack_user", name="uq_feedback_turn_user"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    team_id: str
+    channel_id: str = Field(index=True)
+    thread_ts: str
+    turn_id: str = Field(index=True)
+    message_ts: str  # the answer's message the buttons were on
+    slack_user: str
+    value: str  # positive | negative (`bot.values.FeedbackValue`)
+    evidence_json: str = "[]"  # the [E#] references the answer cited
+    reason: str | None = None
+    reason_at: datetime | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class FeedbackFixtureRow(SQLModel, table=True):
+    """What a 👎'd turn's read tools read, re-read (masked) when the 👎 was given, while the
+    incident is likely still there: `kelpie eval export` prefers it to a later re-read."""
+
+    __tablename__ = "feedback_fixtures"
+
+    turn_id: str = Field(primary_key=True)
+    channel_id: str
+    thread_ts: str
+    objects_json: str  # masked Kubernetes objects (never a Secret)
+    logs_json: str  # masked log entries
+    missing_json: str  # reads not captured, each with why
+    captured_at: datetime = Field(default_factory=utcnow)

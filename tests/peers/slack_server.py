@@ -20,7 +20,9 @@ Retry-After (`limits`; tests count them over shorter windows), Slack's size limi
 error codes, and counts the TCP connections the Web API is called over (`api_connections`).
 
 It deliberately does not emulate message events for
-the bot's own posts, modals (views.*), history methods or Enterprise Grid; unknown methods
+the bot's own posts, modals beyond `views.open` (single-use trigger ids from the
+interactive payloads it hands out, the view checked like Slack checks it) and their
+`view_submission`, history methods or Enterprise Grid; unknown methods
 answer `unknown_method` so a test notices when the bot calls something it does not serve.
 """
 
@@ -268,6 +270,16 @@ class Ephemeral:
 
 
 @dataclass
+class OpenedView:
+    """A modal opened with views.open: the person it was opened for and the view as sent."""
+
+    id: str
+    user: str
+    trigger_id: str
+    view: Json
+
+
+@dataclass
 class Ack:
     """A Socket Mode ack as the app sent it."""
 
@@ -318,6 +330,7 @@ _METHOD_TIERS = {
     "files.completeUploadExternal": 4,
     "agents.sessions.setStatus": 3,
     "agents.sessions.rename": 3,
+    "views.open": 4,
 }
 # Calls that put a new message in a channel: about one a second per channel, short bursts.
 _POSTING = frozenset({"chat.postMessage", "chat.startStream"})
@@ -500,6 +513,10 @@ class SlackServer:
         self._changed = asyncio.Event()
         self._last_ts_us = 0
         self._ids = itertools.count(1)
+        # Trigger ids handed out in interactive payloads, and the modals opened with them.
+        self._triggers: dict[str, str] = {}  # trigger id → the person who clicked
+        self._used_triggers: set[str] = set()
+        self.views: list[OpenedView] = []
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._port: int | None = None
@@ -530,6 +547,7 @@ class SlackServer:
             "assistant.threads.setStatus": SlackServer._assistant_threads_set_status,
             "agents.sessions.setStatus": SlackServer._agents_sessions_set_status,
             "agents.sessions.rename": SlackServer._agents_sessions_rename,
+            "views.open": SlackServer._views_open,
         }
         self.set_user(BOT_USER_ID, BOT_NAME, real_name="Kelpie", is_bot=True)
 
@@ -1239,7 +1257,7 @@ class SlackServer:
         found = self._live_stream(p)
         if isinstance(found, str):
             return _error(found)
-        error = self._apply_stream_content(found, p)
+        error = self._apply_stream_content(found, p) or _blocks_error(_as_list(p.get("blocks")))
         if error:
             return _error(error)
         found.blocks.extend(_as_list(p.get("blocks")))
@@ -1820,7 +1838,7 @@ class SlackServer:
             "api_app_id": APP_ID,
             "token": VERIFICATION_TOKEN,
             "container": container,
-            "trigger_id": f"{next(self._ids)}.{TEAM_ID}.{uuid.uuid4().hex}",
+            "trigger_id": self._new_trigger(user),
             "team": {"id": TEAM_ID, "domain": TEAM_DOMAIN},
             "enterprise": None,
             "is_enterprise_install": False,
@@ -1839,6 +1857,127 @@ class SlackServer:
                 }
             ],
         }
+
+    def feedback_click(self, user: str, channel: str, message_ts: str, *, positive: bool) -> Json:
+        """A `block_actions` payload for a click on the 👍 (or 👎) of the feedback buttons
+        in the message at `message_ts`; fails when that message shows none."""
+        original = self.get_message(channel, message_ts)
+        assert original is not None, f"no message {message_ts} in {channel}"
+        found = _find_feedback_buttons(original.blocks)
+        assert found is not None, f"message {message_ts} shows no feedback buttons"
+        block_id, element = found
+        button = element["positive_button" if positive else "negative_button"]
+        payload = self.block_action(
+            user, channel, message_ts, str(element.get("action_id") or ""), button["value"]
+        )
+        payload["actions"][0].update(
+            {"type": "feedback_buttons", "block_id": block_id, "text": button["text"]}
+        )
+        return payload
+
+    def ephemeral_click(self, ephemeral: Ephemeral, action_id: str) -> Json:
+        """A `block_actions` payload for a button in an ephemeral message: Slack sends the
+        container (is_ephemeral) and no `message`."""
+        found = _find_action(ephemeral.blocks, action_id)
+        assert found is not None, f"the ephemeral shows no {action_id} button"
+        block_id, element = found
+        container: Json = {
+            "type": "message",
+            "message_ts": ephemeral.ts,
+            "channel_id": ephemeral.channel,
+            "is_ephemeral": True,
+        }
+        if ephemeral.thread_ts:
+            container["thread_ts"] = ephemeral.thread_ts
+        name = self._users[ephemeral.user].name if ephemeral.user in self._users else "person"
+        return {
+            "type": "block_actions",
+            "user": {"id": ephemeral.user, "username": name, "name": name, "team_id": TEAM_ID},
+            "api_app_id": APP_ID,
+            "token": VERIFICATION_TOKEN,
+            "container": container,
+            "trigger_id": self._new_trigger(ephemeral.user),
+            "team": {"id": TEAM_ID, "domain": TEAM_DOMAIN},
+            "channel": {"id": ephemeral.channel, "name": self._channel(ephemeral.channel).name},
+            "state": {"values": {}},
+            "response_url": self._new_response_url(
+                _ResponseTarget(
+                    channel=ephemeral.channel,
+                    user=ephemeral.user,
+                    message_ts=None,
+                    thread_ts=ephemeral.thread_ts,
+                )
+            ),
+            "actions": [
+                {
+                    "action_id": action_id,
+                    "block_id": block_id,
+                    "text": element.get("text"),
+                    "value": element.get("value", ""),
+                    "type": "button",
+                    "action_ts": f"{time.time():.6f}",
+                }
+            ],
+        }
+
+    def view_submission(self, opened: OpenedView, values: dict[str, str]) -> Json:
+        """A `view_submission` payload for `opened`, its text inputs filled in: `values`
+        maps each input's action_id to what the person typed."""
+        state: dict[str, Json] = {}
+        for block in opened.view.get("blocks") or []:
+            element = block.get("element") if block.get("type") == "input" else None
+            if isinstance(element, dict) and element.get("action_id") in values:
+                state[str(block["block_id"])] = {
+                    str(element["action_id"]): {
+                        "type": element.get("type"),
+                        "value": values[str(element["action_id"])],
+                    }
+                }
+        name = self._users[opened.user].name if opened.user in self._users else "person"
+        view = {
+            **opened.view,
+            "id": opened.id,
+            "team_id": TEAM_ID,
+            "app_id": APP_ID,
+            "state": {"values": state},
+            "hash": uuid.uuid4().hex[:16],
+        }
+        return {
+            "type": "view_submission",
+            "team": {"id": TEAM_ID, "domain": TEAM_DOMAIN},
+            "user": {"id": opened.user, "username": name, "name": name, "team_id": TEAM_ID},
+            "api_app_id": APP_ID,
+            "token": VERIFICATION_TOKEN,
+            "trigger_id": self._new_trigger(opened.user),
+            "view": view,
+            "response_urls": [],
+            "is_enterprise_install": False,
+        }
+
+    def _new_trigger(self, user: str) -> str:
+        trigger = f"{next(self._ids)}.{TEAM_ID}.{uuid.uuid4().hex}"
+        self._triggers[trigger] = user
+        return trigger
+
+    def _views_open(self, call: RecordedCall) -> Json:
+        """A modal, opened once per trigger id this server handed out (Slack: a trigger id
+        from an interaction, valid once, for 3 s; the fake does not time it)."""
+        p = call.params
+        trigger = str(p.get("trigger_id") or "")
+        if trigger not in self._triggers:
+            return _error("invalid_trigger_id")
+        if trigger in self._used_triggers:
+            return _error("exchanged_trigger_id")
+        view = p.get("view")
+        if not isinstance(view, dict) or _view_error(view):
+            return _error("invalid_arguments")
+        self._used_triggers.add(trigger)
+        opened = OpenedView(
+            id=self._next_id("V"), user=self._triggers[trigger], trigger_id=trigger, view=view
+        )
+        self.views.append(opened)
+        self._notify()
+        return {"ok": True, "view": {**view, "id": opened.id, "state": {"values": {}}}}
 
     def slash_command(self, command: str, text: str, user: str, channel: str) -> Json:
         """A slash command payload (Socket Mode dict; `post_signed` form-encodes it)."""
@@ -1955,6 +2094,10 @@ def _blocks_error(blocks: list[Json], blocks_text: int = _MAX_BLOCKS_TEXT) -> st
         return "invalid_blocks"
     total = 0
     for block in blocks:
+        if block.get("type") == "context_actions" and _context_actions_error(block):
+            return "invalid_blocks"
+        if _misplaced_feedback(block):
+            return "invalid_blocks"
         texts = [block.get("text")] if isinstance(block.get("text"), dict) else []
         texts += [e for e in block.get("elements") or [] if isinstance(e, dict) and "text" in e]
         for item in texts:
@@ -1965,6 +2108,93 @@ def _blocks_error(blocks: list[Json], blocks_text: int = _MAX_BLOCKS_TEXT) -> st
                 return "invalid_blocks"
             total += len(text)
     return "msg_blocks_too_long" if total > blocks_text else None
+
+
+def _context_actions_error(block: Json) -> str | None:
+    """`invalid_blocks` for a `context_actions` block Slack would refuse: 1–5 elements, each
+    `feedback_buttons` (both buttons, plain_text ≤ 75, a value ≤ 2,000) or `icon_button`."""
+    elements = block.get("elements")
+    if not isinstance(elements, list) or not 1 <= len(elements) <= 5:
+        return "invalid_blocks"
+    if len(str(block.get("block_id") or "")) > 255:
+        return "invalid_blocks"
+    for element in elements:
+        kind = element.get("type") if isinstance(element, dict) else None
+        if kind == "icon_button":
+            continue
+        if kind != "feedback_buttons" or len(str(element.get("action_id") or "")) > 255:
+            return "invalid_blocks"
+        for side in ("positive_button", "negative_button"):
+            button = element.get(side)
+            if not isinstance(button, dict) or not _feedback_button_ok(button):
+                return "invalid_blocks"
+    return None
+
+
+def _feedback_button_ok(button: Json) -> bool:
+    text = button.get("text")
+    value = button.get("value")
+    if len(str(button.get("accessibility_label") or "")) > 75:
+        return False
+    return (
+        isinstance(text, dict)
+        and text.get("type") == "plain_text"
+        and isinstance(text.get("text"), str)
+        and 0 < len(text["text"]) <= 75
+        and isinstance(value, str)
+        and 0 < len(value) <= 2000
+    )
+
+
+def _misplaced_feedback(block: Json) -> bool:
+    """Feedback buttons go in a context_actions block only."""
+    if block.get("type") == "context_actions":
+        return False
+    elements = block.get("elements") if isinstance(block.get("elements"), list) else []
+    accessory = block.get("accessory")
+    return any(
+        isinstance(e, dict) and e.get("type") == "feedback_buttons" for e in [*elements, accessory]
+    )
+
+
+def _view_error(view: Json) -> str | None:
+    """What Slack refuses in a modal views.open is given (`invalid_arguments`), or None."""
+    if view.get("type") != "modal":
+        return "type"
+    for key, limit in (("title", 24), ("submit", 24), ("close", 24)):
+        text = view.get(key)
+        if key == "title" or text is not None:
+            if not isinstance(text, dict) or text.get("type") != "plain_text":
+                return key
+            if not 0 < len(str(text.get("text") or "")) <= limit:
+                return key
+    blocks = view.get("blocks")
+    if not isinstance(blocks, list) or not 0 < len(blocks) <= 100:
+        return "blocks"
+    inputs = [b for b in blocks if isinstance(b, dict) and b.get("type") == "input"]
+    if inputs and view.get("submit") is None:
+        return "submit"  # a modal with inputs needs a submit button
+    for block in inputs:
+        element = block.get("element")
+        if not isinstance(element, dict) or not element.get("action_id"):
+            return "element"
+        if len(str((block.get("label") or {}).get("text") or "")) not in range(1, 2001):
+            return "label"
+    if len(str(view.get("private_metadata") or "")) > 3000:
+        return "private_metadata"
+    if len(str(view.get("callback_id") or "")) > 255:
+        return "callback_id"
+    return None
+
+
+def _find_feedback_buttons(blocks: list[Json]) -> tuple[str, Json] | None:
+    for block in blocks:
+        if block.get("type") != "context_actions":
+            continue
+        for element in block.get("elements") or []:
+            if isinstance(element, dict) and element.get("type") == "feedback_buttons":
+                return str(block.get("block_id") or "context_actions"), element
+    return None
 
 
 def _truthy(value: Any) -> bool:

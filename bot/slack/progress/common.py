@@ -207,6 +207,7 @@ class ActiveTurn:
     channel_id: str
     thread_ts: str
     stopped_by: str | None = None
+    turn_id: str = ""  # what feedback on the turn's answer refers to
 
 
 class ActiveTurns:

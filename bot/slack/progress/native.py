@@ -298,7 +298,7 @@ class NativeReporter(ThreadReporter):
             chunks.append(
                 {"type": "markdown_text", "text": f"\n\n{text}" if self._any_text else text}
             )
-        blocks = footer_blocks(self._footer(finished))
+        blocks = footer_blocks(self._footer(finished)) + self._feedback(finished)
         async with self._ctx.pacer.hold(self._channel, self._thread_ts) as slot:
             await self._stop(slot, _plan(_plan_title(finished.finish)), chunks, blocks)
         if not self._lost:
@@ -306,7 +306,8 @@ class NativeReporter(ThreadReporter):
         # Some of the stream may not have reached Slack: post the outcome as a message too.
         if finished.finish in (TurnFinish.STOP, TurnFinish.MAX_ITERATIONS):
             answer = finished.answer.strip()
-            await self._post_answer(await to_mrkdwn_async(answer) or copy.EMPTY_ANSWER, answer)
+            mrkdwn = await to_mrkdwn_async(answer) or copy.EMPTY_ANSWER
+            await self._post_answer(mrkdwn, answer, self._feedback(finished))
         elif finished.finish is TurnFinish.ERROR:
             await self._post_answer(copy.error_answer(finished.error or copy.INTERNAL_ERROR))
 

@@ -25,6 +25,7 @@ from bot.agent.events import (
 )
 from bot.agent.session import TurnMessages
 from bot.slack import copy
+from bot.slack.feedback_buttons import feedback_block
 from bot.slack.progress.closing import ClosingCalls
 from bot.slack.progress.common import (
     ATTACHMENT_TOOL_PREFIX,
@@ -164,6 +165,13 @@ class ThreadReporter:
             time.monotonic() - self._started,
         )
 
+    def _feedback(self, finished: TurnFinished) -> list[Json]:
+        """Slack's feedback buttons, under an answer (not under an error or a stop)."""
+        turn_id = self._ctx.turn.turn_id
+        if not turn_id or finished.finish not in (TurnFinish.STOP, TurnFinish.MAX_ITERATIONS):
+            return []
+        return [feedback_block(turn_id, finished.evidence)]
+
     def _footer(self, finished: TurnFinished) -> str:
         return footer_line(self._stats(finished), finished.evidence)
 
@@ -205,8 +213,11 @@ class ThreadReporter:
         if self._ctx.interrupt is not None:
             self._ctx.interrupt(turn.session_key)
 
-    async def _post_answer(self, mrkdwn: str, markdown: str | None = None) -> None:
-        await ThreadWriter(self._client, self._channel, self._thread_ts).post(mrkdwn, markdown)
+    async def _post_answer(
+        self, mrkdwn: str, markdown: str | None = None, extra_blocks: list[Json] | None = None
+    ) -> None:
+        writer = ThreadWriter(self._client, self._channel, self._thread_ts)
+        await writer.post(mrkdwn, markdown, extra_blocks)
 
     async def _upload(self, event: ToolFinished) -> None:
         try:

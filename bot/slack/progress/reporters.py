@@ -88,6 +88,7 @@ class SlackReporters:
             team_id=session.team_id,
             channel_id=session.channel_id,
             thread_ts=session.thread_ts,
+            turn_id=origin.turn_id,
         )
         self.turns.add(turn)
         if self._started is not None:

@@ -176,4 +176,4 @@ class UpdateReporter(ThreadReporter):
             answer = f"{copy.MAX_ITERATIONS_NOTE}\n\n{answer}"
         if finished.stats.cut:
             answer = f"{answer}\n\n{copy.ANSWER_CUT_NOTE}"
-        await self._post_answer(answer, markdown)
+        await self._post_answer(answer, markdown, self._feedback(finished))
