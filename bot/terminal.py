@@ -331,7 +331,7 @@ def approval_card(approval: Approval) -> str:
         f"Approval needed: {plan.description}",
         f"  where:   cluster {plan.cluster} · {target.kind} {where}",
         f"  tool:    {plan.tool}",
-        "  preview (server-side dry run):",
+        f"  preview ({plan.preview}):",
         *changes,
         *(f"  warning: {note}" for note in plan.notes),
     ]

@@ -149,6 +149,14 @@ class FieldChange:
         return f"{self.field} {self.before} → {self.after}"
 
 
+class PreviewSource(StrEnum):
+    """Where a card's preview comes from, said on the card: only Kubernetes writes are
+    rehearsed by the server; a silence or another MCP server's call is shown as it will be sent."""
+
+    DRY_RUN = "server-side dry run"
+    EXACT_CALL = "the exact call, not sent yet"
+
+
 @dataclass(frozen=True)
 class WritePlan:
     """Everything a person needs to approve a write, and everything needed to execute it."""
@@ -162,6 +170,7 @@ class WritePlan:
     # Sentences the approver must read beside the preview, e.g. that Argo CD manages the
     # target and may revert the change.
     notes: tuple[str, ...] = ()
+    preview: PreviewSource = PreviewSource.DRY_RUN
 
 
 # --- The result and its audit ---
@@ -303,6 +312,7 @@ def plan_from_json(text: str) -> WritePlan:
         changes=tuple(FieldChange(**change) for change in data["changes"]),
         args=data["args"],
         notes=tuple(data.get("notes") or ()),  # absent from plans stored before notes
+        preview=PreviewSource(data.get("preview") or PreviewSource.DRY_RUN),
     )
 
 

@@ -129,6 +129,8 @@ async def test_a_configured_write_needs_a_card_and_runs_as_previewed_once_approv
     # The preview is the exact call; the server's read-only claim is shown, not believed.
     assert '{"dashboard": "checkout", "text": "deploy 42"}' in text
     assert "readOnlyHint" in text and "mark the deploy" in text
+    # Nothing rehearsed it: the card does not claim a server-side dry run.
+    assert "Preview (the exact call, not sent yet)" in text and "dry run" not in text
     assert grafana.log.calls("create_annotation") == []
 
     await click(world, CAROL, card)

@@ -305,6 +305,7 @@ async def test_a_silence_needs_an_approval_and_lands_once(
     text = card_text(card)
     assert '"comment": "rollout approved-one (asked by U0ALICE through kelpie)"' in text
     assert '"name": "namespace", "value": "shop"' in text
+    assert "Preview (the exact call, not sent yet)" in text and "dry run" not in text
 
     world.model.reply_text("Silenced.")
     approval = approval_id(card)

@@ -89,7 +89,7 @@ def details_fit(approval: Approval) -> bool:
 
 def details_mrkdwn(approval: Approval) -> str:
     """The whole preview and reason for the thread, quoted as on the card."""
-    title = f"*{copy.card_details_title(approval.id[:8])} (server-side dry run):*"
+    title = f"*{copy.card_details_title(approval.id[:8])} ({approval.plan.preview}):*"
     return "\n\n".join([title, *_details(approval)])
 
 
@@ -111,7 +111,7 @@ def card_blocks(approval: Approval, note: str = "") -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = [
         *_text_blocks(f"*Approval needed:* {one_line(plan.description)}"),
         *_text_blocks(f"*Where:* {where}\n*Tool:* {quoted_inline(plan.tool)}"),
-        *_text_blocks("*Preview (server-side dry run):*"),
+        *_text_blocks(f"*Preview ({plan.preview}):*"),
         *_detail_blocks(approval),
     ]
     blocks.append(

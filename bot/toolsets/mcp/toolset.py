@@ -35,7 +35,7 @@ from bot.toolsets.spec import (
     ToolResult,
     ToolScope,
 )
-from bot.values import FieldChange, WritePlan, WriteTarget
+from bot.values import FieldChange, PreviewSource, WritePlan, WriteTarget
 
 # The model's tool-name rules (OpenAI's, the strictest of the providers kelpie speaks to).
 MODEL_NAME_CHARS = 64
@@ -193,6 +193,7 @@ class McpWrite:
             changes=(FieldChange("arguments", "(none)", json.dumps(checked, sort_keys=True)),),
             args=checked,
             notes=_notes(tool.listed),
+            preview=PreviewSource.EXACT_CALL,
         )
 
     async def execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:

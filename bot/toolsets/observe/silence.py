@@ -37,7 +37,7 @@ from bot.toolsets.observe.http import ObserveError
 from bot.toolsets.observe.tools import Observe
 from bot.toolsets.observe.window import DURATION, parse_duration
 from bot.toolsets.spec import ToolArgumentError, ToolContext, ToolFailure, ToolResult
-from bot.values import FieldChange, WritePlan, WriteTarget
+from bot.values import FieldChange, PreviewSource, WritePlan, WriteTarget
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,7 @@ class SilenceWrite:
                 "duration_s": request.duration.total_seconds(),
             },
             notes=(TIMES_NOTE.format(duration=parsed.duration), MARK_NOTE),
+            preview=PreviewSource.EXACT_CALL,
         )
 
     async def execute(self, plan: WritePlan, context: ToolContext) -> ToolResult:
