@@ -47,6 +47,9 @@ from bot.config import (
     valid_roles,
 )
 from bot.health import health_app, serve
+from bot.mcp.server import McpToolbox
+from bot.mcp.server_access import McpBindings, McpCallers, McpDecisions
+from bot.mcp.server_http import McpHttp
 from bot.metrics import (
     MeteredApprovalRepository,
     MeteredGateway,
@@ -407,6 +410,9 @@ class Kelpie:
     alerts: AlertReceivers | None = None
     _alerts_runner: web.AppRunner | None = None
     alerts_port: int | None = None
+    # kelpie's MCP server for other agents (None: `server.mcp` not configured).
+    mcp: McpHttp | None = None
+    mcp_port: int | None = None
     _started: bool = False
 
     # Handles the tests use to look inside.
@@ -462,6 +468,7 @@ class Kelpie:
         else:
             await self._start_http()
         await self._start_alerts()
+        await self._start_mcp()
         # After Slack: what a dead process left may need a reply in its thread.
         self.keeper.start()
         self._started = True
@@ -502,7 +509,15 @@ class Kelpie:
         self._alerts_runner, self.alerts_port = await serve(web_app, listen.host, listen.port)
         log.info("listening for alert webhooks on %s:%s", listen.host, self.alerts_port)
 
+    async def _start_mcp(self) -> None:
+        listen = self.config.server.mcp
+        if self.mcp is None or listen is None:
+            return
+        self.mcp_port = await self.mcp.start(listen.host, listen.port)
+
     async def stop(self) -> None:
+        if self.mcp is not None:
+            await self.mcp.stop()
         await self.keeper.stop()
         if self._alerts_runner is not None:
             await self._alerts_runner.cleanup()
@@ -693,8 +708,11 @@ def build_core(
             self_approval=front.self_approval,
             turns=agent,
         ),
-        continuation=DecisionTurns(
-            conversation=messages, sessions=sessions, agent=agent, submit=front.submit
+        # A decision on an MCP client's change starts no agent turn (bot/mcp/server_access.py).
+        continuation=McpDecisions(
+            DecisionTurns(
+                conversation=messages, sessions=sessions, agent=agent, submit=front.submit
+            )
         ),
         readback=KubeReadback(kube),
         bell=bell,
@@ -843,11 +861,13 @@ def build_kelpie(
     channels = ChannelDirectory(client)
     roles = ChannelRoles(config)
     bindings = ChannelBindings(channels=channels, roles=roles)
+    callers = McpCallers.from_config(config, secrets)
     front = FrontEnd(
         cards=SlackApprovalCards(client),
         reporters=reporters,
         submit=scheduler.submit,
-        bindings=bindings,
+        # An MCP client's session is bound to the client's role (its approvals' re-check).
+        bindings=McpBindings(bindings, callers),
         approvers=approvers,
         awaiting_approval=copy.AWAITING_APPROVAL,
     )
@@ -967,7 +987,14 @@ def build_kelpie(
         listener=listener,
         reporters=reporters,
         alerts=receivers,
+        mcp=McpHttp(mcp_toolbox(core), callers) if config.server.mcp is not None else None,
     )
+
+
+def mcp_toolbox(core: AgentCore) -> McpToolbox:
+    """kelpie's tools for MCP callers, through the core's one pipeline."""
+    harness = ToolHarness(core.registry, core.pipeline, ToolAuditRepository(core.db))
+    return McpToolbox(core.registry, harness, core.sessions, core.approval_store)
 
 
 def _receiver_credentials(config: Config, secrets: Secrets) -> list[Credentials]:

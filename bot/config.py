@@ -561,6 +561,8 @@ class ServerConfig(_Strict):
     # The alert receivers' listener: its own host and port (None: on the Slack HTTP
     # listener, which HTTP mode needs then).
     alerts: ListenConfig | None = None
+    # kelpie's MCP server for other agents (streamable HTTP at `/mcp`; None: not served).
+    mcp: ListenConfig | None = None
 
 
 class ReceiverType(StrEnum):
@@ -650,6 +652,35 @@ class AlertsConfig(_Strict):
         return receivers
 
 
+class McpClientConfig(_Strict):
+    """One caller of kelpie's MCP server: its bearer token (read from `token_env`), the one
+    role it gets, the cluster it works on and the Slack channel where its writes are
+    approved (None: its role's writes are not offered)."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
+    token_env: str
+    role: str
+    cluster: str | None = None
+    approval_channel: str | None = Field(default=None, pattern=r"^[CG][A-Z0-9]+$")
+
+
+class McpClientsConfig(_Strict):
+    """`mcp.clients`: who may call kelpie's MCP server (`server.mcp`, `kelpie mcp serve`)."""
+
+    clients: list[McpClientConfig] = Field(default_factory=list)
+
+    @field_validator("clients")
+    @classmethod
+    def _unique(cls, clients: list[McpClientConfig]) -> list[McpClientConfig]:
+        names = [client.name for client in clients]
+        if len(names) != len(set(names)):
+            raise ValueError("each MCP client needs its own name")
+        envs = [client.token_env for client in clients]
+        if len(envs) != len(set(envs)):
+            raise ValueError("each MCP client needs its own token_env (a token names one client)")
+        return clients
+
+
 NO_ROLE = "none"
 
 
@@ -670,6 +701,7 @@ class Config(_Strict):
     logging: LoggingConfig = LoggingConfig()
     server: ServerConfig = ServerConfig()
     alerts: AlertsConfig = AlertsConfig()
+    mcp: McpClientsConfig = McpClientsConfig()
 
     @model_validator(mode="after")
     def _alerts_listener(self) -> Config:
@@ -741,6 +773,26 @@ def reference_problems(data: dict[str, Any]) -> list[str]:
     if guardian.get("enabled") is True and isinstance(profile, str) and profile not in profiles:
         problems.append(f'guardian.model_profile: unknown profile "{profile}"')
     problems += _observability_references(_mapping(data, "observability"), clusters)
+    problems += _mcp_client_references(_mapping(data, "mcp"), role_names, roles, clusters)
+    return problems
+
+
+def _mcp_client_references(
+    data: dict[str, Any], role_names: str, roles: dict[str, Any], clusters: list[str] | None
+) -> list[str]:
+    """An MCP client's role or cluster that does not exist."""
+    problems: list[str] = []
+    listed = data.get("clients")
+    for i, client in enumerate(listed if isinstance(listed, list) else []):
+        if not isinstance(client, dict):
+            continue
+        role, cluster = client.get("role"), client.get("cluster")
+        if isinstance(role, str) and role not in roles:
+            problems.append(f'mcp.clients[{i}].role: unknown role "{role}" ({role_names})')
+        if isinstance(cluster, str) and clusters is not None and cluster not in clusters:
+            problems.append(
+                f'mcp.clients[{i}].cluster: unknown cluster "{cluster}" ({", ".join(clusters)})'
+            )
     return problems
 
 
@@ -916,6 +968,11 @@ class Secrets:
         path = f"alerts.receivers[{index}].auth"
         return tuple(self._need(env, f"{path}.{key}") for env, key in receiver.auth.envs())
 
+    def mcp_client_token(self, index: int) -> str:
+        """An MCP client's bearer token (`mcp.clients[index].token_env`)."""
+        client = self._config.mcp.clients[index]
+        return self._need(client.token_env, f"mcp.clients[{index}].token_env")
+
     def check_all(self) -> list[str]:
         """Every missing secret, one line each, for startup and `kelpie check`."""
         problems: list[str] = []
@@ -938,6 +995,8 @@ class Secrets:
         for index, receiver in enumerate(self._config.alerts.receivers):
             path = f"alerts.receivers[{index}].auth"
             needed += [(env, f"{path}.{key}") for env, key in receiver.auth.envs()]
+        for index, client in enumerate(self._config.mcp.clients):
+            needed.append((client.token_env, f"mcp.clients[{index}].token_env"))
         for env, key_path in needed:
             if not self._environ.get(env):
                 problems.append(f"{key_path}: environment variable {env} is not set")

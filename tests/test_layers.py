@@ -23,8 +23,20 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("bot.pipeline",),
     ("bot.approvals",),
     ("bot.agent",),
-    ("bot.slack", "bot.terminal", "bot.metrics", "bot.health", "bot.alerts"),
-    ("bot.app", "bot.cli", "bot.checks"),
+    (
+        "bot.slack",
+        "bot.terminal",
+        "bot.metrics",
+        "bot.health",
+        "bot.alerts",
+        # kelpie's MCP server: a surface (its callers come in like Slack's people).
+        "bot.mcp.server",
+        "bot.mcp.server_access",
+        "bot.mcp.server_copy",
+        "bot.mcp.server_http",
+    ),
+    # The empty package (its modules are ranked above by their own names).
+    ("bot.app", "bot.cli", "bot.checks", "bot.mcp"),
 )
 
 

@@ -191,7 +191,8 @@ class SlackApprovalCards:
             await writer.post(details_mrkdwn(approval))
         response = await self._client.chat_postMessage(
             channel=approval.channel_id,
-            thread_ts=approval.thread_ts,
+            # No thread (an MCP client's change): the card is a message of its own.
+            thread_ts=approval.thread_ts or None,
             text=_fallback_text(approval),
             blocks=card_blocks(approval),
         )
@@ -210,7 +211,9 @@ class SlackApprovalCards:
     async def tell(self, approval: Approval, text: str) -> None:
         # The sentence quotes the plan and outcome (cluster and model text): never markup.
         await self._client.chat_postMessage(
-            channel=approval.channel_id, thread_ts=approval.thread_ts, text=escape_mrkdwn(text)
+            channel=approval.channel_id,
+            thread_ts=approval.thread_ts or approval.card_ts,  # no thread: the card's own
+            text=escape_mrkdwn(text),
         )
 
 

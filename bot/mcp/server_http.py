@@ -1,0 +1,146 @@
+"""kelpie's MCP server on the wire: streamable HTTP at `/mcp` (uvicorn inside kelpie's
+event loop, stateless) and stdio (`kelpie mcp serve --stdio`).
+
+HTTP: every request must carry `Authorization: Bearer <token>` of a configured client;
+without one, or with an unknown one, it is answered 401 with a JSON-RPC error (which the
+SDK's client raises as an MCP error) before the SDK sees it. The handlers authenticate the
+same header again, so no path reaches a tool without a caller. stdio: the process's
+`KELPIE_MCP_TOKEN` names the caller; without a valid one every request is an MCP error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+import uvicorn
+from mcp.server.context import ServerRequestContext
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+import bot.mcp.server_copy as copy
+from bot.mcp.server import UNAUTHORIZED, Identify, McpToolbox, mcp_server
+from bot.mcp.server_access import McpCaller, McpCallers
+
+log = logging.getLogger(__name__)
+
+MCP_PATH = "/mcp"
+
+
+def bearer(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header (None: no such header)."""
+    scheme, _, token = (authorization or "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+def header_identity(callers: McpCallers) -> Identify:
+    def identify(ctx: ServerRequestContext[Any, Any]) -> McpCaller:
+        headers = getattr(ctx.request, "headers", None)
+        token = bearer(headers.get("authorization") if headers is not None else None)
+        caller = callers.authenticate(token)
+        if caller is None:
+            raise MCPError(UNAUTHORIZED, copy.WRONG_TOKEN if token else copy.NO_TOKEN)
+        return caller
+
+    return identify
+
+
+def fixed_identity(caller: McpCaller | None) -> Identify:
+    def identify(ctx: ServerRequestContext[Any, Any]) -> McpCaller:
+        if caller is None:
+            raise MCPError(UNAUTHORIZED, copy.STDIO_NO_TOKEN)
+        return caller
+
+    return identify
+
+
+class BearerGate:
+    """ASGI middleware: only requests with a configured client's token reach the app."""
+
+    def __init__(self, app: ASGIApp, callers: McpCallers) -> None:
+        self._app = app
+        self._callers = callers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        token = bearer(headers.get(b"authorization", b"").decode("latin-1") or None)
+        caller = self._callers.authenticate(token)
+        if caller is None:
+            log.info("MCP request refused: %s token", "wrong" if token else "no")
+            await _unauthorized(send, copy.WRONG_TOKEN if token else copy.NO_TOKEN)
+            return
+        await self._app(scope, receive, send)
+
+
+async def _unauthorized(send: Send, message: str) -> None:
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": UNAUTHORIZED, "message": message}}
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"www-authenticate", b'Bearer realm="kelpie"'),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class McpHttp:
+    """The streamable HTTP listener, served by uvicorn on the running event loop."""
+
+    def __init__(self, toolbox: McpToolbox, callers: McpCallers) -> None:
+        self._toolbox = toolbox
+        self._callers = callers
+        self._server: uvicorn.Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen; returns the bound port (0 in the config: a free one)."""
+        app = mcp_server(self._toolbox, header_identity(self._callers)).streamable_http_app(
+            streamable_http_path=MCP_PATH, stateless_http=True, json_response=True, host=host
+        )
+        config = uvicorn.Config(
+            BearerGate(app, self._callers),
+            host=host,
+            port=port,
+            lifespan="on",
+            log_config=None,
+            access_log=False,
+        )
+        server = uvicorn.Server(config)
+        self._server = server
+        self._task = asyncio.create_task(server.serve(), name="mcp-server")
+        while not server.started:
+            if self._task.done():
+                await self._task  # raises why it could not listen
+                raise OSError(f"the MCP server could not listen on {host}:{port}")
+            await asyncio.sleep(0.01)
+        bound: int = server.servers[0].sockets[0].getsockname()[1]
+        log.info("serving MCP on %s:%s%s", host, bound, MCP_PATH)
+        return bound
+
+    async def stop(self) -> None:
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
+        with contextlib.suppress(Exception):
+            await self._task
+
+
+async def serve_stdio(toolbox: McpToolbox, caller: McpCaller | None) -> None:
+    """MCP over this process's stdin/stdout until the client closes it."""
+    server = mcp_server(toolbox, fixed_identity(caller))
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
