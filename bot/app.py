@@ -49,7 +49,7 @@ from bot.config import (
 from bot.health import health_app, serve
 from bot.mcp.server import McpToolbox
 from bot.mcp.server_access import McpBindings, McpCallers, McpDecisions
-from bot.mcp.server_http import McpHttp
+from bot.mcp.server_http import McpHttp, serve_stdio
 from bot.metrics import (
     MeteredApprovalRepository,
     MeteredGateway,
@@ -991,10 +991,34 @@ def build_kelpie(
     )
 
 
+async def serve_mcp_stdio(config: Config, secrets: Secrets, token: str | None) -> None:
+    """`kelpie mcp serve --stdio`: kelpie's MCP server over this process's stdin/stdout,
+    for the client whose token is `token`. A write's card is posted in Slack with the bot
+    token; its click reaches `kelpie run` (on the same database), which decides and runs it.
+    No Slack connection is opened here and no agent turn runs."""
+    kelpie = build_kelpie(config, secrets)
+    caller = McpCallers.from_config(config, secrets).authenticate(token)
+    if caller is None:
+        log.warning("kelpie mcp serve: KELPIE_MCP_TOKEN names no configured MCP client")
+    await kelpie.core.start()
+    try:
+        await serve_stdio(mcp_toolbox(kelpie.core), caller)
+    finally:
+        await kelpie.stop()
+
+
 def mcp_toolbox(core: AgentCore) -> McpToolbox:
     """kelpie's tools for MCP callers, through the core's one pipeline."""
     harness = ToolHarness(core.registry, core.pipeline, ToolAuditRepository(core.db))
-    return McpToolbox(core.registry, harness, core.sessions, core.approval_store)
+
+    async def durable() -> None:
+        await core.db.write(_nothing)  # commits whatever was queued before it
+
+    return McpToolbox(core.registry, harness, core.sessions, core.approval_store, durable)
+
+
+def _nothing(session: object) -> None:
+    return None
 
 
 def _receiver_credentials(config: Config, secrets: Secrets) -> list[Credentials]:

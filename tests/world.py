@@ -33,6 +33,11 @@ BOB = "U0BOB"
 MODEL_KEY = "sk-test-model-key-0123456789"
 # The bearer token alert webhooks send (`alerts.receivers[].auth.token_env`).
 ALERTS_TOKEN = "alerts-test-token-0123456789"
+# The bearer tokens of two MCP clients (`mcp.clients[].token_env`; tests/test_mcp_server.py).
+MCP_TOKENS = {
+    "KELPIE_TEST_MCP_IDE": "mcp-ide-test-token-0123456789",
+    "KELPIE_TEST_MCP_OPS": "mcp-ops-test-token-9876543210",
+}
 # Slack's rate limits keep their counts but run 30 times faster, in the fake Slack and in
 # kelpie's pacer alike (a minute's budget every 2 s), so bursts stay quick to test.
 SLACK_TIME_SCALE = 1 / 30
@@ -109,6 +114,7 @@ def environ(slack: SlackServer) -> dict[str, str]:
         "KELPIE_TEST_ALERTS_TOKEN": ALERTS_TOKEN,
         "KELPIE_TEST_ALERTS_USER": "grafana",
         "KELPIE_TEST_ALERTS_PASSWORD": ALERTS_TOKEN[::-1],
+        **MCP_TOKENS,
     }
 
 

@@ -73,7 +73,11 @@ class McpToolbox:
         harness: ToolHarness,
         sessions: SessionStore,
         approvals: ApprovalLookup,
+        durable: Callable[[], Awaitable[object]],
     ) -> None:
+        # Commits what the store queued (a read's audit rides with the next write): the
+        # caller reads no result whose audit could still be lost.
+        self._durable = durable
         self._registry = registry
         self._harness = harness
         self._sessions = sessions
@@ -112,6 +116,7 @@ class McpToolbox:
         scope = _scope(caller, session, offered)
         request = ToolCallRequest(f"mcp_{uuid.uuid4().hex[:16]}", name, json.dumps(arguments or {}))
         outcome = await self._harness.dispatch(request, scope)
+        await self._durable()
         if outcome.status is ToolStatus.DENIED:
             reason = outcome.refusal.reason if outcome.refusal is not None else outcome.summary
             raise MCPError(REFUSED, copy.denied(reason))
