@@ -22,6 +22,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from bot.app import Kelpie
+from bot.checks import mcp_checks
+from bot.config import ConfigError, Secrets, parse_config
 from bot.store.repositories import ToolAuditRepository
 from tests.test_approvals import card_text, has_buttons
 from tests.world import BOB, CAROL, MCP_TOKENS, OPS_CHANNEL, World, environ, running_world
@@ -303,3 +305,30 @@ async def test_kelpie_mcp_serve_stdio_refuses_a_wrong_token(
         with pytest.raises(MCPError, match="Unauthorized"):
             await client.call_tool("list_pods", {"namespace": "shop"})
     assert len(world.kube.requests) == reads
+
+
+async def test_kelpie_check_names_each_client_and_config_names_a_wrong_reference(
+    served: tuple[World, Kelpie],
+) -> None:
+    world, _bot = served
+    config = world.config
+    lines = [r.line() for r in mcp_checks(config, Secrets(config, environ(world.slack)))]
+    assert lines == [
+        "ok   mcp server: streamable HTTP at 127.0.0.1:0/mcp, 2 client(s)",
+        "ok   mcp client ide: token set, role pods-reader on cluster prod, "
+        "writes not offered (no approval_channel)",
+        f"ok   mcp client ops-bot: token set, role operator on cluster prod, "
+        f"writes approved in {OPS_CHANNEL}",
+    ]
+    unset = [r.line() for r in mcp_checks(config, Secrets(config, {}))][1]
+    assert unset == (
+        "FAIL mcp client ide: mcp.clients[0].token_env: "
+        "environment variable KELPIE_TEST_MCP_IDE is not set"
+    )
+    wrong = {"name": "x", "token_env": "KELPIE_TEST_MCP_IDE", "role": "root", "cluster": "qa"}
+    with pytest.raises(ConfigError) as raised:
+        parse_config({**world.config_data, "mcp": {"clients": [wrong]}})
+    assert raised.value.problems == [
+        'mcp.clients[0].role: unknown role "root" (viewer, operator, admin, pods-reader)',
+        'mcp.clients[0].cluster: unknown cluster "qa" (prod)',
+    ]
