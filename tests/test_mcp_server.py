@@ -26,7 +26,16 @@ from bot.checks import mcp_checks
 from bot.config import ConfigError, Secrets, parse_config
 from bot.store.repositories import ToolAuditRepository
 from tests.test_approvals import card_text, has_buttons
-from tests.world import BOB, CAROL, MCP_TOKENS, OPS_CHANNEL, World, environ, running_world
+from tests.world import (
+    BOB,
+    CAROL,
+    MCP_TOKENS,
+    OPS_CHANNEL,
+    World,
+    environ,
+    merge,
+    running_world,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -332,3 +341,19 @@ async def test_kelpie_check_names_each_client_and_config_names_a_wrong_reference
         'mcp.clients[0].role: unknown role "root" (viewer, operator, admin, pods-reader)',
         'mcp.clients[0].cluster: unknown cluster "qa" (prod)',
     ]
+
+
+async def test_the_readme_and_example_config_show_mcp_config_that_parses(
+    served: tuple[World, Kelpie],
+) -> None:
+    world, _bot = served
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Other agents use kelpie's tools over MCP") :]
+    snippet = yaml.safe_load(section.split("```yaml\n")[1].split("```")[0])
+    assert parse_config(merge(world.config_data, snippet)).mcp.clients[1].name == "slackbot"
+    example = (REPO / "config" / "kelpie.example.yaml").read_text()
+    commented = example[example.index("# mcp:\n#   clients") :].split("\n\n")[0]
+    block = yaml.safe_load("\n".join(line[2:] for line in commented.splitlines()))
+    parsed = parse_config(merge(world.config_data, block))
+    assert [client.name for client in parsed.mcp.clients] == ["ide", "slackbot"]
+    assert parsed.mcp.clients[1].approval_channel == "C0123OPS"
