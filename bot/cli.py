@@ -76,7 +76,7 @@ async def _run(config: Config, secrets: Secrets) -> None:
         await kelpie.stop()
         raise StartupFailed(
             f"cannot listen ({error.strerror or error}); pick a free host and port in "
-            "server.health (and slack.http in http mode)"
+            "server.health, server.alerts, server.mcp (and slack.http in http mode)"
         ) from error
     except BaseException:
         await kelpie.stop()

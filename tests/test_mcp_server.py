@@ -145,6 +145,14 @@ async def test_a_tool_outside_the_role_is_an_mcp_error_and_nothing_runs(
         with pytest.raises(MCPError, match="may not touch namespace kube-system"):
             await ide.call_tool("list_pods", {"namespace": "kube-system"})
     assert len(world.kube.writes()) == before  # not even a dry run
+    # Each refusal is on record, naming the client.
+    session = await bot.core.sessions.find("mcp:ide:")
+    assert session is not None
+    audits = await ToolAuditRepository(bot.db).for_session(session.id)
+    refused = {(a.tool, a.decision, a.slack_user) for a in audits}
+    assert ("write/scale_deployment", "deny", "mcp-ide") in refused
+    assert ("no_such_tool", "failed", "mcp-ide") in refused
+    assert ("read/list_pods", "deny", "mcp-ide") in refused
 
 
 @pytest.mark.parametrize("token", [None, "not-a-configured-token"])

@@ -33,6 +33,7 @@ from mcp.shared.exceptions import MCPError
 
 import bot.mcp.server_copy as copy
 from bot.mcp.server_access import McpCaller
+from bot.model.outbound import mask_value_async
 from bot.pipeline.decision import CallScope
 from bot.pipeline.harness import ToolHarness, ToolRegistry
 from bot.pipeline.roles import offered_tools
@@ -109,12 +110,12 @@ class McpToolbox:
         """Raises MCPError for an unknown or denied tool (nothing was run)."""
         if name == copy.STATUS_TOOL:
             return await self._status(caller, arguments or {})
-        offered = self.offered(caller)
-        if self._registry.get(name) is None:
-            raise MCPError(REFUSED, copy.unknown_tool(name))
         session = await self._sessions.get_or_create(caller.session())
-        scope = _scope(caller, session, offered)
+        scope = _scope(caller, session, self.offered(caller))
         request = ToolCallRequest(f"mcp_{uuid.uuid4().hex[:16]}", name, json.dumps(arguments or {}))
+        if self._registry.get(name) is None:
+            await self._harness.refuse(request, scope, copy.unknown_tool(name))
+            raise MCPError(REFUSED, copy.unknown_tool(name))
         outcome = await self._harness.dispatch(request, scope)
         await self._durable()
         if outcome.status is ToolStatus.DENIED:
@@ -142,10 +143,7 @@ class McpToolbox:
             "preview": preview,
             "notes": list(approval.plan.notes),
         }
-        text = copy.pending(approval, preview)
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=text)], structured_content=structured
-        )
+        return await _masked(copy.pending(approval, preview), structured)
 
     async def _status(self, caller: McpCaller, arguments: dict[str, Any]) -> types.CallToolResult:
         approval_id = arguments.get("approval_id")
@@ -160,10 +158,16 @@ class McpToolbox:
             "decided_by": approval.decided_by,
             "outcome": approval.outcome,
         }
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=copy.status_line(approval))],
-            structured_content=structured,
-        )
+        return await _masked(copy.status_line(approval), structured)
+
+
+async def _masked(text: str, structured: dict[str, Any]) -> types.CallToolResult:
+    """A result kelpie wrote itself around cluster text (a preview quotes the target, an
+    outcome the API server): masked like a tool's result before it leaves."""
+    (text, structured), _ = await mask_value_async([text, structured])
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structured_content=structured
+    )
 
 
 def _described(tool: Tool) -> types.Tool:

@@ -14,6 +14,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
@@ -97,6 +99,15 @@ async def _unauthorized(send: Send, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+class _Embedded(uvicorn.Server):
+    """uvicorn inside kelpie's event loop: kelpie owns SIGINT and SIGTERM (uvicorn's own
+    `serve` would take them over and hand them back only when it stops)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 class McpHttp:
     """The streamable HTTP listener, served by uvicorn on the running event loop."""
 
@@ -107,7 +118,9 @@ class McpHttp:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, host: str, port: int) -> int:
-        """Listen; returns the bound port (0 in the config: a free one)."""
+        """Listen; returns the bound port (0 in the config: a free one). The socket is
+        bound here, so a port taken raises OSError now; a request arriving before the
+        server is up waits in the socket's backlog."""
         app = mcp_server(self._toolbox, header_identity(self._callers)).streamable_http_app(
             streamable_http_path=MCP_PATH, stateless_http=True, json_response=True, host=host
         )
@@ -119,15 +132,10 @@ class McpHttp:
             log_config=None,
             access_log=False,
         )
-        server = uvicorn.Server(config)
-        self._server = server
-        self._task = asyncio.create_task(server.serve(), name="mcp-server")
-        while not server.started:
-            if self._task.done():
-                await self._task  # raises why it could not listen
-                raise OSError(f"the MCP server could not listen on {host}:{port}")
-            await asyncio.sleep(0.01)
-        bound: int = server.servers[0].sockets[0].getsockname()[1]
+        listening = _listening(host, port)
+        bound: int = listening.getsockname()[1]
+        self._server = _Embedded(config)
+        self._task = asyncio.create_task(self._server.serve([listening]), name="mcp-server")
         log.info("serving MCP on %s:%s%s", host, bound, MCP_PATH)
         return bound
 
@@ -135,8 +143,25 @@ class McpHttp:
         if self._server is None or self._task is None:
             return
         self._server.should_exit = True
-        with contextlib.suppress(Exception):
+        try:
             await self._task
+        except Exception:
+            log.exception("the MCP server stopped with an error")
+
+
+def _listening(host: str, port: int) -> socket.socket:
+    """A socket bound and listening now (uvicorn's own binding exits the process when the
+    port is taken)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 async def serve_stdio(toolbox: McpToolbox, caller: McpCaller | None) -> None:
