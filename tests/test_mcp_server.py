@@ -24,6 +24,7 @@ from mcp.shared.exceptions import MCPError
 from bot.app import Kelpie
 from bot.checks import mcp_checks
 from bot.config import ConfigError, Secrets, parse_config
+from bot.mcp.server_access import McpCallers
 from bot.store.repositories import ToolAuditRepository
 from tests.test_approvals import card_text, has_buttons
 from tests.world import (
@@ -378,6 +379,9 @@ async def test_kelpie_check_names_each_client_and_config_names_a_wrong_reference
         "FAIL mcp client ide: mcp.clients[0].token_env: "
         "environment variable KELPIE_TEST_MCP_IDE is not set"
     )
+    shared = {**environ(world.slack), "KELPIE_TEST_MCP_OPS": IDE_TOKEN}
+    with pytest.raises(ConfigError, match="hold the same token"):
+        McpCallers.from_config(config, Secrets(config, shared))
     wrong = {"name": "x", "token_env": "KELPIE_TEST_MCP_IDE", "role": "root", "cluster": "qa"}
     with pytest.raises(ConfigError) as raised:
         parse_config({**world.config_data, "mcp": {"clients": [wrong]}})

@@ -20,13 +20,16 @@ from dataclasses import dataclass
 
 from bot.approvals.model import Continuation
 from bot.approvals.recheck import Bindings
-from bot.config import Config, McpClientConfig, Secrets
+from bot.config import Config, ConfigError, McpClientConfig, Secrets
 from bot.pipeline.roles import ChannelBinding
 from bot.values import MCP_ASKER_PREFIX, Approval, SessionInfo
 
 log = logging.getLogger(__name__)
 
 MCP_TEAM = "mcp"
+SHARED_TOKEN = (
+    "mcp.clients: two clients' token_env variables hold the same token; give each its own"
+)
 
 
 @dataclass(frozen=True)
@@ -81,11 +84,14 @@ class McpCallers:
 
     @classmethod
     def from_config(cls, config: Config, secrets: Secrets) -> McpCallers:
-        """Raises ConfigError naming the first client whose token variable is unset."""
+        """Raises ConfigError naming the first client whose token variable is unset, or
+        two clients given the same token (it could only ever name one of them)."""
         tokens = {
             client.name: secrets.mcp_client_token(index).encode()
             for index, client in enumerate(config.mcp.clients)
         }
+        if len(set(tokens.values())) != len(tokens):
+            raise ConfigError([SHARED_TOKEN])
         return cls(config, tokens)
 
     def authenticate(self, token: str | None) -> McpCaller | None:
