@@ -47,7 +47,7 @@ from bot.config import (
     valid_roles,
 )
 from bot.health import health_app, serve
-from bot.mcp.server import McpToolbox
+from bot.mcp.server import Count, McpToolbox
 from bot.mcp.server_access import McpBindings, McpCallers, McpDecisions
 from bot.mcp.server_http import McpHttp, serve_stdio
 from bot.metrics import (
@@ -987,7 +987,11 @@ def build_kelpie(
         listener=listener,
         reporters=reporters,
         alerts=receivers,
-        mcp=McpHttp(mcp_toolbox(core), callers) if config.server.mcp is not None else None,
+        mcp=(
+            McpHttp(mcp_toolbox(core, metrics.count_mcp_call), callers, metrics.count_mcp_call)
+            if config.server.mcp is not None
+            else None
+        ),
     )
 
 
@@ -1007,18 +1011,25 @@ async def serve_mcp_stdio(config: Config, secrets: Secrets, token: str | None) -
         await kelpie.stop()
 
 
-def mcp_toolbox(core: AgentCore) -> McpToolbox:
-    """kelpie's tools for MCP callers, through the core's one pipeline."""
+def mcp_toolbox(core: AgentCore, count: Count | None = None) -> McpToolbox:
+    """kelpie's tools for MCP callers, through the core's one pipeline; `count` counts each
+    call by client and outcome (`kelpie_mcp_calls_total`)."""
     harness = ToolHarness(core.registry, core.pipeline, ToolAuditRepository(core.db))
 
     async def durable() -> None:
         await core.db.write(_nothing)  # commits whatever was queued before it
 
-    return McpToolbox(core.registry, harness, core.sessions, core.approval_store, durable)
+    return McpToolbox(
+        core.registry, harness, core.sessions, core.approval_store, durable, count or _not_counted
+    )
 
 
 def _nothing(session: object) -> None:
     return None
+
+
+def _not_counted(client: str, outcome: str) -> None:
+    return None  # `kelpie mcp serve --stdio` serves no /metrics
 
 
 def _receiver_credentials(config: Config, secrets: Secrets) -> list[Credentials]:

@@ -161,6 +161,9 @@ async def test_a_tool_outside_the_role_is_an_mcp_error_and_nothing_runs(
     assert ("write/scale_deployment", "deny", "mcp-ide") in refused
     assert ("no_such_tool", "failed", "mcp-ide") in refused
     assert ("read/list_pods", "deny", "mcp-ide") in refused
+    counted = bot.metrics.render().decode()
+    assert 'kelpie_mcp_calls_total{client="ide",outcome="denied"} 2.0' in counted
+    assert 'kelpie_mcp_calls_total{client="ide",outcome="unknown"} 1.0' in counted
 
 
 @pytest.mark.parametrize("token", [None, "not-a-configured-token"])
@@ -178,6 +181,9 @@ async def test_no_token_or_a_wrong_token_is_an_mcp_error(
     said = "belongs to no configured MCP client" if token else "send the client's token"
     assert refused and all(said in message for message in refused)
     assert len(world.kube.requests) == reads
+    assert (
+        'kelpie_mcp_calls_total{client="",outcome="unauthorized"}' in bot.metrics.render().decode()
+    )
 
 
 def leaves(group: BaseExceptionGroup[MCPError]) -> list[MCPError]:

@@ -55,6 +55,10 @@ _STATUS_SCHEMA: dict[str, Any] = {
 }
 
 
+# Counts a call by client and outcome (`Metrics.count_mcp_call`).
+Count = Callable[[str, str], None]
+
+
 class SessionStore(Protocol):
     async def get_or_create(self, template: SessionInfo) -> SessionInfo: ...
 
@@ -75,7 +79,9 @@ class McpToolbox:
         sessions: SessionStore,
         approvals: ApprovalLookup,
         durable: Callable[[], Awaitable[object]],
+        count: Count = lambda client, outcome: None,
     ) -> None:
+        self._count = count
         # Commits what the store queued (a read's audit rides with the next write): the
         # caller reads no result whose audit could still be lost.
         self._durable = durable
@@ -115,9 +121,11 @@ class McpToolbox:
         request = ToolCallRequest(f"mcp_{uuid.uuid4().hex[:16]}", name, json.dumps(arguments or {}))
         if self._registry.get(name) is None:
             await self._harness.refuse(request, scope, copy.unknown_tool(name))
+            self._count(caller.name, "unknown")
             raise MCPError(REFUSED, copy.unknown_tool(name))
         outcome = await self._harness.dispatch(request, scope)
         await self._durable()
+        self._count(caller.name, str(outcome.status))
         if outcome.status is ToolStatus.DENIED:
             reason = outcome.refusal.reason if outcome.refusal is not None else outcome.summary
             raise MCPError(REFUSED, copy.denied(reason))

@@ -25,7 +25,7 @@ from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import bot.mcp.server_copy as copy
-from bot.mcp.server import UNAUTHORIZED, Identify, McpToolbox, mcp_server
+from bot.mcp.server import UNAUTHORIZED, Count, Identify, McpToolbox, mcp_server
 from bot.mcp.server_access import McpCaller, McpCallers
 
 log = logging.getLogger(__name__)
@@ -63,9 +63,10 @@ def fixed_identity(caller: McpCaller | None) -> Identify:
 class BearerGate:
     """ASGI middleware: only requests with a configured client's token reach the app."""
 
-    def __init__(self, app: ASGIApp, callers: McpCallers) -> None:
+    def __init__(self, app: ASGIApp, callers: McpCallers, count: Count) -> None:
         self._app = app
         self._callers = callers
+        self._count = count
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -76,6 +77,7 @@ class BearerGate:
         caller = self._callers.authenticate(token)
         if caller is None:
             log.info("MCP request refused: %s token", "wrong" if token else "no")
+            self._count("", "unauthorized")
             await _unauthorized(send, copy.WRONG_TOKEN if token else copy.NO_TOKEN)
             return
         await self._app(scope, receive, send)
@@ -111,9 +113,10 @@ class _Embedded(uvicorn.Server):
 class McpHttp:
     """The streamable HTTP listener, served by uvicorn on the running event loop."""
 
-    def __init__(self, toolbox: McpToolbox, callers: McpCallers) -> None:
+    def __init__(self, toolbox: McpToolbox, callers: McpCallers, count: Count) -> None:
         self._toolbox = toolbox
         self._callers = callers
+        self._count = count
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -125,7 +128,7 @@ class McpHttp:
             streamable_http_path=MCP_PATH, stateless_http=True, json_response=True, host=host
         )
         config = uvicorn.Config(
-            BearerGate(app, self._callers),
+            BearerGate(app, self._callers, self._count),
             host=host,
             port=port,
             lifespan="on",
