@@ -31,7 +31,7 @@ from tests.world import (
     BOB,
     CAROL,
     MCP_TOKENS,
-    OPS_CHANNEL,
+    RANDOM_CHANNEL,
     World,
     environ,
     merge,
@@ -44,6 +44,9 @@ IDE_TOKEN = MCP_TOKENS["KELPIE_TEST_MCP_IDE"]
 OPS_TOKEN = MCP_TOKENS["KELPIE_TEST_MCP_OPS"]
 PLANTED = "hunter2-Planted-Db-Secret-77"
 REPO = Path(__file__).resolve().parents[1]
+# The ops client's approval channel: kelpie is not enabled there for people (no channel
+# mapping); it needs none to show the client's cards and take their clicks.
+APPROVALS = RANDOM_CHANNEL
 
 MCP_CONFIG: dict[str, Any] = {
     "server": {"mcp": {"host": "127.0.0.1", "port": 0}},
@@ -57,7 +60,7 @@ MCP_CONFIG: dict[str, Any] = {
                 "name": "ops-bot",
                 "token_env": "KELPIE_TEST_MCP_OPS",
                 "role": "operator",  # writes in shop, approved by CAROL or the SRE group
-                "approval_channel": OPS_CHANNEL,
+                "approval_channel": APPROVALS,
             },
         ]
     },
@@ -197,7 +200,7 @@ async def card_of(world: World, approval_id: str) -> Any:
     """The approval's card: a top-level message of the client's approval channel."""
 
     def find(server: Any) -> Any:
-        for message in server.channel_messages(OPS_CHANNEL):
+        for message in server.channel_messages(APPROVALS):
             blocks = message.blocks or []
             if message.is_bot and any(
                 b.get("block_id") == f"approval:{approval_id}" for b in blocks
@@ -209,7 +212,7 @@ async def card_of(world: World, approval_id: str) -> Any:
 
 
 async def click(world: World, user: str, card: Any, approval_id: str) -> None:
-    payload = world.slack.block_action(user, OPS_CHANNEL, card.ts, "kelpie_approve", approval_id)
+    payload = world.slack.block_action(user, APPROVALS, card.ts, "kelpie_approve", approval_id)
     await world.slack.deliver("interactive", payload)
 
 
@@ -263,7 +266,7 @@ async def test_a_write_runs_once_only_after_a_permitted_click(
         await click(world, CAROL, card, approval_id)
 
         def decided(server: Any) -> Any:
-            now = server.get_message(OPS_CHANNEL, card.ts)
+            now = server.get_message(APPROVALS, card.ts)
             return now if now is not None and "Outcome" in card_text(now) else None
 
         shown = await world.slack.wait_for(decided, timeout=20)
@@ -344,7 +347,7 @@ async def test_a_write_through_stdio_is_decided_by_the_running_bot(
         await click(world, CAROL, card, approval_id)
 
         def decided(server: Any) -> Any:
-            now = server.get_message(OPS_CHANNEL, card.ts)
+            now = server.get_message(APPROVALS, card.ts)
             return now if now is not None and "Outcome" in card_text(now) else None
 
         await world.slack.wait_for(decided, timeout=20)
@@ -378,7 +381,7 @@ async def test_kelpie_check_names_each_client_and_config_names_a_wrong_reference
         "ok   mcp client ide: token set, role pods-reader on cluster prod, "
         "writes not offered (no approval_channel)",
         f"ok   mcp client ops-bot: token set, role operator on cluster prod, "
-        f"writes approved in {OPS_CHANNEL}",
+        f"writes approved in {APPROVALS}",
     ]
     unset = [r.line() for r in mcp_checks(config, Secrets(config, {}))][1]
     assert unset == (
