@@ -326,10 +326,11 @@ def _route_check(index: int, route: AlertRoute, roles: ChannelRoles) -> CheckRes
 def mcp_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     """kelpie's MCP server (where it listens) and each client (its token set, the role it
     gets, where its writes are approved), one line each; nothing when no client is set."""
-    clients = config.mcp.clients
+    clients, listen = config.mcp.clients, config.server.mcp
     if not clients:
-        return []
-    listen = config.server.mcp
+        if listen is None:
+            return []
+        return [CheckResult("mcp server", False, "no mcp.clients: every call would be refused")]
     where = (
         f"streamable HTTP at {listen.host}:{listen.port}/mcp"
         if listen is not None

@@ -388,6 +388,10 @@ async def test_kelpie_check_names_each_client_and_config_names_a_wrong_reference
         "FAIL mcp client ide: mcp.clients[0].token_env: "
         "environment variable KELPIE_TEST_MCP_IDE is not set"
     )
+    no_clients = parse_config({**world.config_data, "mcp": {"clients": []}})
+    assert [r.line() for r in mcp_checks(no_clients, Secrets(no_clients, {}))] == [
+        "FAIL mcp server: no mcp.clients: every call would be refused"
+    ]
     shared = {**environ(world.slack), "KELPIE_TEST_MCP_OPS": IDE_TOKEN}
     with pytest.raises(ConfigError, match="hold the same token"):
         McpCallers.from_config(config, Secrets(config, shared))

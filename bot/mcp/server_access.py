@@ -18,6 +18,7 @@ import hmac
 import logging
 from dataclasses import dataclass
 
+import bot.mcp.server_copy as copy
 from bot.approvals.model import Continuation
 from bot.approvals.recheck import Bindings
 from bot.config import Config, ConfigError, McpClientConfig, Secrets
@@ -27,9 +28,6 @@ from bot.values import MCP_ASKER_PREFIX, Approval, SessionInfo
 log = logging.getLogger(__name__)
 
 MCP_TEAM = "mcp"
-SHARED_TOKEN = (
-    "mcp.clients: two clients' token_env variables hold the same token; give each its own"
-)
 
 
 @dataclass(frozen=True)
@@ -91,7 +89,7 @@ class McpCallers:
             for index, client in enumerate(config.mcp.clients)
         }
         if len(set(tokens.values())) != len(tokens):
-            raise ConfigError([SHARED_TOKEN])
+            raise ConfigError([copy.SHARED_TOKEN])
         return cls(config, tokens)
 
     def authenticate(self, token: str | None) -> McpCaller | None:

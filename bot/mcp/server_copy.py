@@ -11,6 +11,9 @@ STATUS_ARGUMENT = "The approval id returned by the write (pending approval <id>)
 NO_TOKEN = "Unauthorized: send the client's token as 'Authorization: Bearer <token>'."
 WRONG_TOKEN = "Unauthorized: this token belongs to no configured MCP client."
 STDIO_NO_TOKEN = "Unauthorized: set KELPIE_MCP_TOKEN to the client's token."
+SHARED_TOKEN = (
+    "mcp.clients: two clients' token_env variables hold the same token; give each its own"
+)
 INTERNAL = "kelpie failed on this call (logged); nothing was changed by it."
 
 
