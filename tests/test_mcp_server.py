@@ -30,6 +30,7 @@ from tests.test_approvals import card_text, has_buttons
 from tests.world import (
     BOB,
     CAROL,
+    DAVE,
     MCP_TOKENS,
     RANDOM_CHANNEL,
     World,
@@ -282,6 +283,32 @@ async def test_a_write_runs_once_only_after_a_permitted_click(
     assert len(writes) == 1 and writes[0].body["spec"] == {"replicas": 5}
     # Nobody's conversation asked for it: no agent turn, no model request.
     assert world.model.requests == []
+
+
+async def test_a_rejected_write_never_runs_and_its_status_says_who_rejected_it(
+    served: tuple[World, Kelpie],
+) -> None:
+    world, bot = served
+    writes = len(real_writes(world))
+    async with connected(bot, OPS_TOKEN) as ops:
+        result = await ops.call_tool(
+            "scale_deployment", {"namespace": "shop", "name": "checkout-api", "replicas": 8}
+        )
+        assert result.structured_content is not None
+        approval_id = result.structured_content["approval_id"]
+        card = await card_of(world, approval_id)
+        # DAVE approves through the SRE user group: he may reject too.
+        payload = world.slack.block_action(DAVE, APPROVALS, card.ts, "kelpie_reject", approval_id)
+        await world.slack.deliver("interactive", payload)
+
+        def rejected(server: Any) -> Any:
+            now = server.get_message(APPROVALS, card.ts)
+            return now if now is not None and "Rejected" in card_text(now) else None
+
+        await world.slack.wait_for(rejected, timeout=20)
+        status = await status_of(ops, approval_id)
+    assert status["status"] == "rejected" and status["decided_by"] == DAVE
+    assert len(real_writes(world)) == writes
 
 
 async def test_a_status_of_another_clients_approval_is_unknown(
