@@ -261,6 +261,10 @@ async def test_a_write_runs_once_only_after_a_permitted_click(
         # BOB is no approver of the client's role: told so, nothing runs.
         await click(world, BOB, card, approval_id)
         assert "You may not decide this change" in (await whispered(world, BOB, 1))[0]
+        told = [
+            c for c in world.slack.calls_to("chat.postEphemeral") if c.params.get("user") == BOB
+        ]
+        assert not told[-1].params.get("thread_ts")  # the card is top-level: no thread
         assert real_writes(world) == []
         assert (await status_of(ops, approval_id))["status"] == "pending"
 

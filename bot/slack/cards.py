@@ -272,7 +272,7 @@ class ApprovalClicks:
             return
         if resumed.result is ResumeResult.NOT_ALLOWED:
             log.info("user %s may not decide approval %s", user, approval.id)
-            await whisper(self._app.client, channel, user, resumed.why, approval.thread_ts)
+            await whisper(self._app.client, channel, user, resumed.why, approval.thread_ts or None)
         elif resumed.result is ResumeResult.ALREADY_DECIDED:
             if replayed and approval.decided_by == user:
                 # Its own decision, claimed before the crash: "already decided" would mislead,
@@ -280,4 +280,4 @@ class ApprovalClicks:
                 await self._service.show_decided(approval)
                 return
             text = copy.approval_already(str(approval.status))
-            await whisper(self._app.client, channel, user, text, approval.thread_ts)
+            await whisper(self._app.client, channel, user, text, approval.thread_ts or None)
