@@ -64,6 +64,9 @@ from bot.feedback.capture import FixtureCapture
 from bot.feedback.export import ExportedCase, ThreadExport
 from bot.feedback.links import parse_thread_link
 from bot.health import health_app, serve
+from bot.mcp.server import Count, McpToolbox
+from bot.mcp.server_access import McpBindings, McpCallers, McpDecisions
+from bot.mcp.server_http import McpHttp, serve_stdio
 from bot.metrics import (
     MeteredApprovalRepository,
     MeteredGateway,
@@ -437,6 +440,9 @@ class Kelpie:
     alerts: AlertReceivers | None = None
     _alerts_runner: web.AppRunner | None = None
     alerts_port: int | None = None
+    # kelpie's MCP server for other agents (None: `server.mcp` not configured).
+    mcp: McpHttp | None = None
+    mcp_port: int | None = None
     _started: bool = False
 
     # Handles the tests use to look inside.
@@ -492,6 +498,7 @@ class Kelpie:
         else:
             await self._start_http()
         await self._start_alerts()
+        await self._start_mcp()
         # After Slack: what a dead process left may need a reply in its thread.
         self.keeper.start()
         self._started = True
@@ -532,7 +539,15 @@ class Kelpie:
         self._alerts_runner, self.alerts_port = await serve(web_app, listen.host, listen.port)
         log.info("listening for alert webhooks on %s:%s", listen.host, self.alerts_port)
 
+    async def _start_mcp(self) -> None:
+        listen = self.config.server.mcp
+        if self.mcp is None or listen is None:
+            return
+        self.mcp_port = await self.mcp.start(listen.host, listen.port)
+
     async def stop(self) -> None:
+        if self.mcp is not None:
+            await self.mcp.stop()
         await self.keeper.stop()
         if self._alerts_runner is not None:
             await self._alerts_runner.cleanup()
@@ -734,8 +749,11 @@ def build_core(
             self_approval=front.self_approval,
             turns=agent,
         ),
-        continuation=DecisionTurns(
-            conversation=messages, sessions=sessions, agent=agent, submit=front.submit
+        # A decision on an MCP client's change starts no agent turn (bot/mcp/server_access.py).
+        continuation=McpDecisions(
+            DecisionTurns(
+                conversation=messages, sessions=sessions, agent=agent, submit=front.submit
+            )
         ),
         readback=readbacks(kube, observability),
         bell=bell,
@@ -908,11 +926,13 @@ def build_kelpie(
     channels = ChannelDirectory(client)
     roles = ChannelRoles(config)
     bindings = ChannelBindings(channels=channels, roles=roles)
+    callers = McpCallers.from_config(config, secrets)
     front = FrontEnd(
         cards=SlackApprovalCards(client),
         reporters=reporters,
         submit=scheduler.submit,
-        bindings=bindings,
+        # An MCP client's session is bound to the client's role (its approvals' re-check).
+        bindings=McpBindings(bindings, callers),
         approvers=approvers,
         awaiting_approval=copy.AWAITING_APPROVAL,
     )
@@ -1044,6 +1064,11 @@ def build_kelpie(
         listener=listener,
         reporters=reporters,
         alerts=receivers,
+        mcp=(
+            McpHttp(mcp_toolbox(core, metrics.count_mcp_call), callers, metrics.count_mcp_call)
+            if config.server.mcp is not None
+            else None
+        ),
     )
 
 
@@ -1060,6 +1085,43 @@ def _watched_channels(
     return WatchedChannels(
         config.alerts, AlertGroups(db), investigations, metrics.count_alert, clock
     )
+
+
+async def serve_mcp_stdio(config: Config, secrets: Secrets, token: str | None) -> None:
+    """`kelpie mcp serve --stdio`: kelpie's MCP server over this process's stdin/stdout,
+    for the client whose token is `token`. A write's card is posted in Slack with the bot
+    token; its click reaches `kelpie run` (on the same database), which decides and runs it.
+    No Slack connection is opened here and no agent turn runs."""
+    kelpie = build_kelpie(config, secrets)
+    caller = McpCallers.from_config(config, secrets).authenticate(token)
+    if caller is None:
+        log.warning("kelpie mcp serve: KELPIE_MCP_TOKEN names no configured MCP client")
+    await kelpie.core.start()
+    try:
+        await serve_stdio(mcp_toolbox(kelpie.core), caller)
+    finally:
+        await kelpie.stop()
+
+
+def mcp_toolbox(core: AgentCore, count: Count | None = None) -> McpToolbox:
+    """kelpie's tools for MCP callers, through the core's one pipeline; `count` counts each
+    call by client and outcome (`kelpie_mcp_calls_total`)."""
+    harness = ToolHarness(core.registry, core.pipeline, ToolAuditRepository(core.db))
+
+    async def durable() -> None:
+        await core.db.write(_nothing)  # commits whatever was queued before it
+
+    return McpToolbox(
+        core.registry, harness, core.sessions, core.approval_store, durable, count or _not_counted
+    )
+
+
+def _nothing(session: object) -> None:
+    return None
+
+
+def _not_counted(client: str, outcome: str) -> None:
+    return None  # `kelpie mcp serve --stdio` serves no /metrics
 
 
 def _receiver_credentials(config: Config, secrets: Secrets) -> list[Credentials]:

@@ -377,6 +377,38 @@ def _mcp_result(connection: McpConnection, server: McpServerConfig) -> CheckResu
     return CheckResult(name, True, detail)
 
 
+def mcp_server_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
+    """kelpie's MCP server (where it listens) and each client (its token set, the role it
+    gets, where its writes are approved), one line each; nothing when no client is set."""
+    clients, listen = config.mcp.clients, config.server.mcp
+    if not clients:
+        if listen is None:
+            return []
+        return [CheckResult("mcp server", False, "no mcp.clients: every call would be refused")]
+    where = (
+        f"streamable HTTP at {listen.host}:{listen.port}/mcp"
+        if listen is not None
+        else "not served over HTTP (set server.mcp); `kelpie mcp serve --stdio` only"
+    )
+    results = [CheckResult("mcp server", True, f"{where}, {len(clients)} client(s)")]
+    for index, client in enumerate(clients):
+        name = f"mcp client {client.name}"
+        try:
+            secrets.mcp_client_token(index)
+        except ConfigError as error:
+            results.append(CheckResult(name, False, "; ".join(error.problems)))
+            continue
+        cluster = client.cluster or config.kubernetes.default_cluster
+        writes = (
+            f"writes approved in {client.approval_channel}"
+            if client.approval_channel
+            else "writes not offered (no approval_channel)"
+        )
+        detail = f"token set, role {client.role} on cluster {cluster}, {writes}"
+        results.append(CheckResult(name, True, detail))
+    return results
+
+
 async def run_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     results = [CheckResult("config", True, "valid")]
     results += await startup_checks(config, secrets)
@@ -386,4 +418,5 @@ async def run_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     results += await observability_checks(config, secrets)
     results += alert_checks(config, secrets)
     results += await mcp_checks(config, secrets)
+    results += mcp_server_checks(config, secrets)
     return results

@@ -81,7 +81,7 @@ async def _run(config: Config, secrets: Secrets) -> None:
         await kelpie.stop()
         raise StartupFailed(
             f"cannot listen ({error.strerror or error}); pick a free host and port in "
-            "server.health (and slack.http in http mode)"
+            "server.health, server.alerts, server.mcp (and slack.http in http mode)"
         ) from error
     except BaseException:
         await kelpie.stop()
@@ -160,6 +160,35 @@ def cmd_chat(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:  # before the chat's own Ctrl-C handling was in place
         return 130
+    return 0
+
+
+def cmd_mcp_serve(args: argparse.Namespace) -> int:
+    """`kelpie mcp serve --stdio`: the caller's token comes in KELPIE_MCP_TOKEN (stdio has
+    no headers); it names one of `mcp.clients`, whose role applies."""
+    from bot.app import serve_mcp_stdio
+
+    if not args.stdio:
+        print(
+            "kelpie: only --stdio is served by this command; the HTTP server runs inside "
+            "`kelpie run` when server.mcp is set",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    try:
+        config = _load(args.config)
+        _configure_logging(config, "WARNING")  # on stderr: stdout carries the protocol
+        secrets = Secrets(config)
+        missing = secrets.check_all()
+        if missing:
+            raise ConfigError(missing)
+    except ConfigError as error:
+        return _print_config_problems(error)
+    try:
+        asyncio.run(serve_mcp_stdio(config, secrets, os.environ.get("KELPIE_MCP_TOKEN")))
+    except KelpieError as error:
+        print(f"kelpie: {error.user_message}", file=sys.stderr)
+        return EXIT_FAILED
     return 0
 
 
@@ -356,6 +385,14 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     chat.set_defaults(handler=cmd_chat)
+    mcp = commands.add_parser("mcp", help="kelpie's MCP server for other agents")
+    mcp_commands = mcp.add_subparsers(dest="mcp_command", required=True)
+    serve = mcp_commands.add_parser(
+        "serve", help="serve kelpie's tools over MCP on stdin/stdout (token: KELPIE_MCP_TOKEN)"
+    )
+    serve.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout")
+    serve.add_argument("--config", help=CONFIG_HELP)
+    serve.set_defaults(handler=cmd_mcp_serve)
     manifest = commands.add_parser("manifest", help="print the Slack app manifest")
     manifest.add_argument("--mode", choices=["socket", "http"])
     manifest.add_argument(

@@ -571,6 +571,8 @@ class ServerConfig(_Strict):
     # The alert receivers' listener: its own host and port (None: on the Slack HTTP
     # listener, which HTTP mode needs then).
     alerts: ListenConfig | None = None
+    # kelpie's MCP server for other agents (streamable HTTP at `/mcp`; None: not served).
+    mcp: ListenConfig | None = None
 
 
 class ReceiverType(StrEnum):
@@ -776,11 +778,40 @@ class McpServersConfig(_Strict):
     )
 
 
-class McpConfig(McpServersConfig):
-    """The `mcp` section."""
+class McpClientConfig(_Strict):
+    """One caller of kelpie's MCP server: its bearer token (read from `token_env`), the one
+    role it gets, the cluster it works on and the Slack channel where its writes are
+    approved (None: its role's writes are not offered)."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
+    token_env: str
+    role: str
+    cluster: str | None = None
+    approval_channel: str | None = Field(default=None, pattern=r"^[CG][A-Z0-9]+$")
+
+
+class McpClientsConfig(_Strict):
+    """`mcp.clients`: who may call kelpie's MCP server (`server.mcp`, `kelpie mcp serve`)."""
+
+    clients: list[McpClientConfig] = Field(default_factory=list)
+
+    @field_validator("clients")
+    @classmethod
+    def _unique(cls, clients: list[McpClientConfig]) -> list[McpClientConfig]:
+        names = [client.name for client in clients]
+        if len(names) != len(set(names)):
+            raise ValueError("each MCP client needs its own name")
+        envs = [client.token_env for client in clients]
+        if len(envs) != len(set(envs)):
+            raise ValueError("each MCP client needs its own token_env (a token names one client)")
+        return clients
 
 
 NO_ROLE = "none"
+
+
+class McpConfig(McpServersConfig, McpClientsConfig):
+    """The `mcp` section: the servers kelpie calls and the clients that call kelpie."""
 
 
 class Config(_Strict):
@@ -873,6 +904,7 @@ def reference_problems(data: dict[str, Any]) -> list[str]:
         problems.append(f'guardian.model_profile: unknown profile "{profile}"')
     problems += _observability_references(_mapping(data, "observability"), clusters)
     problems += _mcp_references(data)
+    problems += _mcp_client_references(_mapping(data, "mcp"), role_names, roles, clusters)
     return problems
 
 
@@ -890,6 +922,25 @@ def _mcp_references(data: dict[str, Any]) -> list[str]:
                 continue
             known = ", ".join(servers) or "no mcp.servers defined"
             problems.append(f'roles.{role}.tools[{i}]: "{pattern}" names no MCP server ({known})')
+    return problems
+
+
+def _mcp_client_references(
+    data: dict[str, Any], role_names: str, roles: dict[str, Any], clusters: list[str] | None
+) -> list[str]:
+    """An MCP client's role or cluster that does not exist."""
+    problems: list[str] = []
+    listed = data.get("clients")
+    for i, client in enumerate(listed if isinstance(listed, list) else []):
+        if not isinstance(client, dict):
+            continue
+        role, cluster = client.get("role"), client.get("cluster")
+        if isinstance(role, str) and role not in roles:
+            problems.append(f'mcp.clients[{i}].role: unknown role "{role}" ({role_names})')
+        if isinstance(cluster, str) and clusters is not None and cluster not in clusters:
+            problems.append(
+                f'mcp.clients[{i}].cluster: unknown cluster "{cluster}" ({", ".join(clusters)})'
+            )
     return problems
 
 
@@ -1065,6 +1116,11 @@ class Secrets:
         path = f"alerts.receivers[{index}].auth"
         return tuple(self._need(env, f"{path}.{key}") for env, key in receiver.auth.envs())
 
+    def mcp_client_token(self, index: int) -> str:
+        """An MCP client's bearer token (`mcp.clients[index].token_env`)."""
+        client = self._config.mcp.clients[index]
+        return self._need(client.token_env, f"mcp.clients[{index}].token_env")
+
     def check_all(self) -> list[str]:
         """Every missing secret, one line each, for startup and `kelpie check`."""
         problems: list[str] = []
@@ -1088,6 +1144,8 @@ class Secrets:
             path = f"alerts.receivers[{index}].auth"
             needed += [(env, f"{path}.{key}") for env, key in receiver.auth.envs()]
         needed += _mcp_env(self._config.mcp)
+        for index, client in enumerate(self._config.mcp.clients):
+            needed.append((client.token_env, f"mcp.clients[{index}].token_env"))
         for env, key_path in needed:
             if not self._environ.get(env):
                 problems.append(f"{key_path}: environment variable {env} is not set")

@@ -43,6 +43,11 @@ UNKNOWN_TOOL = "unknown"
 ALERT_EVENTS = ("received", "deduplicated", "dropped", "routed", "investigated", "limited")
 
 
+# What became of a call to kelpie's MCP server: a tool's status (ok, failed, denied,
+# pending: a write at its card), or refused before any tool (unauthorized, unknown).
+MCP_OUTCOMES = ("ok", "failed", "denied", "pending", "unauthorized", "unknown")
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -89,6 +94,17 @@ class Metrics:
             ["receiver", "event"],
             registry=r,
         )
+        self.mcp_calls = Counter(
+            "kelpie_mcp_calls",
+            "Calls to kelpie's MCP server by client and outcome",
+            ["client", "outcome"],
+            registry=r,
+        )
+
+    def count_mcp_call(self, client: str, outcome: str) -> None:
+        """`client` a configured MCP client's name ("" for a request with no valid token),
+        `outcome` one of MCP_OUTCOMES: a closed label set."""
+        self.mcp_calls.labels(client=client, outcome=outcome).inc()
 
     def count_alert(self, receiver: str, event: str) -> None:
         """`event` is one of ALERT_EVENTS, `receiver` a configured receiver type or `slack`:

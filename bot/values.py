@@ -545,12 +545,17 @@ def ts_after(ts: str | None, than: str | None) -> bool:
 # The asker of a turn an alert started (followed by the receiver type): no Slack user has
 # such an id, so nobody can click as the alert and it approves nothing.
 ALERT_ASKER_PREFIX = "alert-"
+# The asker of a call through kelpie's MCP server (followed by the client's name): likewise
+# no Slack user, so the client never approves its own change.
+MCP_ASKER_PREFIX = "mcp-"
 
 
 def shown_person(user: str) -> str:
-    """A turn's asker as Slack shows it: a mention, or which alert asked."""
+    """A turn's asker as Slack shows it: a mention, or which alert or MCP client asked."""
     if user.startswith(ALERT_ASKER_PREFIX):
         return f"the alert ({user.removeprefix(ALERT_ASKER_PREFIX)})"
+    if user.startswith(MCP_ASKER_PREFIX):
+        return f"the MCP client {user.removeprefix(MCP_ASKER_PREFIX)}"
     return f"<@{user}>"
 
 

@@ -31,8 +31,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "bot.alerts",
         "bot.eval",
         "bot.feedback",
+        # kelpie's MCP server: a surface (its callers come in like Slack's people).
+        "bot.mcp.server",
+        "bot.mcp.server_access",
+        "bot.mcp.server_copy",
+        "bot.mcp.server_http",
     ),
-    ("bot.app", "bot.cli", "bot.checks"),
+    # The empty package (its modules are ranked above by their own names).
+    ("bot.app", "bot.cli", "bot.checks", "bot.mcp"),
 )
 
 

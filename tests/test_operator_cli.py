@@ -287,7 +287,10 @@ async def test_run_names_a_port_that_is_taken(world):
     line = ran.err.strip()
     assert line.startswith("kelpie: cannot listen (") and "\n" not in line
     assert f"{port}): address already in use);" in line
-    assert line.endswith("pick a free host and port in server.health (and slack.http in http mode)")
+    assert line.endswith(
+        "pick a free host and port in server.health, server.alerts, server.mcp "
+        "(and slack.http in http mode)"
+    )
 
 
 async def test_check_proves_the_openai_compatible_client_too(world):

@@ -38,6 +38,11 @@ ALERTS_TOKEN = "alerts-test-token-0123456789"
 # A multi-tenant Loki's tenant (X-Scope-OrgID) and bearer token, named by the observe tests.
 LOKI_TENANT = "team-shop"
 LOKI_TOKEN = "loki-test-token-0123456789"
+# The bearer tokens of two MCP clients (`mcp.clients[].token_env`; tests/test_mcp_server.py).
+MCP_TOKENS = {
+    "KELPIE_TEST_MCP_IDE": "mcp-ide-test-token-0123456789",
+    "KELPIE_TEST_MCP_OPS": "mcp-ops-test-token-9876543210",
+}
 # Slack's rate limits keep their counts but run 30 times faster, in the fake Slack and in
 # kelpie's pacer alike (a minute's budget every 2 s), so bursts stay quick to test.
 SLACK_TIME_SCALE = 1 / 30
@@ -117,6 +122,7 @@ def environ(slack: SlackServer) -> dict[str, str]:
         "KELPIE_TEST_LOKI_TENANT": LOKI_TENANT,
         "KELPIE_TEST_LOKI_TOKEN": LOKI_TOKEN,
         "KELPIE_TEST_MCP_AUTH": MCP_AUTH,
+        **MCP_TOKENS,
     }
 
 

@@ -191,7 +191,8 @@ class SlackApprovalCards:
             await writer.post(details_mrkdwn(approval))
         response = await self._client.chat_postMessage(
             channel=approval.channel_id,
-            thread_ts=approval.thread_ts,
+            # No thread (an MCP client's change): the card is a message of its own.
+            thread_ts=approval.thread_ts or None,
             text=_fallback_text(approval),
             blocks=card_blocks(approval),
         )
@@ -210,7 +211,9 @@ class SlackApprovalCards:
     async def tell(self, approval: Approval, text: str) -> str | None:
         # The sentence quotes the plan and outcome (cluster and model text): never markup.
         response = await self._client.chat_postMessage(
-            channel=approval.channel_id, thread_ts=approval.thread_ts, text=escape_mrkdwn(text)
+            channel=approval.channel_id,
+            thread_ts=approval.thread_ts or approval.card_ts,  # no thread: the card's own
+            text=escape_mrkdwn(text),
         )
         ts = response.get("ts")
         return ts if isinstance(ts, str) else None
@@ -271,7 +274,7 @@ class ApprovalClicks:
             return
         if resumed.result is ResumeResult.NOT_ALLOWED:
             log.info("user %s may not decide approval %s", user, approval.id)
-            await whisper(self._app.client, channel, user, resumed.why, approval.thread_ts)
+            await whisper(self._app.client, channel, user, resumed.why, approval.thread_ts or None)
         elif resumed.result is ResumeResult.ALREADY_DECIDED:
             if replayed and approval.decided_by == user:
                 # Its own decision, claimed before the crash: "already decided" would mislead,
@@ -279,4 +282,4 @@ class ApprovalClicks:
                 await self._service.show_decided(approval)
                 return
             text = copy.approval_already(str(approval.status))
-            await whisper(self._app.client, channel, user, text, approval.thread_ts)
+            await whisper(self._app.client, channel, user, text, approval.thread_ts or None)
