@@ -22,7 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from bot.app import Kelpie
-from bot.checks import mcp_checks
+from bot.checks import mcp_server_checks
 from bot.config import ConfigError, Secrets, parse_config
 from bot.mcp.server_access import McpCallers
 from bot.store.repositories import ToolAuditRepository
@@ -406,7 +406,7 @@ async def test_kelpie_check_names_each_client_and_config_names_a_wrong_reference
 ) -> None:
     world, _bot = served
     config = world.config
-    lines = [r.line() for r in mcp_checks(config, Secrets(config, environ(world.slack)))]
+    lines = [r.line() for r in mcp_server_checks(config, Secrets(config, environ(world.slack)))]
     assert lines == [
         "ok   mcp server: streamable HTTP at 127.0.0.1:0/mcp, 2 client(s)",
         "ok   mcp client ide: token set, role pods-reader on cluster prod, "
@@ -414,13 +414,13 @@ async def test_kelpie_check_names_each_client_and_config_names_a_wrong_reference
         f"ok   mcp client ops-bot: token set, role operator on cluster prod, "
         f"writes approved in {APPROVALS}",
     ]
-    unset = [r.line() for r in mcp_checks(config, Secrets(config, {}))][1]
+    unset = [r.line() for r in mcp_server_checks(config, Secrets(config, {}))][1]
     assert unset == (
         "FAIL mcp client ide: mcp.clients[0].token_env: "
         "environment variable KELPIE_TEST_MCP_IDE is not set"
     )
     no_clients = parse_config({**world.config_data, "mcp": {"clients": []}})
-    assert [r.line() for r in mcp_checks(no_clients, Secrets(no_clients, {}))] == [
+    assert [r.line() for r in mcp_server_checks(no_clients, Secrets(no_clients, {}))] == [
         "FAIL mcp server: no mcp.clients: every call would be refused"
     ]
     shared = {**environ(world.slack), "KELPIE_TEST_MCP_OPS": IDE_TOKEN}
