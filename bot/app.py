@@ -100,6 +100,7 @@ from bot.slack.people import ApproverDirectory
 from bot.slack.progress import SlackReporters
 from bot.slack.progress.sessions import SessionStopEvents
 from bot.slack.queued import QueuedNotices
+from bot.slack.record import RecordClicks, RecordCommand
 from bot.slack.recovery import SlackClosings, SlackOrphanNotices, SlackRedelivery
 from bot.slack.safe_client import SafeWebClient
 from bot.slack.stop import StopHandler
@@ -109,10 +110,12 @@ from bot.store.approvals import (
     WriteAuditRepository,
     WriteReservationRepository,
 )
+from bot.store.audit import session_of_thread
 from bot.store.db import Database
 from bot.store.history import SessionOpenings
 from bot.store.inbox import Inbox
 from bot.store.payloads import PayloadLog
+from bot.store.record import latest_thread_of, thread_rows
 from bot.store.repositories import (
     MessageRepository,
     SessionRepository,
@@ -899,7 +902,9 @@ def build_kelpie(
         approvers=approvers,
         models=core.router,
         handled=inbox.handled,
+        record=_record_command(client, core.db),
     ).register()
+    _record_clicks(slack_app, core.db, inbox.handled).register()
     SlackAdapter(
         app=slack_app,
         config=config.slack,
@@ -1028,3 +1033,24 @@ def build_terminal(
         cards=cards,
         decider=terminal_decider(self_approve),
     )
+
+
+def _record_command(client: Any, db: Database) -> RecordCommand:
+    """`/kelpie record` (#32): the incident record, made from the store."""
+    return RecordCommand(
+        client,
+        rows=lambda session_id: thread_rows(db, session_id),
+        latest=lambda channel, user: latest_thread_of(db, channel, user),
+        by_thread=lambda channel, ts: session_of_thread(db, channel, ts),
+    )
+
+
+def _record_clicks(app: Any, db: Database, handled: Any) -> RecordClicks:
+    """The Record button on an answer."""
+    sessions = SessionRepository(db)
+
+    async def find(session_key: str) -> int | None:
+        found = await sessions.find(session_key)
+        return found.id if found is not None else None
+
+    return RecordClicks(app, find, lambda session_id: thread_rows(db, session_id), handled)

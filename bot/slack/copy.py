@@ -172,3 +172,26 @@ def unknown_subcommand(escaped_word: str) -> str:
     return (
         f"Unknown subcommand `{escaped_word}`. Try `/kelpie help`, `/kelpie role`, `/kelpie model`."
     )
+
+
+# --- Incident records (`/kelpie record`, the Record button) ---
+RECORD_BUTTON = "Record"
+RECORD_TITLE = "Incident record"
+RECORD_NO_THREAD = (
+    "I found no thread with kelpie to record here. Give a thread's link "
+    "(`/kelpie record https://…/archives/C…/p…`) or ask in a thread first."
+)
+RECORD_BAD_LINK = (
+    "That is not a Slack thread link. Use *Copy link* on the thread's first message and "
+    "give it as `/kelpie record LINK`."
+)
+RECORD_OTHER_CHANNEL = "That thread is in another channel: run `/kelpie record` there."
+RECORD_FAILED = "Slack refused the record's file; try again in a minute."
+
+
+def record_posted(user: str) -> str:
+    return f"Incident record of this thread, made for <@{user}>."
+
+
+def record_done(channel: str, thread_ts: str) -> str:
+    return f"Posted the incident record as a file in the thread ({channel}, {thread_ts})."
