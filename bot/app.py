@@ -23,6 +23,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.agent.compaction import Compactor
 from bot.agent.continuation import DecisionTurns, TurnSubmit
 from bot.agent.engine import Engine, RetryPolicy
 from bot.agent.session import AgentSessions, ReporterFactory
@@ -111,6 +112,7 @@ from bot.store.approvals import (
     WriteReservationRepository,
 )
 from bot.store.audit import session_of_thread
+from bot.store.compaction import ThreadMemory
 from bot.store.db import Database
 from bot.store.history import SessionOpenings
 from bot.store.inbox import Inbox
@@ -683,6 +685,7 @@ def build_core(
         wakeups=wakeups,
         claim_poll_s=config.database.poll_s,
         bindings=front.bindings,
+        compactor=compactor(config, gateways, db),
     )
     approvals = ApprovalService(
         store=approval_store,
@@ -1054,3 +1057,12 @@ def _record_clicks(app: Any, db: Database, handled: Any) -> RecordClicks:
         return found.id if found is not None else None
 
     return RecordClicks(app, find, lambda session_id: thread_rows(db, session_id), handled)
+
+
+def compactor(config: Config, gateways: ModelGateways, db: Database) -> Compactor | None:
+    """Long threads (#32): older rounds summarized by `agent.summary_profile` (the low
+    tier; default the active profile), its requests masked like every other."""
+    if not config.agent.compact_history:
+        return None
+    profile = config.agent.summary_profile or config.models.active
+    return Compactor(memory=ThreadMemory(db), summarizer=MaskingGateway(gateways(profile)))

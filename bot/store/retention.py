@@ -40,6 +40,7 @@ from bot.store.tables import (
     MessageRow,
     PayloadRow,
     SessionRow,
+    ThreadSummaryRow,
     ToolAuditRow,
     TurnRow,
     UsageRow,
@@ -299,6 +300,7 @@ class _IdleConversations:
             _of_session(UsageRow),
             _of_session(PayloadRow),
             _of_session(TurnRow),
+            _of_session(ThreadSummaryRow),
             not_(_anchored()),
         )
         return select(SessionRow.id).where(self._idle(), something)
@@ -311,7 +313,7 @@ class _IdleConversations:
             if not still:
                 return Pruned()
             messages = session.exec(delete(MessageRow).where(col(MessageRow.session_id).in_(still)))
-            for table in (UsageRow, PayloadRow, TurnRow):
+            for table in (UsageRow, PayloadRow, TurnRow, ThreadSummaryRow):
                 session.exec(delete(table).where(col(table.session_id).in_(still)))
             session.exec(delete(SessionRow).where(col(SessionRow.id).in_(still), not_(_anchored())))
             return Pruned(sessions=len(still), messages=_rowcount(messages))

@@ -325,3 +325,17 @@ class AuditCheckpointRow(SQLModel, table=True):
     chain_seq: int | None = Field(default=None, unique=True, index=True)
     prev_hash: str | None = None
     row_hash: str | None = None
+
+
+class ThreadSummaryRow(SQLModel, table=True):
+    """A long thread's older rounds summarized (`bot.agent.compaction`): the summary of the
+    session's messages through `through_message_id`, made by the low tier and kept, so the
+    next turn summarizes only what came since. The messages themselves are never changed."""
+
+    __tablename__ = "thread_summaries"
+
+    session_id: int = Field(foreign_key="sessions.id", primary_key=True)
+    through_message_id: int = Field(primary_key=True)
+    text: str
+    model: str
+    created_at: datetime = Field(default_factory=utcnow)

@@ -1,7 +1,8 @@
 """The audit chain (`bot.store.chain`): every tool and write audit row carries its place,
 the hash of the row before it and its own hash; one head row is locked by each append;
 retention's checkpoints are rows of the chain too. Rows already stored are placed on the
-chain in the order they were written.
+chain in the order they were written. Also `thread_summaries`: a long thread's older rounds
+summarized by the low tier (`bot.agent.compaction`).
 
 Revision ID: 0023
 Revises: 0016
@@ -40,6 +41,14 @@ def upgrade() -> None:
         op.add_column(table, sa.Column("prev_hash", sa.String(), nullable=True))
         op.add_column(table, sa.Column("row_hash", sa.String(), nullable=True))
         op.create_index(f"ix_{table}_chain_seq", table, ["chain_seq"], unique=True)
+    op.create_table(
+        "thread_summaries",
+        sa.Column("session_id", sa.Integer(), sa.ForeignKey("sessions.id"), primary_key=True),
+        sa.Column("through_message_id", sa.Integer(), primary_key=True, autoincrement=False),
+        sa.Column("text", sa.String(), nullable=False),
+        sa.Column("model", sa.String(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    )
     from bot.store.chain import GENESIS, chain_unchained
 
     connection = op.get_bind()
@@ -51,6 +60,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_table("thread_summaries")
     for table in reversed(CHAINED):
         op.drop_index(f"ix_{table}_chain_seq", table)
         if table != "audit_checkpoints":
