@@ -9,16 +9,19 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from sqlmodel import col, func, select
 
 from bot.agent.compaction import SUMMARY_PROMPT
+from bot.config import parse_config
+from bot.errors import ConfigError
 from bot.store.approvals import WriteAuditRepository
 from bot.store.db import inserting
 from bot.store.repositories import SessionRepository
 from bot.store.tables import ApprovalRow, MessageRow, ThreadSummaryRow, utcnow
 from bot.values import SessionInfo, WriteAudit, WritePlan, WriteTarget, plan_to_json
 from tests.peers.model_server import DynamicStep, TextStep
-from tests.world import ALICE, CAROL, OPS_CHANNEL, World
+from tests.world import ALICE, CAROL, OPS_CHANNEL, World, merge
 
 LOW_TIER_HISTORY = 24_000  # the test model is unknown: the low tier
 CHANGE = "Scale deployment shop/checkout-api from 3 to 5 replicas"
@@ -206,3 +209,10 @@ async def test_a_400_message_thread_answers_within_budget_and_knows_the_first_ho
 
     payload = await world.slack.wait_for(shown, timeout=20)
     assert "its older rounds are not shown" in payload
+
+
+def test_an_unknown_summary_profile_is_refused_with_a_sentence(world: World):
+    data = merge(world.config_data, {"agent": {"summary_profile": "cheap"}})
+    with pytest.raises(ConfigError) as refused:
+        parse_config(data)
+    assert 'agent.summary_profile: unknown profile "cheap"' in refused.value.problems
