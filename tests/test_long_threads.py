@@ -216,3 +216,33 @@ def test_an_unknown_summary_profile_is_refused_with_a_sentence(world: World):
     with pytest.raises(ConfigError) as refused:
         parse_config(data)
     assert 'agent.summary_profile: unknown profile "cheap"' in refused.value.problems
+
+
+async def test_the_next_turn_extends_the_kept_summary_instead_of_starting_again(world: World):
+    await world.start_bot()
+    parent = world.slack.post_user_message(OPS_CHANNEL, ALICE, "checkout is slow")
+    await _long_thread(world, parent.ts)
+    world.model.reply_default(DynamicStep(_decide))
+    asked: list[int] = []
+    for n, question in enumerate(("what changed first?", "and what changed since?"), start=1):
+        await world.mention(OPS_CHANNEL, ALICE, question, thread_ts=parent.ts)
+
+        def answered(server: Any, n: int = n) -> Any:
+            thread = server.thread(OPS_CHANNEL, parent.ts)
+            found = [m for m in thread if m.is_bot and ANSWER[:30] in (m.text or "")]
+            return len(found) >= n or None
+
+        await world.slack.wait_for(answered, timeout=30)
+        await world.drain()
+        asked.append(len(_summary_requests(world)))
+    second = _summary_requests(world)[asked[0] :]
+    # The second turn summarized only what fell out of its window since, after the kept
+    # summary: never the thread's start again.
+    assert second, "the second turn's window moved: something fell out of it"
+    prompts = [r["messages"][1]["content"] for r in second]
+    assert all(p.startswith(f"Summary so far:\n{SUMMARY}") for p in prompts)
+    assert not any("how is it now? (2)" in p for p in prompts)
+
+
+def _summary_requests(world: World) -> list[dict[str, Any]]:
+    return [r for r in world.model.requests if r["messages"][0]["content"] == SUMMARY_PROMPT]
