@@ -286,6 +286,8 @@ class AgentSessions:
         them compiled, like the tenth."""
         await self._sessions.find("")
         await self._conversation.history(0, self._config.agent.history_messages)
+        if self._compactor is not None:
+            await self._compactor.memory.recent(0, 1, None)
         if self._openings is not None:
             await self._openings.first_user_message(0)
         if self._waiting is not None:
