@@ -10,15 +10,18 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 from sqlmodel import col, func, select
 
 from bot.agent.compaction import SUMMARY_PROMPT
 from bot.config import parse_config
 from bot.errors import ConfigError
 from bot.store.approvals import WriteAuditRepository
-from bot.store.db import inserting
+from bot.store.compaction import ThreadMemory
+from bot.store.db import Database, executing, inserting
 from bot.store.repositories import SessionRepository
-from bot.store.tables import ApprovalRow, MessageRow, ThreadSummaryRow, utcnow
+from bot.store.retention import Pruner, Retention
+from bot.store.tables import ApprovalRow, MessageRow, SessionRow, ThreadSummaryRow, utcnow
 from bot.values import SessionInfo, WriteAudit, WritePlan, WriteTarget, plan_to_json
 from tests.peers.model_server import DynamicStep, TextStep
 from tests.world import ALICE, CAROL, OPS_CHANNEL, World, merge
@@ -248,3 +251,31 @@ async def test_the_next_turn_extends_the_kept_summary_instead_of_starting_again(
 
 def _summary_requests(world: World) -> list[dict[str, Any]]:
     return [r for r in world.model.requests if r["messages"][0]["content"] == SUMMARY_PROMPT]
+
+
+async def test_an_idle_threads_summaries_go_with_its_conversation(database_url: str):
+    db = Database(database_url)
+    await db.upgrade()
+    try:
+        old = utcnow() - timedelta(days=40)
+        info = SessionInfo(0, "T1:C1:1.0", "T1", "C1", "1.0", False, "viewer", "prod", None, "U1")
+        session = await SessionRepository(db).get_or_create(info)
+        await db.write(
+            executing(
+                update(SessionRow).where(col(SessionRow.id) == session.id).values(created_at=old)
+            )
+        )
+        await db.write(
+            inserting(
+                MessageRow(
+                    session_id=session.id, turn_id="t", role="user", content="hi", created_at=old
+                )
+            )
+        )
+        await ThreadMemory(db).keep_summary(session.id, 1, "they said hi", "m")
+        retention = Retention(conversations=timedelta(days=30), audits=None)
+        pruned = await Pruner(db, retention, pause_s=0).prune()
+        assert pruned.sessions == 1
+        assert await ThreadMemory(db).summary(session.id) is None
+    finally:
+        await db.close()
