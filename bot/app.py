@@ -23,6 +23,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.agent.compaction import Compactor
 from bot.agent.continuation import DecisionTurns, TurnSubmit
 from bot.agent.engine import Engine, RetryPolicy
 from bot.agent.session import AgentSessions, ReporterFactory
@@ -121,6 +122,7 @@ from bot.slack.people import ApproverDirectory
 from bot.slack.progress import SlackReporters
 from bot.slack.progress.sessions import SessionStopEvents
 from bot.slack.queued import QueuedNotices
+from bot.slack.record import RecordClicks, RecordCommand
 from bot.slack.recovery import SlackClosings, SlackOrphanNotices, SlackRedelivery
 from bot.slack.safe_client import SafeWebClient
 from bot.slack.stop import StopHandler
@@ -130,11 +132,14 @@ from bot.store.approvals import (
     WriteAuditRepository,
     WriteReservationRepository,
 )
+from bot.store.audit import session_of_thread
+from bot.store.compaction import ThreadMemory
 from bot.store.db import Database
 from bot.store.feedback import FeedbackRepository
 from bot.store.history import SessionOpenings
 from bot.store.inbox import Inbox
 from bot.store.payloads import PayloadLog
+from bot.store.record import latest_thread_of, thread_rows
 from bot.store.repositories import (
     MessageRepository,
     SessionRepository,
@@ -736,6 +741,7 @@ def build_core(
         wakeups=wakeups,
         claim_poll_s=config.database.poll_s,
         bindings=front.bindings,
+        compactor=compactor(config, gateways, db),
     )
     approvals = ApprovalService(
         store=approval_store,
@@ -997,7 +1003,9 @@ def build_kelpie(
         approvers=approvers,
         models=core.router,
         handled=inbox.handled,
+        record=_record_command(client, core.db),
     ).register()
+    _record_clicks(slack_app, core.db, inbox.handled).register()
     SlackAdapter(
         app=slack_app,
         config=config.slack,
@@ -1222,3 +1230,33 @@ def build_eval(config: Config, secrets: Secrets, *, judge: str | None = None) ->
         prices=prices,
         judge=core.gateways(judge) if judge else None,
     )
+
+
+def _record_command(client: Any, db: Database) -> RecordCommand:
+    """`/kelpie record` (#32): the incident record, made from the store."""
+    return RecordCommand(
+        client,
+        rows=lambda session_id: thread_rows(db, session_id),
+        latest=lambda channel, user: latest_thread_of(db, channel, user),
+        by_thread=lambda channel, ts: session_of_thread(db, channel, ts),
+    )
+
+
+def _record_clicks(app: Any, db: Database, handled: Any) -> RecordClicks:
+    """The Record button on an answer."""
+    sessions = SessionRepository(db)
+
+    async def find(session_key: str) -> int | None:
+        found = await sessions.find(session_key)
+        return found.id if found is not None else None
+
+    return RecordClicks(app, find, lambda session_id: thread_rows(db, session_id), handled)
+
+
+def compactor(config: Config, gateways: ModelGateways, db: Database) -> Compactor | None:
+    """Long threads (#32): older rounds summarized by `agent.summary_profile` (the low
+    tier; default the active profile), its requests masked like every other."""
+    if not config.agent.compact_history:
+        return None
+    profile = config.agent.summary_profile or config.models.active
+    return Compactor(memory=ThreadMemory(db), summarizer=MaskingGateway(gateways(profile)))

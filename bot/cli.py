@@ -10,9 +10,11 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import signal
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -301,6 +303,106 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0 if outcome.all_passed else EXIT_FAILED
 
 
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from bot.store.audit import verify
+
+    try:
+        config = _load(args.config)
+    except ConfigError as error:
+        return _print_config_problems(error)
+    _configure_logging(config, "ERROR")
+    try:
+        verdict = asyncio.run(_with_store(config, verify))
+    except KelpieError as error:
+        print(f"kelpie: {error.user_message}", file=sys.stderr)
+        return EXIT_FAILED
+    print(verdict.line())
+    return 0 if verdict.intact else EXIT_FAILED
+
+
+def cmd_audit_export(args: argparse.Namespace) -> int:
+    from bot.store.audit import ExportFormat, render
+
+    try:
+        config = _load(args.config)
+        since = _since(args.since) if args.since else None
+    except ConfigError as error:
+        return _print_config_problems(error)
+    _configure_logging(config, "ERROR")
+    try:
+        rows = asyncio.run(_with_store(config, lambda db: _exported(db, args.thread, since)))
+    except KelpieError as error:
+        print(f"kelpie: {error.user_message}", file=sys.stderr)
+        return EXIT_FAILED
+    sys.stdout.write(render(rows, ExportFormat(args.format)))
+    return 0
+
+
+async def _with_store(config: Config, work: Any) -> Any:
+    """`work(db)` on the configured database, which must be at this kelpie's schema."""
+    from bot.errors import StoreError
+    from bot.store.db import Database
+
+    db = Database(config.database.url)
+    try:
+        await db.check()
+        if not await db.at_head():
+            raise StoreError(
+                "the database's schema is older than this kelpie; start `kelpie run` once "
+                "(it upgrades the schema), then try again"
+            )
+        return await work(db)
+    finally:
+        await db.close()
+
+
+async def _exported(db: Any, link: str | None, since: Any) -> list[dict[str, Any]]:
+    from bot.errors import StoreError
+    from bot.store.audit import Scope, export_rows, session_of_thread, thread_of_link
+
+    session_id = None
+    if link:
+        thread = thread_of_link(link)
+        if thread is None:
+            raise StoreError(f"--thread: {link!r} is not a Slack thread link (Copy link)")
+        session_id = await session_of_thread(db, *thread)
+        if session_id is None:
+            raise StoreError(f"--thread: kelpie has no record of the thread {link}")
+    return await export_rows(db, Scope(session_id=session_id, since=since))
+
+
+def _since(value: str) -> datetime:
+    """`--since`: an ISO date or time (UTC unless it says otherwise) or an age (30m, 12h,
+    7d); a mistake is a ConfigError with one sentence."""
+    age = re.fullmatch(r"(\d+)([mhd])", value.strip())
+    if age:
+        unit = {"m": "minutes", "h": "hours", "d": "days"}[age[2]]
+        return datetime.now(UTC) - timedelta(**{unit: int(age[1])})
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ConfigError(
+            [f"--since: {value!r} is neither a date (2026-12-01T08:00) nor an age (7d, 12h)"]
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _audit_parser(commands: Any) -> None:
+    audit = commands.add_parser("audit", help="check or export the audit")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True)
+    verify = audit_commands.add_parser(
+        "verify", help="check the audit's hash chain: the first row changed, deleted or reordered"
+    )
+    verify.add_argument("--config", help=CONFIG_HELP)
+    verify.set_defaults(handler=cmd_audit_verify)
+    export = audit_commands.add_parser("export", help="print the audit rows (tool and write)")
+    export.add_argument("--config", help=CONFIG_HELP)
+    export.add_argument("--thread", metavar="LINK", help="only this thread's (its Slack link)")
+    export.add_argument("--since", help="only rows since: a date/time (UTC) or an age (7d, 12h)")
+    export.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
+    export.set_defaults(handler=cmd_audit_export)
+
+
 def _eval_parser(commands: Any) -> None:
     sub = commands.add_parser(
         "eval", help="score the model on recorded incidents (replayed cluster, never a write)"
@@ -401,6 +503,7 @@ def _parser() -> argparse.ArgumentParser:
     manifest.add_argument("--config", help=CONFIG_HELP + "; its slack.http.path is used")
     manifest.set_defaults(handler=cmd_manifest)
     _eval_parser(commands)
+    _audit_parser(commands)
     return parser
 
 

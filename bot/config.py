@@ -336,6 +336,11 @@ class AgentConfig(_Strict):
     max_iterations: int | None = Field(default=None, ge=1, le=MAX_ITERATIONS_CEILING)
     tool_timeout_s: float = Field(default=300, gt=0)
     history_messages: int = Field(default=100, ge=1)
+    # Long threads (#32): history reloaded by the tier's character budget; older rounds
+    # replaced in the request by kelpie's note (decisions verbatim + a summary made by this
+    # profile, the low tier; null: the active profile). false: the fixed message count.
+    compact_history: bool = True
+    summary_profile: str | None = None
     thinking: Thinking = Thinking.NONE
     rules: str = ""
     llm_retries: int = Field(default=2, ge=0, le=10)
@@ -903,6 +908,9 @@ def reference_problems(data: dict[str, Any]) -> list[str]:
     if guardian.get("enabled") is True and isinstance(profile, str) and profile not in profiles:
         problems.append(f'guardian.model_profile: unknown profile "{profile}"')
     problems += _observability_references(_mapping(data, "observability"), clusters)
+    summary = _mapping(data, "agent").get("summary_profile")
+    if isinstance(summary, str) and summary not in profiles:
+        problems.append(f'agent.summary_profile: unknown profile "{summary}"')
     problems += _mcp_references(data)
     problems += _mcp_client_references(_mapping(data, "mcp"), role_names, roles, clusters)
     return problems
@@ -1132,6 +1140,8 @@ class Secrets:
         names = {self._config.models.active}
         if self._config.guardian.enabled:
             names.add(self._config.guardian.model_profile)
+        if self._config.agent.compact_history and self._config.agent.summary_profile:
+            names.add(self._config.agent.summary_profile)
         for name in sorted(names):
             auth = self._config.models.profiles[name].auth
             if auth.method is AuthMethod.ENVIRONMENT and auth.env:

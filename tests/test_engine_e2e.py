@@ -10,6 +10,7 @@ from typing import Any
 from sqlmodel import col, select
 
 from bot.agent.background import RESULTS_PREAMBLE
+from bot.agent.compaction import SUMMARY_PROMPT
 from bot.agent.engine import FINAL_ANSWER_NUDGE, INVESTIGATOR_NOTE, PRESENTED_ANSWER
 from bot.agent.toolround import REPEATED_NOTE
 from bot.store.tables import UsageRow
@@ -73,6 +74,7 @@ async def test_round_budget_then_a_final_call_without_tools_and_estimated_usage(
 
 async def test_history_over_the_budget_is_trimmed_but_keeps_the_first_question(world: World):
     world.model.reply_text("Details. " * 2_400, chunk_size=3_000)  # 21,600 chars: over budget
+    world.model.reply_text("The first answer went into details.")  # the low tier's summary
     world.model.reply_text("Short follow-up answer.")
     await world.start_bot(UPDATE)
     mention, _ = await ask(world, "first question about checkout-api")
@@ -80,12 +82,16 @@ async def test_history_over_the_budget_is_trimmed_but_keeps_the_first_question(w
         SHOP_CHANNEL, BOB, "and the follow-up?", thread_ts=mention["ts"]
     )
     await world.slack.deliver_event(follow_up)
-    await world.model.wait_for_requests(2)
+    await world.model.wait_for_requests(3)
     await world.drain()
-    sent = world.model.requests[1]["messages"]
-    assert [m["role"] for m in sent] == ["system", "user", "user"]
+    # The long answer is replaced in the request by kelpie's note with its summary (#32).
+    assert world.model.requests[1]["messages"][0]["content"] == SUMMARY_PROMPT
+    sent = world.model.requests[2]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "user", "user"]
     assert "first question about checkout-api" in sent[1]["content"]
-    assert "and the follow-up?" in sent[2]["content"]
+    assert "The first answer went into details." in sent[2]["content"]
+    assert "Details. Details." not in json.dumps(sent)
+    assert "and the follow-up?" in sent[3]["content"]
     world.model.assert_script_consumed()
 
 

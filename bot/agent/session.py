@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from bot import logs
+from bot.agent.compaction import Compactor
 from bot.agent.conversation import ConversationStore
 from bot.agent.engine import Engine, TurnRequest
 from bot.agent.events import TurnEvent, TurnFinish, TurnFinished, TurnStats
@@ -257,7 +258,10 @@ class AgentSessions:
         finish_delays: Sequence[float] = RETRY_DELAYS,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         bindings: Bindings | None = None,
+        compactor: Compactor | None = None,
     ) -> None:
+        # Long threads: history by the tier's budget, older rounds as kelpie's note.
+        self._compactor = compactor
         self._config = config
         self._sessions = sessions
         self._conversation = conversation
@@ -283,6 +287,8 @@ class AgentSessions:
         them compiled, like the tenth."""
         await self._sessions.find("")
         await self._conversation.history(0, self._config.agent.history_messages)
+        if self._compactor is not None:
+            await self._compactor.memory.recent(0, 1, None)
         if self._openings is not None:
             await self._openings.first_user_message(0)
         if self._waiting is not None:
@@ -452,8 +458,12 @@ class AgentSessions:
                 # with none, everything stored (a turn taken over: its message is stored
                 # with it).
                 before = spec.turn_id if spec.opening is not None else None
-                history = await self._conversation.history(
-                    spec.session.id, self._config.agent.history_messages, before_turn=before
+                history = (
+                    None  # loaded by the tier's budget once the turn's prompt is known
+                    if self._compactor is not None
+                    else await self._conversation.history(
+                        spec.session.id, self._config.agent.history_messages, before_turn=before
+                    )
                 )
                 ending.state = await self._turn(spec, reporter, history, abort, ending)
 
@@ -549,7 +559,7 @@ class AgentSessions:
         self,
         spec: _TurnSpec,
         reporter: Reporter,
-        history: list[Message],
+        history: list[Message] | None,
         abort: asyncio.Event,
         ending: _Ending,
     ) -> TurnState:
@@ -583,6 +593,13 @@ class AgentSessions:
             user_request=origin.text,
             turn_id=spec.turn_id,
         )
+        opening = (
+            await self._openings.first_user_message(session.id)
+            if self._openings is not None
+            else None
+        )
+        if history is None:
+            history = await self._compacted(spec, policy, prompt, opening)
         request = TurnRequest(
             session=session,
             turn_id=spec.turn_id,
@@ -592,16 +609,29 @@ class AgentSessions:
             tools=tools,
             scope=scope,
             policy=policy,
-            opening=(
-                await self._openings.first_user_message(session.id)
-                if self._openings is not None
-                else None
-            ),
+            opening=opening,
         )
         try:
             return await self._run(request, reporter, session.id, ending)
         finally:
             await self._hooks.session_end(_hook_info(session, origin.asker, binding, spec.turn_id))
+
+    async def _compacted(
+        self,
+        spec: _TurnSpec,
+        policy: ResolvedAgentPolicy,
+        prompt: str,
+        opening: Message | None,
+    ) -> list[Message]:
+        """The history within what the engine's trim allows (`trim_history`: a strict
+        budget also counts the prompt and this turn's message), less the thread's opening,
+        which the engine always keeps."""
+        assert self._compactor is not None
+        available = policy.history_chars - len((opening.content or "") if opening else "")
+        if policy.history_strict:
+            available -= len(prompt) + len((spec.opening.content or "") if spec.opening else "")
+        before = spec.turn_id if spec.opening is not None else None
+        return await self._compactor.history(spec.session.id, before, available)
 
     async def _run(
         self, request: TurnRequest, reporter: Reporter, session_id: int, ending: _Ending

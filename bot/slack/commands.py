@@ -42,6 +42,12 @@ class ModelPolicies(Protocol):
     ) -> ResolvedAgentPolicy: ...
 
 
+class RecordSubcommand(Protocol):
+    """`/kelpie record [link]` (`bot.slack.record.RecordCommand`): the ephemeral answer."""
+
+    async def __call__(self, channel_id: str, user: str, words: list[str]) -> str: ...
+
+
 class RecentSessions(Protocol):
     async def latest_in_channel(self, channel_id: str) -> SessionInfo | None: ...
 
@@ -97,7 +103,8 @@ def describe_help(binding: ChannelBinding, registry: ToolRegistry) -> str:
     lines.append(
         "• `/kelpie role` shows what this channel may do; `/kelpie model` which model "
         "answers and under which tier; `/kelpie payload` the last request I sent to the "
-        "model for this channel's latest thread."
+        "model for this channel's latest thread; `/kelpie record [thread link]` posts an "
+        "incident record of a thread (default: your latest one here) as a file."
     )
     return "\n".join(lines)
 
@@ -114,7 +121,9 @@ class SlashCommands:
         approvers: ApproverDirectory,
         models: ModelPolicies,
         handled: Handled,
+        record: RecordSubcommand | None = None,
     ) -> None:
+        self._record = record
         self._models = models
         self._handled = handled
         self._app = app
@@ -152,6 +161,8 @@ class SlashCommands:
             text = describe_model(await self._models.resolve(tools))
         elif sub == "payload":
             text = await self._payload(channel_id, user, binding)
+        elif sub == "record" and self._record is not None:
+            text = await self._record(channel_id, user, words[1:])
         else:
             text = copy.unknown_subcommand(escape_mrkdwn(sub))
         await reply.send(text)

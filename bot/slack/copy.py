@@ -208,3 +208,26 @@ FEEDBACK_NOT_STORED = "Your feedback could not be stored; please try again in a 
 FEEDBACK_REASON_MISSING = "There is no 👎 of yours on this answer to add this to."
 FEEDBACK_REASON_EMPTY = "Say in a few words what was wrong."
 FEEDBACK_REASON_THANKS = "Thanks: what you wrote is stored with this thread (secrets masked)."
+
+
+# --- Incident records (`/kelpie record`, the Record button) ---
+RECORD_BUTTON = "Record"
+RECORD_TITLE = "Incident record"
+RECORD_NO_THREAD = (
+    "I found no thread with kelpie to record here. Give a thread's link "
+    "(`/kelpie record https://…/archives/C…/p…`) or ask in a thread first."
+)
+RECORD_BAD_LINK = (
+    "That is not a Slack thread link. Use *Copy link* on the thread's first message and "
+    "give it as `/kelpie record LINK`."
+)
+RECORD_OTHER_CHANNEL = "That thread is in another channel: run `/kelpie record` there."
+RECORD_FAILED = "Slack refused the record's file; try again in a minute."
+
+
+def record_posted(user: str) -> str:
+    return f"Incident record of this thread, made for <@{user}>."
+
+
+def record_done(channel: str, thread_ts: str) -> str:
+    return f"Posted the incident record as a file in the thread ({channel}, {thread_ts})."

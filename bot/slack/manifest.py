@@ -41,8 +41,8 @@ def manifest(
     socket = mode == "socket"
     slash: dict[str, Any] = {
         "command": "/kelpie",
-        "description": "What kelpie may do here: role, help, payload",
-        "usage_hint": "role | help | payload",
+        "description": "What kelpie may do here: role, help, payload, record",
+        "usage_hint": "role | help | payload | record [thread link]",
         "should_escape": False,
     }
     if not socket:

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import delete, func, or_, update
 from sqlmodel import Session, col, select
 
+from bot.store.chain import appending
 from bot.store.db import (
     Database,
     counting,
@@ -262,19 +263,20 @@ class WriteAuditRepository:
 
     async def record(self, entry: WriteAudit) -> None:
         """Durable before it returns: a write's intent is on record before the change."""
-        row = WriteAuditRow(
-            approval_id=entry.approval_id,
-            phase=entry.phase,
-            tool=entry.tool,
-            target=entry.target,
-            target_uid=entry.target_uid,
-            requested_by=entry.requested_by,
-            approved_by=entry.approved_by,
-            preview=entry.preview,
-            result=entry.result,
-            ok=entry.ok,
-        )
-        await self._db.write(inserting(row))
+        row = {
+            "approval_id": entry.approval_id,
+            "phase": entry.phase,
+            "tool": entry.tool,
+            "target": entry.target,
+            "target_uid": entry.target_uid,
+            "requested_by": entry.requested_by,
+            "approved_by": entry.approved_by,
+            "preview": entry.preview,
+            "result": entry.result,
+            "ok": entry.ok,
+            "created_at": utcnow(),
+        }
+        await self._db.write(appending(WriteAuditRow, [row]))  # on the audit chain
 
     async def for_approval(self, approval_id: str) -> list[WriteAuditRow]:
         async with self._db.sessions() as session:

@@ -25,7 +25,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from bot.config import sqlalchemy_async_url
 from bot.errors import StoreError
 from bot.store import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
-from bot.store.schema import bring_up_to_date, refuse_newer
+from bot.store.schema import bring_up_to_date, current_revision, head_revision, refuse_newer
 from bot.store.writer import Op, Writer
 
 T = TypeVar("T")
@@ -77,6 +77,12 @@ class Database:
                 f"database.url: cannot open {self.where} ({error_reason(error)}); "
                 "check the path or server and that kelpie may write there"
             ) from error
+
+    async def at_head(self) -> bool:
+        """The schema is this kelpie's (nothing to upgrade); changes nothing."""
+        head = head_revision()
+        async with self.engine.connect() as connection:
+            return await connection.run_sync(current_revision) == head
 
     async def ping(self) -> None:
         async with self.engine.connect() as connection:

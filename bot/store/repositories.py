@@ -10,6 +10,7 @@ from sqlmodel import Session, col, func, select
 
 from bot.model.outbound import MaskMemo, mask_text, storable_thinking
 from bot.model.types import Usage
+from bot.store.chain import appending
 from bot.store.db import Database, insert_ignoring_duplicates, inserting_values
 from bot.store.tables import (
     ApprovalRow,
@@ -300,7 +301,7 @@ class ToolAuditRepository:
 
 def _audit_rows(entries: list[AuditEntry]) -> Op[None]:
     now = utcnow()
-    return inserting_values(
+    return appending(  # on the audit chain (`bot.store.chain`)
         ToolAuditRow,
         [
             {

@@ -6,7 +6,9 @@ history, so a tool call never loses its result and the agent never reads a conve
 in the middle. Approvals, their write audits and the tool audit are the record of who did
 what to a cluster: they go only after `store.audit_retention_days`, and by default never.
 A session row that a kept audit or approval points at stays (it says which thread, role and
-cluster the audit belongs to); only its conversation goes.
+cluster the audit belongs to); only its conversation goes. Audit rows are on a hash chain
+(`bot.store.chain`): only its start goes, checked first and behind a checkpoint row, and an
+approval goes once its chained write audits went with it.
 
 Slack deliveries (the inbox) go once handled and a day old: their keys answer a retried
 delivery as a repeat within Slack's retry window (minutes), and their content is a person's
@@ -30,6 +32,7 @@ from typing import Any, Protocol
 from sqlalchemy import ColumnElement, and_, delete, exists, not_, or_
 from sqlmodel import Session, col, select
 
+from bot.store import chain
 from bot.store.db import Database
 from bot.store.tables import (
     ApprovalRow,
@@ -37,6 +40,7 @@ from bot.store.tables import (
     MessageRow,
     PayloadRow,
     SessionRow,
+    ThreadSummaryRow,
     ToolAuditRow,
     TurnRow,
     UsageRow,
@@ -139,11 +143,35 @@ class Pruner:
         total = Pruned()
         if self._retention.audits is not None:
             cutoff = now - self._retention.audits
+            total += await self._chain_start(cutoff)
             total += await self._batches(_OldToolAudits(cutoff))
             total += await self._batches(_OldApprovals(cutoff))
         total += await self._batches(_IdleConversations(now - self._retention.conversations))
         total += await self._batches(_OldDeliveries(now - self._retention.deliveries))
         return total
+
+    async def _chain_start(self, cutoff: datetime) -> Pruned:
+        """The audit chain's old start, batch by batch, each behind a checkpoint row
+        (`bot.store.chain.pruning`); a start that does not verify is kept and logged."""
+        total = Pruned()
+        while True:
+            async with self._db.sessions() as read:
+                oldest = await read.run_sync(lambda s: chain.oldest_before(s.connection(), cutoff))
+            if oldest is None:
+                return total
+            result = await self._db.write(chain.pruning(cutoff, self._batch))
+            total += Pruned(audits=result.rows)
+            if result.refused is not None:
+                log.error(
+                    "retention: the audit chain's start does not verify (%s: %s); its rows are"
+                    " kept until `kelpie audit verify` is intact",
+                    result.refused.kind,
+                    result.refused.sentence,
+                )
+                return total
+            if result.rows < self._batch:
+                return total
+            await asyncio.sleep(self._pause_s)
 
     async def _batches(self, kind: _Kind) -> Pruned:
         total = Pruned()
@@ -177,7 +205,10 @@ class _OldToolAudits:
     cutoff: datetime
 
     def candidates(self) -> Any:
-        return select(ToolAuditRow.id).where(col(ToolAuditRow.created_at) < self.cutoff)
+        # Rows on the audit chain go with its start (`_chain_start`); these are not on it.
+        return select(ToolAuditRow.id).where(
+            col(ToolAuditRow.created_at) < self.cutoff, col(ToolAuditRow.chain_seq).is_(None)
+        )
 
     def delete(self, ids: Sequence[Any]) -> Op[Pruned]:
         def op(session: Session) -> Pruned:
@@ -195,9 +226,15 @@ class _OldApprovals:
     cutoff: datetime
 
     def _old(self) -> ColumnElement[bool]:
+        # Its write audits on the chain go with the chain's start first.
+        chained = exists().where(
+            col(WriteAuditRow.approval_id) == ApprovalRow.id,
+            col(WriteAuditRow.chain_seq).is_not(None),
+        )
         return and_(
             col(ApprovalRow.created_at) < self.cutoff,
             col(ApprovalRow.status) != str(ApprovalState.PENDING),
+            not_(chained),
         )
 
     def candidates(self) -> Any:
@@ -263,6 +300,7 @@ class _IdleConversations:
             _of_session(UsageRow),
             _of_session(PayloadRow),
             _of_session(TurnRow),
+            _of_session(ThreadSummaryRow),
             not_(_anchored()),
         )
         return select(SessionRow.id).where(self._idle(), something)
@@ -275,7 +313,7 @@ class _IdleConversations:
             if not still:
                 return Pruned()
             messages = session.exec(delete(MessageRow).where(col(MessageRow.session_id).in_(still)))
-            for table in (UsageRow, PayloadRow, TurnRow):
+            for table in (UsageRow, PayloadRow, TurnRow, ThreadSummaryRow):
                 session.exec(delete(table).where(col(table.session_id).in_(still)))
             session.exec(delete(SessionRow).where(col(SessionRow.id).in_(still), not_(_anchored())))
             return Pruned(sessions=len(still), messages=_rowcount(messages))

@@ -172,6 +172,11 @@ class ToolAuditRow(SQLModel, table=True):
     reason: str = ""
     slack_user: str
     created_at: datetime = Field(default_factory=utcnow, index=True)
+    # The audit chain (`bot.store.chain`): the row's place, the hash of the row before it
+    # and its own hash over that and what it records. NULL: written outside kelpie.
+    chain_seq: int | None = Field(default=None, unique=True, index=True)
+    prev_hash: str | None = None
+    row_hash: str | None = None
 
 
 class ApprovalRow(SQLModel, table=True):
@@ -226,6 +231,9 @@ class WriteAuditRow(SQLModel, table=True):
     result: str = ""
     ok: bool = True
     created_at: datetime = Field(default_factory=utcnow)
+    chain_seq: int | None = Field(default=None, unique=True, index=True)  # see ToolAuditRow
+    prev_hash: str | None = None
+    row_hash: str | None = None
 
 
 class PayloadRow(SQLModel, table=True):
@@ -329,3 +337,45 @@ class FeedbackFixtureRow(SQLModel, table=True):
     logs_json: str  # masked log entries
     missing_json: str  # reads not captured, each with why
     captured_at: datetime = Field(default_factory=utcnow)
+
+
+class AuditChainHeadRow(SQLModel, table=True):
+    """The audit chain's head (one row, id 1): the last row's place and hash. Appending
+    locks it first, so replicas append one after another and the chain never forks."""
+
+    __tablename__ = "audit_chain_head"
+
+    id: int = Field(primary_key=True)
+    seq: int
+    hash: str
+
+
+class AuditCheckpointRow(SQLModel, table=True):
+    """A row retention appends to the chain when it prunes its start: through which place
+    rows were removed, how many, and the hash of the last one removed, from which the
+    remaining chain still verifies."""
+
+    __tablename__ = "audit_checkpoints"
+
+    id: int | None = Field(default=None, primary_key=True)
+    pruned_through: int
+    pruned_rows: int
+    anchor_hash: str
+    created_at: datetime = Field(default_factory=utcnow)
+    chain_seq: int | None = Field(default=None, unique=True, index=True)
+    prev_hash: str | None = None
+    row_hash: str | None = None
+
+
+class ThreadSummaryRow(SQLModel, table=True):
+    """A long thread's older rounds summarized (`bot.agent.compaction`): the summary of the
+    session's messages through `through_message_id`, made by the low tier and kept, so the
+    next turn summarizes only what came since. The messages themselves are never changed."""
+
+    __tablename__ = "thread_summaries"
+
+    session_id: int = Field(foreign_key="sessions.id", primary_key=True)
+    through_message_id: int = Field(primary_key=True)
+    text: str
+    model: str
+    created_at: datetime = Field(default_factory=utcnow)

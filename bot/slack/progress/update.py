@@ -28,6 +28,7 @@ from bot.slack.progress.common import (
 )
 from bot.slack.progress.render import TaskLine, footer_blocks, stop_button_block, truncate
 from bot.slack.progress.reporter import ThreadReporter, TurnContext
+from bot.slack.record import record_button_block
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,7 @@ class UpdateReporter(ThreadReporter):
             return truncate(body, UPDATE_TEXT_LIMIT), blocks
         line = self._footer(finished)
         blocks += footer_blocks(line)
+        blocks.append(record_button_block(self._ctx.turn.session_key))
         return truncate(body, UPDATE_TEXT_LIMIT - len(line) - 4) + f"\n_{line}_", blocks
 
     async def _finish(self, finished: TurnFinished) -> None:
