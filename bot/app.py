@@ -138,6 +138,13 @@ from bot.terminal import (
     terminal_decider,
 )
 from bot.toolsets.investigate import investigation_tool
+from bot.toolsets.knowledge.offers import KnowledgeOffers
+from bot.toolsets.knowledge.toolset import (
+    Knowledge,
+    every_knowledge_tool,
+    knowledge,
+    knowledge_tools,
+)
 from bot.toolsets.kube.client import KubeClients
 from bot.toolsets.kube.effects import KubeEffects
 from bot.toolsets.kube.read import read_tools
@@ -296,13 +303,24 @@ def tool_registry(
     gitops: GitOpsPolicy = GitOpsPolicy.REFUSE,
     observability: Observe | None = None,
     kinds: tuple[str, ...] | None = None,
+    knowing: list[Tool] | None = None,
 ) -> ToolRegistry:
     """Every tool of this build; the observability tools of the configured backends (or
-    of `kinds`: every kind when roles are checked against what a build can offer)."""
+    of `kinds`: every kind when roles are checked against what a build can offer); the
+    knowledge tools given (`knowing`)."""
     reads = read_tools(kube)
     writes = write_tools(kube, gitops=gitops)
     observing = observe_tools(observability, kinds) if observability is not None else []
-    return ToolRegistry([*reads, *present_tools(reads), investigation_tool(), *writes, *observing])
+    return ToolRegistry(
+        [
+            *reads,
+            *present_tools(reads),
+            investigation_tool(),
+            *writes,
+            *observing,
+            *(knowing or []),
+        ]
+    )
 
 
 def config_problems(data: dict[str, Any]) -> list[str]:
@@ -315,7 +333,9 @@ def config_problems(data: dict[str, Any]) -> list[str]:
 def buildable_tools() -> list[Tool]:
     """Every tool this build can offer, whatever is configured (nothing is contacted)."""
     every = Observe(ObserveHttp(), Instances(), ObserveSettings(), clock=time.time)
-    return tool_registry(KubeClients({}), observability=every, kinds=KINDS).all()
+    return tool_registry(
+        KubeClients({}), observability=every, kinds=KINDS, knowing=every_knowledge_tool()
+    ).all()
 
 
 def security_stages(
@@ -617,10 +637,12 @@ def build_core(
     sessions = SessionRepository(db)
     kube = kube_clients(config)
     observe_http = ObserveHttp()
+    known = team_knowledge(config, kube)
     registry = tool_registry(
         kube,
         gitops=config.kubernetes.gitops,
         observability=observe(config, secrets, observe_http),
+        knowing=knowledge_tools(known),
     )
     gateways = ModelGateways(config=config, secrets=secrets)
     post_hooks = PostToolUseHooks(config.hooks.post_tool_use)
@@ -680,6 +702,7 @@ def build_core(
         wakeups=wakeups,
         claim_poll_s=config.database.poll_s,
         bindings=front.bindings,
+        knowledge=KnowledgeOffers(known.runbooks, None),
     )
     approvals = ApprovalService(
         store=approval_store,
@@ -729,6 +752,13 @@ def build_core(
         wakeups=wakeups,
         observe_http=observe_http,
     )
+
+
+def team_knowledge(config: Config, kube: KubeClients) -> Knowledge:
+    """The runbooks (read with kelpie's own identity from the default cluster unless
+    `knowledge.runbooks.cluster` says another) and the remembered incidents."""
+    clusters = config.kubernetes
+    return knowledge(config.knowledge, kube, clusters.default or clusters.clusters[0].name)
 
 
 def _verifier(

@@ -413,6 +413,8 @@ class RoleConfig(_Strict):
     observability: RoleObservability = RoleObservability()
     # What "recovered" also means after a write of this role (`agent.verify_s`).
     verify: VerifyConfig = VerifyConfig()
+    # The runbooks (ids, fnmatch patterns) this role may list, read and be offered.
+    runbooks: list[str] = Field(default_factory=lambda: ["*"])
 
 
 class ChannelMatch(_Strict):
@@ -653,6 +655,34 @@ class AlertsConfig(_Strict):
 NO_ROLE = "none"
 
 
+class RunbooksConfig(_Strict):
+    """Where the team's runbooks are: a folder of Markdown files and/or a ConfigMap
+    ("namespace/name", one key per file) read with kelpie's own identity."""
+
+    path: str | None = None
+    configmap: str | None = Field(
+        default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+    )
+    # The cluster the ConfigMap is read from (default: the first configured).
+    cluster: str | None = None
+    # How long a loaded set of runbooks is used before it is read again.
+    reload_s: float = Field(default=60, ge=0)
+
+
+class MemoryConfig(_Strict):
+    """Incidents a person confirmed: offered after a resolution, stored on a click."""
+
+    enabled: bool = True
+    # The model profile that proposes the memory (default: a low-tier profile, else the
+    # active one).
+    model_profile: str | None = None
+
+
+class KnowledgeConfig(_Strict):
+    runbooks: RunbooksConfig = RunbooksConfig()
+    memory: MemoryConfig = MemoryConfig()
+
+
 class Config(_Strict):
     slack: SlackConfig = SlackConfig()
     database: DatabaseConfig = DatabaseConfig()
@@ -670,6 +700,7 @@ class Config(_Strict):
     logging: LoggingConfig = LoggingConfig()
     server: ServerConfig = ServerConfig()
     alerts: AlertsConfig = AlertsConfig()
+    knowledge: KnowledgeConfig = KnowledgeConfig()
 
     @model_validator(mode="after")
     def _alerts_listener(self) -> Config:
