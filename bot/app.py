@@ -25,6 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.continuation import DecisionTurns, TurnSubmit
 from bot.agent.engine import Engine, RetryPolicy
+from bot.agent.memory import MemoryProposer
 from bot.agent.session import AgentSessions, ReporterFactory
 from bot.agent.takeover import LeaseKeeper, Redelivery, Takeover
 from bot.agent.turns import TurnCaps, TurnScheduler
@@ -36,7 +37,7 @@ from bot.approvals.model import ApprovalCards, WriteAuditLog
 from bot.approvals.recheck import Approvers, Bindings, CurrentPolicy
 from bot.approvals.service import ApprovalRequests, ApprovalService, ExpiryBell, RecordedWrites
 from bot.approvals.sli import PrometheusSlis
-from bot.approvals.verify import REAL_TIME, Rollbacks, Verifier, WatchTime
+from bot.approvals.verify import REAL_TIME, Recovered, Rollbacks, Verifier, WatchTime
 from bot.config import (
     ApprovalConfig,
     Config,
@@ -44,6 +45,7 @@ from bot.config import (
     OnNewMessage,
     Secrets,
     SlackMode,
+    Tier,
     valid_roles,
 )
 from bot.health import health_app, serve
@@ -94,7 +96,8 @@ from bot.slack.channels import ChannelBindings, ChannelDirectory
 from bot.slack.clicks import ClickLimit
 from bot.slack.commands import SlashCommands
 from bot.slack.guard import SlackHttpRoute, installed_workspace_only, warm_authorization
-from bot.slack.inbox import InboxMiddleware
+from bot.slack.inbox import Handled, InboxMiddleware
+from bot.slack.memory import ChannelMembers, MemoryClicks, MemoryOffers, mark_resolved_blocks
 from bot.slack.pacing import PacingLimits, SlackPacer
 from bot.slack.people import ApproverDirectory
 from bot.slack.progress import SlackReporters
@@ -112,6 +115,7 @@ from bot.store.approvals import (
 from bot.store.db import Database
 from bot.store.history import SessionOpenings
 from bot.store.inbox import Inbox
+from bot.store.memory import IncidentMemories, Resolution, ResolutionTrigger
 from bot.store.payloads import PayloadLog
 from bot.store.repositories import (
     MessageRepository,
@@ -157,7 +161,7 @@ from bot.toolsets.observe.tools import Observe, ObserveSettings
 from bot.toolsets.observe.toolset import observe_tools
 from bot.toolsets.present import present_tools
 from bot.toolsets.spec import Tool
-from bot.values import GitOpsPolicy
+from bot.values import Approval, GitOpsPolicy
 
 log = logging.getLogger(__name__)
 
@@ -583,6 +587,10 @@ class AgentCore:
     observe_http: ObserveHttp = field(default_factory=ObserveHttp)
     # Wake-ups from other replicas' writes (fed by a `PgListener` on PostgreSQL).
     wakeups: Wakeups = field(default_factory=Wakeups)
+    # Told of each approved write that recovered (the front end offers a memory).
+    recovered: list[Recovered] = field(default_factory=list)
+    # The incidents people confirmed (`knowledge.memory`).
+    memories: IncidentMemories | None = None
 
     async def start(self) -> None:
         await self.db.upgrade()
@@ -637,7 +645,9 @@ def build_core(
     sessions = SessionRepository(db)
     kube = kube_clients(config)
     observe_http = ObserveHttp()
-    known = team_knowledge(config, kube)
+    memories = IncidentMemories(db)
+    recovered: list[Recovered] = []
+    known = team_knowledge(config, kube, memories)
     registry = tool_registry(
         kube,
         gitops=config.kubernetes.gitops,
@@ -702,7 +712,7 @@ def build_core(
         wakeups=wakeups,
         claim_poll_s=config.database.poll_s,
         bindings=front.bindings,
-        knowledge=KnowledgeOffers(known.runbooks, None),
+        knowledge=KnowledgeOffers(known.runbooks, known.incidents),
     )
     approvals = ApprovalService(
         store=approval_store,
@@ -722,7 +732,17 @@ def build_core(
         readback=KubeReadback(kube),
         bell=bell,
         verifier=_verifier(
-            config, secrets, db, leases, approval_store, kube, registry, front, requests, watch_time
+            config,
+            secrets,
+            db,
+            leases,
+            approval_store,
+            kube,
+            registry,
+            front,
+            requests,
+            watch_time,
+            recovered,
         ),
     )
     retention = Pruner(
@@ -751,14 +771,17 @@ def build_core(
         turns=turns,
         wakeups=wakeups,
         observe_http=observe_http,
+        recovered=recovered,
+        memories=memories,
     )
 
 
-def team_knowledge(config: Config, kube: KubeClients) -> Knowledge:
+def team_knowledge(config: Config, kube: KubeClients, memories: IncidentMemories) -> Knowledge:
     """The runbooks (read with kelpie's own identity from the default cluster unless
     `knowledge.runbooks.cluster` says another) and the remembered incidents."""
     clusters = config.kubernetes
-    return knowledge(config.knowledge, kube, clusters.default or clusters.clusters[0].name)
+    cluster = clusters.default or clusters.clusters[0].name
+    return knowledge(config.knowledge, kube, cluster, memories)
 
 
 def _verifier(
@@ -772,6 +795,7 @@ def _verifier(
     front: FrontEnd,
     requests: ApprovalRequests,
     watch_time: WatchTime,
+    recovered: list[Recovered],
 ) -> Verifier:
     """Follows approved writes' effects (`agent.verify_s`), leased like approvals."""
     http = ObserveHttp()
@@ -798,6 +822,7 @@ def _verifier(
         # Every poll renews the watch's lease: well within it.
         poll_s=min(VERIFY_POLL_S, config.database.lease_s / 3),
         time=watch_time,
+        recovered=recovered,
     )
 
 
@@ -868,6 +893,7 @@ def build_kelpie(
         model_name=profile.model,
         pacer=pacer,
         started=notices.started,
+        answer_actions=mark_resolved_blocks if config.knowledge.memory.enabled else None,
     )
     approvers = ApproverDirectory(client, clock=clock)
     channels = ChannelDirectory(client)
@@ -942,6 +968,7 @@ def build_kelpie(
         handled=inbox.handled,
         notices=notices,
     ).register()
+    offers = incident_memory(config, core, client, slack_app, inbox.handled, alert_clock)
     redelivery: Redelivery = SlackRedelivery(app=slack_app, handled=inbox.handled)
     receivers = None
     if config.alerts.receivers:
@@ -955,6 +982,7 @@ def build_kelpie(
             handled=inbox.handled,
             count=metrics.count_alert,
             clock=alert_clock,
+            resolved=offers.offer if offers is not None else None,
         )
         receivers = AlertReceivers(
             _receiver_credentials(config, secrets),
@@ -998,6 +1026,57 @@ def build_kelpie(
         reporters=reporters,
         alerts=receivers,
     )
+
+
+def incident_memory(
+    config: Config,
+    core: AgentCore,
+    client: AsyncWebClient,
+    slack_app: AsyncApp,
+    handled: Handled,
+    clock: Callable[[], datetime],
+) -> MemoryOffers | None:
+    """Memory a person confirms (`knowledge.memory`): proposals by the low-tier model when a
+    thread resolves (an alert, a verified write, Mark resolved), the card's clicks."""
+    if not config.knowledge.memory.enabled or core.memories is None:
+        return None
+    profile = memory_profile(config)
+    proposer = MemoryProposer(
+        MaskingGateway(core.gateways(profile)),
+        core.messages,
+        timeout_s=config.models.profiles[profile].timeout_s,
+    )
+    offers = MemoryOffers(client, core.memories, proposer, core.sessions)
+    core.background.insert(0, offers)  # drained before the store closes
+
+    def recovered(approval: Approval, verdict: str) -> None:
+        offers.offer(
+            Resolution(
+                channel_id=approval.channel_id,
+                thread_ts=approval.thread_ts,
+                trigger=ResolutionTrigger.VERIFIED_WRITE,
+                ref=approval.id,
+                by=approval.decided_by or approval.requested_by,
+                session_id=approval.session_id,
+                evidence=verdict,
+            )
+        )
+
+    core.recovered.append(recovered)
+    members = ChannelMembers(client)
+    MemoryClicks(slack_app, offers, core.memories, members, handled, clock).register()
+    return offers
+
+
+def memory_profile(config: Config) -> str:
+    """The profile that proposes memories: the configured one, else a low-tier one, else
+    the active one."""
+    chosen = config.knowledge.memory.model_profile
+    if chosen is not None:
+        return chosen
+    profiles = config.models.profiles
+    low = [name for name, profile in profiles.items() if profile.tier is Tier.LOW]
+    return low[0] if low else config.models.active
 
 
 def _receiver_credentials(config: Config, secrets: Secrets) -> list[Credentials]:

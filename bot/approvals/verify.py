@@ -221,6 +221,10 @@ def undo_args(plan: WritePlan) -> dict[str, object] | None:
     return where | {"revision": revision} if isinstance(revision, int) else None
 
 
+# Told that an approved write recovered: the approval and the verdict's sentence.
+Recovered = Callable[[Approval, str], None]
+
+
 class Verifier:
     """Follows approved writes' effects; `ApprovalService` stores, starts and resumes."""
 
@@ -236,8 +240,11 @@ class Verifier:
         poll_s: float,
         slis: Slis | None = None,
         time: WatchTime = REAL_TIME,
+        recovered: list[Recovered] | None = None,
     ) -> None:
         self._store = store
+        # Told of each write that recovered (after the thread heard it): memory offers.
+        self._recovered = recovered if recovered is not None else []
         self._approvals = approvals
         self._effects = effects
         self._cards = cards
@@ -356,3 +363,6 @@ class Verifier:
             log.exception("could not say the verdict on approval %s", approval.id)
         if isinstance(rollback, Approval):
             await self._rollbacks.propose(rollback)
+        if verdict.recovered:
+            for hook in self._recovered:
+                hook(approval, verdict.text)

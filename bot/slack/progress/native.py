@@ -299,6 +299,8 @@ class NativeReporter(ThreadReporter):
                 {"type": "markdown_text", "text": f"\n\n{text}" if self._any_text else text}
             )
         blocks = footer_blocks(self._footer(finished))
+        if finished.finish is TurnFinish.STOP:
+            blocks += self._ctx.answer_actions
         async with self._ctx.pacer.hold(self._channel, self._thread_ts) as slot:
             await self._stop(slot, _plan(_plan_title(finished.finish)), chunks, blocks)
         if not self._lost:

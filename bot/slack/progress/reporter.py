@@ -63,6 +63,8 @@ class TurnContext:
     model_name: str
     closing: ClosingCalls
     budget: SlackBudget = field(default_factory=lambda: SlackBudget(None, None))
+    # The blocks a complete answer ends with (the Mark resolved button).
+    answer_actions: list[Json] = field(default_factory=list)
 
 
 class ThreadReporter:
@@ -205,8 +207,11 @@ class ThreadReporter:
         if self._ctx.interrupt is not None:
             self._ctx.interrupt(turn.session_key)
 
-    async def _post_answer(self, mrkdwn: str, markdown: str | None = None) -> None:
-        await ThreadWriter(self._client, self._channel, self._thread_ts).post(mrkdwn, markdown)
+    async def _post_answer(
+        self, mrkdwn: str, markdown: str | None = None, extra_blocks: list[Json] | None = None
+    ) -> None:
+        writer = ThreadWriter(self._client, self._channel, self._thread_ts)
+        await writer.post(mrkdwn, markdown, extra_blocks)
 
     async def _upload(self, event: ToolFinished) -> None:
         try:

@@ -176,4 +176,5 @@ class UpdateReporter(ThreadReporter):
             answer = f"{copy.MAX_ITERATIONS_NOTE}\n\n{answer}"
         if finished.stats.cut:
             answer = f"{answer}\n\n{copy.ANSWER_CUT_NOTE}"
-        await self._post_answer(answer, markdown)
+        actions = self._ctx.answer_actions if finished.finish is TurnFinish.STOP else []
+        await self._post_answer(answer, markdown, actions)

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
-_TAG = re.compile(r"</?\s*runbook", re.IGNORECASE)
+_TAG = re.compile(r"</?\s*(?:runbook|incident|knowledge)", re.IGNORECASE)
 TITLE_CHARS = 120
 NOT_AVAILABLE = "No runbook {id!r} is available in this channel; list_runbooks lists them."
 NONE_HERE = "No runbooks are available in this channel."
@@ -208,7 +208,7 @@ def applying(shelf: Shelf, subject: ThreadSubject, patterns: Iterable[str]) -> l
 
 
 def quoted(text: str) -> str:
-    """Text inside a <runbook> block that cannot close it."""
+    """Text inside a <runbook>, <incident> or <knowledge> block that cannot close it."""
     return _TAG.sub(lambda m: m.group(0).replace("<", "&lt;"), text)
 
 
