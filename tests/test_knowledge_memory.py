@@ -11,6 +11,7 @@ from typing import Any
 from bot.slack.memory import DISCARD_ACTION, MARK_RESOLVED_ACTION, REMEMBER_ACTION
 from tests.world import ALICE, BOB, CAROL, SHOP_CHANNEL, World
 
+MEMORY_ON = {"knowledge": {"memory": {"enabled": True}}}
 PROPOSAL = {
     "symptom": "checkout-api returned 502s",
     "cause": "a bad config push",
@@ -81,7 +82,7 @@ def tool_result(world: World, index: int) -> str:
 
 async def test_a_remembered_incident_is_found_later_and_a_discarded_one_is_not(world: World):
     world.slack.set_members(SHOP_CHANNEL, [ALICE, CAROL])
-    await world.start_bot()
+    await world.start_bot(MEMORY_ON)
 
     card = await resolved_thread(world, "checkout-api", PROPOSAL)
     assert "*Symptom:* checkout-api returned 502s" in card.text

@@ -176,6 +176,8 @@ def unknown_subcommand(escaped_word: str) -> str:
 
 # --- incident memory (bot/slack/memory.py) -------------------------------------------------
 MARK_RESOLVED_BUTTON = "Mark resolved"
+# The text of the message that carries an answer's buttons when its last part is full.
+ANSWER_ACTIONS = "About the answer above:"
 REMEMBER_BUTTON = "Remember"
 DISCARD_BUTTON = "Discard"
 MEMORY_CARD_TITLE = "*Remember this incident?* kelpie proposes this memory of the thread:"
