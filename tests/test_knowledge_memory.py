@@ -9,7 +9,12 @@ import json
 from typing import Any
 
 from bot.slack.memory import DISCARD_ACTION, MARK_RESOLVED_ACTION, REMEMBER_ACTION
-from tests.world import ALICE, BOB, CAROL, SHOP_CHANNEL, World
+from tests.peers.model_server import DynamicStep, TextStep
+from tests.postgres import free_port
+from tests.test_alerts import alerting, fired, header, payload, post
+from tests.test_approvals import click as click_approval
+from tests.test_approvals import wait_card, wait_said
+from tests.world import ALICE, BOB, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World, merge
 
 MEMORY_ON = {"knowledge": {"memory": {"enabled": True}}}
 PROPOSAL = {
@@ -41,11 +46,15 @@ async def resolved_thread(world: World, workload: str, proposal: dict[str, str])
     world.model.reply_text(json.dumps(proposal))  # the proposal the low tier writes
     await click(world, ALICE, answer, MARK_RESOLVED_ACTION)
 
+    return await memory_card(world, SHOP_CHANNEL, mention["ts"])
+
+
+async def memory_card(world: World, channel: str, thread_ts: str) -> Any:
+    """The thread's memory card (the message with a Remember button), once it is there."""
+
     def card(server: Any) -> Any:
-        for message in server.thread(SHOP_CHANNEL, mention["ts"]):
-            if button(message, REMEMBER_ACTION):
-                return message
-        return None
+        found = [m for m in server.thread(channel, thread_ts) if button(m, REMEMBER_ACTION)]
+        return found[0] if found else None
 
     return await world.slack.wait_for(card, timeout=20)
 
@@ -117,3 +126,55 @@ async def test_a_remembered_incident_is_found_later_and_a_discarded_one_is_not(w
     assert tool_result(world, first + 1).endswith(
         "No remembered incident matches in the namespaces this channel may read."
     )
+
+
+def proposal_or_turn(body: dict[str, Any]) -> TextStep:
+    """The memory proposal's request gets its JSON, the turn after the decision its answer
+    (which comes first is the verification's business, not the test's)."""
+    if "incident memory" in str(body["messages"][0]["content"]):
+        return TextStep(json.dumps({**PROPOSAL, "fix": "scaled checkout-api to 5"}))
+    return TextStep("Scaled.")
+
+
+async def test_a_verified_write_offers_its_memory_card_with_the_workload(world: World):
+    world.slack.set_members(OPS_CHANNEL, [ALICE, CAROL])
+    await world.start_bot(MEMORY_ON)
+    scale = {"namespace": "shop", "name": "checkout-api", "replicas": 5, "reason": "spike"}
+    world.model.reply_tool_calls([("scale_deployment", scale)])
+    world.model.enqueue(DynamicStep(proposal_or_turn))
+    world.model.enqueue(DynamicStep(proposal_or_turn))
+    mention = await world.mention(OPS_CHANNEL, ALICE, "scale checkout-api to 5")
+    card = await wait_card(world, mention["ts"])
+    await click_approval(world, CAROL, card)
+    await wait_said(world, mention["ts"], "Recovered:")
+
+    offered = await memory_card(world, OPS_CHANNEL, mention["ts"])
+    assert "*Fix:* scaled checkout-api to 5" in offered.text
+    assert "*Keys:* shop checkout-api" in offered.text
+    # The low tier read the verdict as the thread's resolution.
+    asked = [r for r in world.model.requests if "incident memory" in json.dumps(r["messages"])]
+    assert "resolution: Recovered: Scale deployment shop/checkout-api" in json.dumps(asked)
+
+
+def proposal_or_investigation(body: dict[str, Any]) -> TextStep:
+    if "incident memory" in str(body["messages"][0]["content"]):
+        return TextStep(json.dumps({**PROPOSAL, "fix": "it recovered by itself"}))
+    return TextStep("Investigated.")
+
+
+async def test_a_resolved_alert_offers_its_memory_card_with_the_alert_and_workload(
+    world: World,
+):
+    port = free_port()
+    await world.start_bot(merge(alerting(port), MEMORY_ON))
+    world.model.reply_default(DynamicStep(proposal_or_investigation))
+    group = '{}:{alertname="CheckoutDown"}'
+    alert = fired("CheckoutDown", "checkout-0", deployment="checkout-api")
+    await post(port, payload(group, [alert]))
+    first = await header(world, "CheckoutDown", "Firing")
+    await world.wait_bot_replies(SHOP_CHANNEL, first.ts, 2)  # the investigation answered
+    await post(port, payload(group, [alert], status="resolved"))
+
+    offered = await memory_card(world, SHOP_CHANNEL, first.ts)
+    assert "*Fix:* it recovered by itself" in offered.text
+    assert "*Keys:* shop checkout-api CheckoutDown" in offered.text
