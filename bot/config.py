@@ -772,6 +772,22 @@ def reference_problems(data: dict[str, Any]) -> list[str]:
     if guardian.get("enabled") is True and isinstance(profile, str) and profile not in profiles:
         problems.append(f'guardian.model_profile: unknown profile "{profile}"')
     problems += _observability_references(_mapping(data, "observability"), clusters)
+    problems += _knowledge_references(_mapping(data, "knowledge"), clusters, list(profiles))
+    return problems
+
+
+def _knowledge_references(
+    data: dict[str, Any], clusters: list[str] | None, profiles: list[str]
+) -> list[str]:
+    problems: list[str] = []
+    cluster = _mapping(data, "runbooks").get("cluster")
+    if isinstance(cluster, str) and clusters is not None and cluster not in clusters:
+        problems.append(
+            f'knowledge.runbooks.cluster: unknown cluster "{cluster}" ({", ".join(clusters)})'
+        )
+    profile = _mapping(data, "memory").get("model_profile")
+    if isinstance(profile, str) and profile not in profiles:
+        problems.append(f'knowledge.memory.model_profile: unknown profile "{profile}"')
     return problems
 
 

@@ -7,9 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
+
+from bot.config import ConfigError, parse_config
 from bot.toolsets.knowledge.runbooks import parse_runbook
 from bot.toolsets.knowledge.subject import ThreadSubject
-from tests.world import ALICE, OPS_CHANNEL, SHOP_CHANNEL, World
+from tests.world import ALICE, OPS_CHANNEL, SHOP_CHANNEL, World, merge
 
 CHECKOUT = """\
 ---
@@ -127,3 +131,31 @@ def test_an_alert_thread_is_matched_by_its_alertname_and_namespace_label():
     assert not payments.matches(ThreadSubject.of(None, [other]))
     assert checkout.matches(ThreadSubject.of("shop", ["is shop/checkout-api down?"]))
     assert not checkout.matches(ThreadSubject.of("shop", ["is the cart down?"]))
+
+
+def test_the_readme_runbook_and_the_example_config_parse(world: World):
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    section = readme[readme.index("## Team knowledge") :]
+    example = section.split("```yaml\n")[1].split("```")[0]
+    runbook = parse_runbook("checkout-latency", example)
+    assert runbook.title == "Checkout latency is high"
+    assert runbook.applies_to.matches(ThreadSubject.of("shop", ["checkout-api is slow"]))
+    config = yaml.safe_load((root / "config" / "kelpie.example.yaml").read_text())
+    parsed = parse_config(merge(world.config_data, {"knowledge": config["knowledge"]}))
+    assert parsed.knowledge.memory.enabled and parsed.knowledge.runbooks.reload_s == 60
+
+
+def test_knowledge_config_mistakes_are_refused_with_a_sentence(world: World):
+    wrong = {
+        "knowledge": {
+            "runbooks": {"configmap": "no-slash", "cluster": "staging"},
+            "memory": {"model_profile": "tiny"},
+        }
+    }
+    with pytest.raises(ConfigError) as refused:
+        parse_config(merge(world.config_data, wrong))
+    said = str(refused.value)
+    assert "knowledge.runbooks.configmap" in said
+    assert 'knowledge.runbooks.cluster: unknown cluster "staging" (prod)' in said
+    assert 'knowledge.memory.model_profile: unknown profile "tiny"' in said
