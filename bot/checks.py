@@ -17,6 +17,7 @@ from bot.config import AlertRoute, Config, ConfigError, Secrets, SlackMode
 from bot.model.types import ModelError
 from bot.pipeline.roles import ChannelRoles
 from bot.slack.manifest import BOT_EVENTS, BOT_SCOPES
+from bot.toolsets.knowledge.runbooks import RunbookSource
 from bot.toolsets.observe.alertmanager import Alertmanager
 from bot.toolsets.observe.http import Endpoint, ObserveError, ObserveHttp
 from bot.toolsets.observe.instances import Instances
@@ -323,6 +324,29 @@ def _route_check(index: int, route: AlertRoute, roles: ChannelRoles) -> CheckRes
     return CheckResult(name, True, detail)
 
 
+async def runbook_checks(config: Config) -> list[CheckResult]:
+    """The runbooks as a turn would load them: how many, or each file that was skipped."""
+    import time
+
+    from bot.app import kube_clients
+
+    section = config.knowledge.runbooks
+    if not (section.path or section.configmap):
+        return []
+    clients = kube_clients(config)
+    cluster = config.kubernetes.default or config.kubernetes.clusters[0].name
+    try:
+        shelf = await RunbookSource(section, clients, cluster, time.monotonic).shelf()
+    finally:
+        clients.close()
+    ids = ", ".join(r.id for r in shelf.runbooks) or "none"
+    loaded = f"{len(shelf.runbooks)} loaded ({ids})"
+    if shelf.problems:
+        fix = "; fix knowledge.runbooks or the files"
+        return [CheckResult("runbooks", False, f"{loaded}; {'; '.join(shelf.problems)}{fix}")]
+    return [CheckResult("runbooks", True, loaded)]
+
+
 async def run_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     results = [CheckResult("config", True, "valid")]
     results += await startup_checks(config, secrets)
@@ -331,4 +355,5 @@ async def run_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     results.append(await model_check(config, secrets))
     results += await observability_checks(config, secrets)
     results += alert_checks(config, secrets)
+    results += await runbook_checks(config)
     return results

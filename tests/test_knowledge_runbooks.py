@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bot.checks import runbook_checks
 from bot.config import ConfigError, parse_config
 from bot.toolsets.knowledge.runbooks import parse_runbook
 from bot.toolsets.knowledge.subject import ThreadSubject
@@ -159,3 +160,19 @@ def test_knowledge_config_mistakes_are_refused_with_a_sentence(world: World):
     assert "knowledge.runbooks.configmap" in said
     assert 'knowledge.runbooks.cluster: unknown cluster "staging" (prod)' in said
     assert 'knowledge.memory.model_profile: unknown profile "tiny"' in said
+
+
+async def test_kelpie_check_counts_the_runbooks_and_names_a_skipped_file(world: World):
+    folder = world.tmp / "runbooks"
+    folder.mkdir()
+    (folder / "payments-timeouts.md").write_text(PAYMENTS)
+    (folder / "broken.md").write_text(BROKEN)
+    world.kube.add_configmap("kelpie", "kelpie-runbooks", {"checkout-latency.md": CHECKOUT})
+    world.config_data = merge(world.config_data, knowledge(folder))
+    [result] = await runbook_checks(world.config)
+    assert not result.ok
+    assert "2 loaded (checkout-latency, payments-timeouts)" in result.line()
+    assert "runbook broken.md in " in result.line() and "has no front matter" in result.line()
+    (folder / "broken.md").unlink()
+    [result] = await runbook_checks(world.config)
+    assert result.line() == "ok   runbooks: 2 loaded (checkout-latency, payments-timeouts)"
