@@ -26,6 +26,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.compaction import Compactor
 from bot.agent.continuation import DecisionTurns, TurnSubmit
 from bot.agent.engine import Engine, RetryPolicy
+from bot.agent.memory import MemoryProposer
 from bot.agent.session import AgentSessions, ReporterFactory
 from bot.agent.takeover import LeaseKeeper, Redelivery, Takeover
 from bot.agent.turns import TurnCaps, TurnScheduler
@@ -40,7 +41,7 @@ from bot.approvals.readback import ReadbackByTool
 from bot.approvals.recheck import Approvers, Bindings, CurrentPolicy
 from bot.approvals.service import ApprovalRequests, ApprovalService, ExpiryBell, RecordedWrites
 from bot.approvals.sli import PrometheusSlis
-from bot.approvals.verify import REAL_TIME, Rollbacks, Verifier, WatchTime
+from bot.approvals.verify import REAL_TIME, Recovered, Rollbacks, Verifier, WatchTime
 from bot.config import (
     ApprovalConfig,
     Config,
@@ -48,6 +49,7 @@ from bot.config import (
     OnNewMessage,
     Secrets,
     SlackMode,
+    Tier,
     valid_roles,
 )
 from bot.eval.runner import EvalHarness
@@ -109,6 +111,7 @@ from bot.pipeline.tail import (
 from bot.pipeline.targets import ResolvedTargets
 from bot.slack import copy
 from bot.slack.adapter import SlackAdapter
+from bot.slack.answer_buttons import answer_buttons
 from bot.slack.at_rest import AtRest
 from bot.slack.cards import ApprovalClicks, SlackApprovalCards
 from bot.slack.channels import ChannelBindings, ChannelDirectory
@@ -116,7 +119,8 @@ from bot.slack.clicks import ClickLimit
 from bot.slack.commands import SlashCommands
 from bot.slack.feedback import FeedbackClicks
 from bot.slack.guard import SlackHttpRoute, installed_workspace_only, warm_authorization
-from bot.slack.inbox import InboxMiddleware
+from bot.slack.inbox import Handled, InboxMiddleware
+from bot.slack.memory import ChannelMembers, MemoryClicks, MemoryOffers
 from bot.slack.pacing import PacingLimits, SlackPacer
 from bot.slack.people import ApproverDirectory
 from bot.slack.progress import SlackReporters
@@ -138,6 +142,7 @@ from bot.store.db import Database
 from bot.store.feedback import FeedbackRepository
 from bot.store.history import SessionOpenings
 from bot.store.inbox import Inbox
+from bot.store.memory import IncidentMemories, Resolution, ResolutionTrigger
 from bot.store.payloads import PayloadLog
 from bot.store.record import latest_thread_of, thread_rows
 from bot.store.repositories import (
@@ -165,6 +170,13 @@ from bot.terminal import (
     terminal_decider,
 )
 from bot.toolsets.investigate import investigation_tool
+from bot.toolsets.knowledge.offers import KnowledgeOffers
+from bot.toolsets.knowledge.toolset import (
+    Knowledge,
+    every_knowledge_tool,
+    knowledge,
+    knowledge_tools,
+)
 from bot.toolsets.kube.client import KubeClients
 from bot.toolsets.kube.effects import KubeEffects
 from bot.toolsets.kube.read import read_tools
@@ -179,7 +191,7 @@ from bot.toolsets.observe.tools import Observe, ObserveSettings
 from bot.toolsets.observe.toolset import observe_tools
 from bot.toolsets.present import present_tools
 from bot.toolsets.spec import Tool, ToolSource
-from bot.values import GitOpsPolicy
+from bot.values import Approval, GitOpsPolicy
 
 log = logging.getLogger(__name__)
 
@@ -331,15 +343,25 @@ def tool_registry(
     observability: Observe | None = None,
     kinds: tuple[str, ...] | None = None,
     sources: Sequence[ToolSource] = (),
+    knowing: list[Tool] | None = None,
 ) -> ToolRegistry:
     """Every tool of this build; the observability tools of the configured backends (or
     of `kinds`: every kind when roles are checked against what a build can offer); the
-    tools `sources` offer as they are now (MCP servers')."""
+    knowledge tools given (`knowing`); the tools `sources` offer as they are now (MCP
+    servers')."""
     reads = read_tools(kube)
     writes = write_tools(kube, gitops=gitops)
     observing = observe_tools(observability, kinds) if observability is not None else []
     return ToolRegistry(
-        [*reads, *present_tools(reads), investigation_tool(), *writes, *observing], sources
+        [
+            *reads,
+            *present_tools(reads),
+            investigation_tool(),
+            *writes,
+            *observing,
+            *(knowing or []),
+        ],
+        sources,
     )
 
 
@@ -353,7 +375,9 @@ def config_problems(data: dict[str, Any]) -> list[str]:
 def buildable_tools() -> list[Tool]:
     """Every tool this build can offer, whatever is configured (nothing is contacted)."""
     every = Observe(ObserveHttp(), Instances(), ObserveSettings(), clock=time.time)
-    return tool_registry(KubeClients({}), observability=every, kinds=KINDS).all()
+    return tool_registry(
+        KubeClients({}), observability=every, kinds=KINDS, knowing=every_knowledge_tool()
+    ).all()
 
 
 def security_stages(
@@ -615,6 +639,10 @@ class AgentCore:
     wakeups: Wakeups = field(default_factory=Wakeups)
     # The configured MCP servers' connections (their tools are in `registry`).
     mcp: McpToolset = field(default_factory=lambda: McpToolset([], {}))
+    # Told of each approved write that recovered (the front end offers a memory).
+    recovered: list[Recovered] = field(default_factory=list)
+    # The incidents people confirmed (`knowledge.memory`).
+    memories: IncidentMemories | None = None
 
     async def start(self) -> None:
         await self.db.upgrade()
@@ -679,8 +707,15 @@ def build_core(
     observability = observe(config, secrets, observe_http)
     # Other MCP servers' tools: connected at start, offered while they answer.
     mcp = mcp_toolset(config.mcp.servers, secrets.mcp_values)
+    memories = IncidentMemories(db)
+    recovered: list[Recovered] = []
+    known = team_knowledge(config, kube, memories)
     registry = tool_registry(
-        kube, gitops=config.kubernetes.gitops, observability=observability, sources=[mcp]
+        kube,
+        gitops=config.kubernetes.gitops,
+        observability=observability,
+        sources=[mcp],
+        knowing=knowledge_tools(known),
     )
     gateways = ModelGateways(config=config, secrets=secrets)
     post_hooks = PostToolUseHooks(config.hooks.post_tool_use)
@@ -742,6 +777,7 @@ def build_core(
         claim_poll_s=config.database.poll_s,
         bindings=front.bindings,
         compactor=compactor(config, gateways, db),
+        knowledge=KnowledgeOffers(known.runbooks, known.incidents),
     )
     approvals = ApprovalService(
         store=approval_store,
@@ -764,7 +800,17 @@ def build_core(
         readback=readbacks(kube, observability),
         bell=bell,
         verifier=_verifier(
-            config, secrets, db, leases, approval_store, kube, registry, front, requests, watch_time
+            config,
+            secrets,
+            db,
+            leases,
+            approval_store,
+            kube,
+            registry,
+            front,
+            requests,
+            watch_time,
+            recovered,
         ),
     )
     retention = Pruner(
@@ -794,7 +840,17 @@ def build_core(
         wakeups=wakeups,
         observe_http=observe_http,
         mcp=mcp,
+        recovered=recovered,
+        memories=memories,
     )
+
+
+def team_knowledge(config: Config, kube: KubeClients, memories: IncidentMemories) -> Knowledge:
+    """The runbooks (read with kelpie's own identity from the default cluster unless
+    `knowledge.runbooks.cluster` says another) and the remembered incidents."""
+    clusters = config.kubernetes
+    cluster = clusters.default or clusters.clusters[0].name
+    return knowledge(config.knowledge, kube, cluster, memories)
 
 
 def _verifier(
@@ -808,6 +864,7 @@ def _verifier(
     front: FrontEnd,
     requests: ApprovalRequests,
     watch_time: WatchTime,
+    recovered: list[Recovered],
 ) -> Verifier:
     """Follows approved writes' effects (`agent.verify_s`), leased like approvals."""
     http = ObserveHttp()
@@ -834,6 +891,7 @@ def _verifier(
         # Every poll renews the watch's lease: well within it.
         poll_s=min(VERIFY_POLL_S, config.database.lease_s / 3),
         time=watch_time,
+        recovered=recovered,
     )
 
 
@@ -927,6 +985,7 @@ def build_kelpie(
         model_name=profile.model,
         pacer=pacer,
         started=notices.started,
+        answer_actions=answer_buttons(mark_resolved=config.knowledge.memory.enabled),
     )
     approvers = ApproverDirectory(client, clock=clock)
     channels = ChannelDirectory(client)
@@ -1019,6 +1078,7 @@ def build_kelpie(
         notices=notices,
         watched=watched,
     ).register()
+    offers = incident_memory(config, core, client, slack_app, inbox.handled, alert_clock)
     redelivery: Redelivery = SlackRedelivery(app=slack_app, handled=inbox.handled)
     receivers = None
     if config.alerts.receivers:
@@ -1030,6 +1090,7 @@ def build_kelpie(
             handled=inbox.handled,
             count=metrics.count_alert,
             clock=alert_clock,
+            resolved=offers.offer if offers is not None else None,
         )
         receivers = AlertReceivers(
             _receiver_credentials(config, secrets),
@@ -1130,6 +1191,57 @@ def _nothing(session: object) -> None:
 
 def _not_counted(client: str, outcome: str) -> None:
     return None  # `kelpie mcp serve --stdio` serves no /metrics
+
+
+def incident_memory(
+    config: Config,
+    core: AgentCore,
+    client: AsyncWebClient,
+    slack_app: AsyncApp,
+    handled: Handled,
+    clock: Callable[[], datetime],
+) -> MemoryOffers | None:
+    """Memory a person confirms (`knowledge.memory`): proposals by the low-tier model when a
+    thread resolves (an alert, a verified write, Mark resolved), the card's clicks."""
+    if not config.knowledge.memory.enabled or core.memories is None:
+        return None
+    profile = memory_profile(config)
+    proposer = MemoryProposer(
+        MaskingGateway(core.gateways(profile)),
+        core.messages,
+        timeout_s=config.models.profiles[profile].timeout_s,
+    )
+    offers = MemoryOffers(client, core.memories, proposer, core.sessions)
+    core.background.insert(0, offers)  # drained before the store closes
+
+    def recovered(approval: Approval, verdict: str) -> None:
+        offers.offer(
+            Resolution(
+                channel_id=approval.channel_id,
+                thread_ts=approval.thread_ts,
+                trigger=ResolutionTrigger.VERIFIED_WRITE,
+                ref=approval.id,
+                by=approval.decided_by or approval.requested_by,
+                session_id=approval.session_id,
+                evidence=verdict,
+            )
+        )
+
+    core.recovered.append(recovered)
+    members = ChannelMembers(client)
+    MemoryClicks(slack_app, offers, core.memories, members, handled, clock).register()
+    return offers
+
+
+def memory_profile(config: Config) -> str:
+    """The profile that proposes memories: the configured one, else a low-tier one, else
+    the active one."""
+    chosen = config.knowledge.memory.model_profile
+    if chosen is not None:
+        return chosen
+    profiles = config.models.profiles
+    low = [name for name, profile in profiles.items() if profile.tier is Tier.LOW]
+    return low[0] if low else config.models.active
 
 
 def _receiver_credentials(config: Config, secrets: Secrets) -> list[Credentials]:

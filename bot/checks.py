@@ -26,6 +26,7 @@ from bot.config import (
 from bot.model.types import ModelError
 from bot.pipeline.roles import ChannelRoles
 from bot.slack.manifest import BOT_EVENTS, BOT_SCOPES
+from bot.toolsets.knowledge.runbooks import RunbookSource
 from bot.toolsets.mcp.connection import McpConnection, ServerState
 from bot.toolsets.mcp.toolset import is_read
 from bot.toolsets.observe.alertmanager import Alertmanager
@@ -409,6 +410,29 @@ def mcp_server_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     return results
 
 
+async def runbook_checks(config: Config) -> list[CheckResult]:
+    """The runbooks as a turn would load them: how many, or each file that was skipped."""
+    import time
+
+    from bot.app import kube_clients
+
+    section = config.knowledge.runbooks
+    if not (section.path or section.configmap):
+        return []
+    clients = kube_clients(config)
+    cluster = config.kubernetes.default or config.kubernetes.clusters[0].name
+    try:
+        shelf = await RunbookSource(section, clients, cluster, time.monotonic).shelf()
+    finally:
+        clients.close()
+    ids = ", ".join(r.id for r in shelf.runbooks) or "none"
+    loaded = f"{len(shelf.runbooks)} loaded ({ids})"
+    if shelf.problems:
+        fix = "; fix knowledge.runbooks or the files"
+        return [CheckResult("runbooks", False, f"{loaded}; {'; '.join(shelf.problems)}{fix}")]
+    return [CheckResult("runbooks", True, loaded)]
+
+
 async def run_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     results = [CheckResult("config", True, "valid")]
     results += await startup_checks(config, secrets)
@@ -419,4 +443,5 @@ async def run_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     results += alert_checks(config, secrets)
     results += await mcp_checks(config, secrets)
     results += mcp_server_checks(config, secrets)
+    results += await runbook_checks(config)
     return results

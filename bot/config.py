@@ -428,6 +428,8 @@ class RoleConfig(_Strict):
     observability: RoleObservability = RoleObservability()
     # What "recovered" also means after a write of this role (`agent.verify_s`).
     verify: VerifyConfig = VerifyConfig()
+    # The runbooks (ids, fnmatch patterns) this role may list, read and be offered.
+    runbooks: list[str] = Field(default_factory=lambda: ["*"])
 
 
 class ChannelMatch(_Strict):
@@ -819,6 +821,34 @@ class McpConfig(McpServersConfig, McpClientsConfig):
     """The `mcp` section: the servers kelpie calls and the clients that call kelpie."""
 
 
+class RunbooksConfig(_Strict):
+    """Where the team's runbooks are: a folder of Markdown files and/or a ConfigMap
+    ("namespace/name", one key per file) read with kelpie's own identity."""
+
+    path: str | None = None
+    configmap: str | None = Field(
+        default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+    )
+    # The cluster the ConfigMap is read from (default: the first configured).
+    cluster: str | None = None
+    # How long a loaded set of runbooks is used before it is read again.
+    reload_s: float = Field(default=60, ge=0)
+
+
+class MemoryConfig(_Strict):
+    """Incidents a person confirmed: offered after a resolution, stored on a click."""
+
+    enabled: bool = True
+    # The model profile that proposes the memory (default: a low-tier profile, else the
+    # active one).
+    model_profile: str | None = None
+
+
+class KnowledgeConfig(_Strict):
+    runbooks: RunbooksConfig = RunbooksConfig()
+    memory: MemoryConfig = MemoryConfig()
+
+
 class Config(_Strict):
     slack: SlackConfig = SlackConfig()
     database: DatabaseConfig = DatabaseConfig()
@@ -837,6 +867,7 @@ class Config(_Strict):
     server: ServerConfig = ServerConfig()
     alerts: AlertsConfig = AlertsConfig()
     mcp: McpConfig = McpConfig()
+    knowledge: KnowledgeConfig = KnowledgeConfig()
 
     @model_validator(mode="after")
     def _alerts_listener(self) -> Config:
@@ -913,6 +944,7 @@ def reference_problems(data: dict[str, Any]) -> list[str]:
         problems.append(f'agent.summary_profile: unknown profile "{summary}"')
     problems += _mcp_references(data)
     problems += _mcp_client_references(_mapping(data, "mcp"), role_names, roles, clusters)
+    problems += _knowledge_references(_mapping(data, "knowledge"), clusters, list(profiles))
     return problems
 
 
@@ -949,6 +981,21 @@ def _mcp_client_references(
             problems.append(
                 f'mcp.clients[{i}].cluster: unknown cluster "{cluster}" ({", ".join(clusters)})'
             )
+    return problems
+
+
+def _knowledge_references(
+    data: dict[str, Any], clusters: list[str] | None, profiles: list[str]
+) -> list[str]:
+    problems: list[str] = []
+    cluster = _mapping(data, "runbooks").get("cluster")
+    if isinstance(cluster, str) and clusters is not None and cluster not in clusters:
+        problems.append(
+            f'knowledge.runbooks.cluster: unknown cluster "{cluster}" ({", ".join(clusters)})'
+        )
+    profile = _mapping(data, "memory").get("model_profile")
+    if isinstance(profile, str) and profile not in profiles:
+        problems.append(f'knowledge.memory.model_profile: unknown profile "{profile}"')
     return problems
 
 

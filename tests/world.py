@@ -107,6 +107,10 @@ def base_config(
             {"match": {"im": True}, "role": "viewer"},
         ],
         "default_role": "none",
+        # A memory proposal is a model call of its own (after a verified write, a resolved
+        # alert): it would take a scripted reply meant for a turn. The memory tests turn it
+        # on (tests/test_knowledge_memory.py).
+        "knowledge": {"memory": {"enabled": False}},
     }
 
 

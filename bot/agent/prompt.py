@@ -80,6 +80,8 @@ class PromptContext:
     default_namespace: str | None
     allowed_namespaces: list[str]
     rules: str
+    # The team's knowledge offered to this turn (runbook and incident titles), or "".
+    knowledge: str = ""
 
 
 def _calls_rule(policy: ResolvedAgentPolicy | None) -> str:
@@ -133,7 +135,10 @@ def system_prompt(
             layers.append(overlay)
         if rules_text:
             layers.append("Team rules:\n" + rules_text)
-        layers += [_capabilities(tools, detailed=detailed), _where(context), CITING]
+        layers += [_capabilities(tools, detailed=detailed), _where(context)]
+        if context.knowledge:
+            layers.append(context.knowledge)
+        layers.append(CITING)
         return "\n\n".join(layers)
 
     prompt = build(detailed=True, rules_text=rules)

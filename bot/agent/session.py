@@ -22,6 +22,7 @@ from bot.agent.compaction import Compactor
 from bot.agent.conversation import ConversationStore
 from bot.agent.engine import Engine, TurnRequest
 from bot.agent.events import TurnEvent, TurnFinish, TurnFinished, TurnStats
+from bot.agent.knowledge import KnowledgeOffer, knowledge_for
 from bot.agent.prompt import PromptContext, system_prompt, user_message
 from bot.agent.turns import TurnBody
 from bot.approvals.recheck import Bindings
@@ -259,10 +260,13 @@ class AgentSessions:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         bindings: Bindings | None = None,
         compactor: Compactor | None = None,
+        knowledge: KnowledgeOffer | None = None,
     ) -> None:
         # Long threads: history by the tier's budget, older rounds as kelpie's note.
         self._compactor = compactor
         self._config = config
+        # The team's runbooks and remembered incidents offered at a turn's start.
+        self._knowledge = knowledge
         self._sessions = sessions
         self._conversation = conversation
         self._engine = engine
@@ -568,6 +572,17 @@ class AgentSessions:
         tools = offered_tools(binding.role, self._registry.all())
         policy = await self._policy(tools)
         cluster = next(c for c in self._config.kubernetes.clusters if c.name == binding.cluster)
+        opening = (
+            await self._openings.first_user_message(session.id)
+            if self._openings is not None
+            else None
+        )
+        knowledge = await knowledge_for(
+            self._knowledge,
+            binding.tool_context(),
+            frozenset(tool.name for tool in tools),
+            [opening, spec.opening],
+        )
         prompt = system_prompt(
             PromptContext(
                 role_name=binding.role_name,
@@ -576,6 +591,7 @@ class AgentSessions:
                 default_namespace=binding.namespace,
                 allowed_namespaces=list(binding.role.namespaces),
                 rules=self._config.agent.rules,
+                knowledge=knowledge,
             ),
             tools,
             policy,

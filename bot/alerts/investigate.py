@@ -91,7 +91,7 @@ class Investigations:
         if not job.counted and not await self._take_hour(job):
             return False
         incoming = IncomingMessage(
-            team_id=await self._team(),
+            team_id=await self.team(),
             channel_id=job.channel,
             channel_name=name,
             is_dm=False,
@@ -154,7 +154,8 @@ class Investigations:
         )
         return True
 
-    async def _team(self) -> str:
+    async def team(self) -> str:
+        """The workspace this bot is in (asked once): the first part of a session key."""
         if self._team_id is None:
             answer = await self._client.auth_test()
             self._team_id = str(answer.get("team_id") or "")

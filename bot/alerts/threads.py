@@ -25,6 +25,7 @@ from bot.alerts.routing import Route, Routes
 from bot.config import AlertsConfig
 from bot.slack.safe_text import quoted_inline
 from bot.store.alerts import AlertGroups
+from bot.store.memory import Resolution, ResolutionTrigger
 from bot.store.tables import AlertGroupRow
 from bot.values import ALERT_ASKER_PREFIX
 
@@ -56,8 +57,11 @@ class AlertThreads:
         handled: Handled,
         count: Count,
         clock: Callable[[], datetime],
+        resolved: Callable[[Resolution], None] | None = None,
     ) -> None:
         self._config = config
+        # Told when a group's thread resolves (the memory offer).
+        self._resolved = resolved
         self._routes = Routes(config.routes)
         self._client = client
         self._groups = groups
@@ -170,6 +174,22 @@ class AlertThreads:
         line = _change_line(notification, row, previous, current, now)
         if line:
             await self._post(row.channel_id, line, row.thread_ts)
+        if resolved and row.status != "resolved":
+            await self._tell_resolved(row, line or "")
+
+    async def _tell_resolved(self, row: AlertGroupRow, line: str) -> None:
+        if self._resolved is None or row.thread_ts is None:
+            return
+        resolution = Resolution(
+            channel_id=row.channel_id,
+            thread_ts=row.thread_ts,
+            trigger=ResolutionTrigger.ALERT_RESOLVED,
+            ref=f"{row.key}@{_aware(row.fired_at).isoformat()}",
+            by="the alert",
+            session_key=f"{await self._investigations.team()}:{row.channel_id}:{row.thread_ts}",
+            evidence=line,
+        )
+        self._resolved(resolution)
 
     async def _investigate(
         self, key: str, notification: Notification, route: Route, thread_ts: str

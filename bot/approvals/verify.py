@@ -243,6 +243,10 @@ def undo_args(plan: WritePlan) -> dict[str, object] | None:
     return where | {"revision": revision} if isinstance(revision, int) else None
 
 
+# Told that an approved write recovered: the approval and the verdict's sentence.
+Recovered = Callable[[Approval, str], None]
+
+
 class Verifier:
     """Follows approved writes' effects; `ApprovalService` stores, starts and resumes."""
 
@@ -258,8 +262,11 @@ class Verifier:
         poll_s: float,
         slis: Slis | None = None,
         time: WatchTime = REAL_TIME,
+        recovered: list[Recovered] | None = None,
     ) -> None:
         self._store = store
+        # Told of each write that recovered (after the thread heard it): memory offers.
+        self._recovered = recovered if recovered is not None else []
         self._approvals = approvals
         self._effects = effects
         self._cards = cards
@@ -394,6 +401,9 @@ class Verifier:
         await self._store.said(approval.id, ts)
         if rollback is not None:
             await self._rollbacks.propose(rollback)
+        if text.startswith(RECOVERED.split("{", 1)[0]):
+            for hook in self._recovered:  # said once: a memory is offered once
+                hook(approval, text)
         await self._store.finish(approval.id)
 
     async def _announce_left(self, approval: Approval, left: LeftWatch) -> None:

@@ -33,7 +33,9 @@ class ChannelBinding:
         chosen = self.role.kubernetes.impersonate
         identity = KubeIdentity(chosen.user, tuple(chosen.groups)) if chosen else None
         reach = Reach(tuple(self.role.namespaces), self.role.observability.cluster_metrics)
-        return ToolContext(self.cluster, self.namespace, identity, reach)
+        return ToolContext(
+            self.cluster, self.namespace, identity, reach, runbooks=tuple(self.role.runbooks)
+        )
 
 
 class ChannelRoles:

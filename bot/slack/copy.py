@@ -231,3 +231,21 @@ def record_posted(user: str) -> str:
 
 def record_done(channel: str, thread_ts: str) -> str:
     return f"Posted the incident record as a file in the thread ({channel}, {thread_ts})."
+
+
+# --- incident memory (bot/slack/memory.py) -------------------------------------------------
+MARK_RESOLVED_BUTTON = "Mark resolved"
+# The text of the message that carries an answer's buttons when its last part is full.
+ANSWER_ACTIONS = "About the answer above:"
+REMEMBER_BUTTON = "Remember"
+DISCARD_BUTTON = "Discard"
+MEMORY_CARD_TITLE = "*Remember this incident?* kelpie proposes this memory of the thread:"
+MEMORY_CARD_NOTE = (
+    "Nothing is stored until someone in this channel presses Remember; a remembered "
+    "incident is offered to later threads about the same workload or alert."
+)
+MEMORY_REMEMBERED = "Remembered by <@{user}>: later threads about it will be offered it."
+MEMORY_DISCARDED = "Discarded by <@{user}>: nothing was stored."
+MEMORY_NOT_MEMBER = "Only people in this channel can do that; ask someone here to decide."
+MEMORY_ALREADY = "Someone already decided about this memory."
+MEMORY_UNKNOWN = "This memory proposal does not exist (any more)."

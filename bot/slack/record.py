@@ -308,18 +308,13 @@ class RecordClicks:
             await whisper(self._app.client, channel, user, copy.RECORD_FAILED, None)
 
 
-def record_button_block(session_key: str) -> dict[str, Any]:
+def record_button(session_key: str) -> dict[str, Any]:
+    """The Record button of an answer (bot/slack/answer_buttons.py)."""
     return {
-        "type": "actions",
-        "block_id": RECORD_ACTION,
-        "elements": [
-            {
-                "type": "button",
-                "action_id": RECORD_ACTION,
-                "text": {"type": "plain_text", "text": copy.RECORD_BUTTON},
-                "value": session_key,
-            }
-        ],
+        "type": "button",
+        "action_id": RECORD_ACTION,
+        "text": {"type": "plain_text", "text": copy.RECORD_BUTTON},
+        "value": session_key,
     }
 
 

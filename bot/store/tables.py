@@ -378,4 +378,34 @@ class ThreadSummaryRow(SQLModel, table=True):
     through_message_id: int = Field(primary_key=True)
     text: str
     model: str
+
+
+class IncidentMemoryRow(SQLModel, table=True):
+    """A memory of an incident kelpie proposed when a thread ended with a resolution, and
+    what a person in the channel decided of it (proposed → remembered | discarded, once).
+    Only remembered rows are searched (`read/past_incidents`): FTS5 on SQLite, a tsvector
+    expression index over `search_text` on PostgreSQL (both made by migration 0022)."""
+
+    __tablename__ = "incident_memories"
+
+    id: int | None = Field(default=None, primary_key=True)
+    # channel:thread:trigger:ref — one proposal per resolution, however often it is seen.
+    key: str = Field(unique=True)
+    channel_id: str = Field(index=True)
+    thread_ts: str
+    trigger: str  # alert_resolved | verified_write | marked_resolved
+    status: str = Field(index=True)  # proposed | remembered | discarded
+    title: str
+    symptom: str
+    cause: str
+    fix: str
+    evidence: str  # the thread's evidence ids, e.g. "E1, E3"
+    namespace: str = Field(index=True)  # "" when the thread named none
+    workloads: str  # space-separated names
+    alerts: str  # space-separated alert names
+    search_text: str
+    card_ts: str | None = None
+    proposed_by: str  # who or what resolved the thread
+    decided_by: str | None = None
+    decided_at: datetime | None = None
     created_at: datetime = Field(default_factory=utcnow)

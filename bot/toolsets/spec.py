@@ -136,6 +136,8 @@ class ToolContext:
     background: BackgroundPort | None = field(default=None, compare=False, repr=False)
     # The pipeline's checks for a target resolved at run time; None outside the pipeline.
     gate: TargetGate | None = field(default=None, compare=False, repr=False)
+    # The runbook ids (fnmatch patterns) the role may see; none without a role.
+    runbooks: tuple[str, ...] = ()
 
     async def admit(self, kind: str, namespace: str | None) -> None:
         """Ask the pipeline (when there is one) whether this target may be touched."""

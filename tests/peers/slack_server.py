@@ -326,6 +326,7 @@ _METHOD_TIERS = {
     "users.info": 4,
     "usergroups.users.list": 2,
     "conversations.info": 3,
+    "conversations.members": 4,
     "files.getUploadURLExternal": 4,
     "files.completeUploadExternal": 4,
     "agents.sessions.setStatus": 3,
@@ -502,6 +503,7 @@ class SlackServer:
         self._channels: dict[str, _Channel] = {}
         self._users: dict[str, _User] = {}
         self._usergroups: dict[str, list[str]] = {}
+        self._members: dict[str, list[str]] = {}
         self._faults: dict[str, list[_Fault]] = {}
         self._delays: dict[str, float] = {}
         self._holds: list[tuple[str, Callable[[Json], bool], asyncio.Event]] = []
@@ -542,6 +544,7 @@ class SlackServer:
             "conversations.info": SlackServer._conversations_info,
             "conversations.history": SlackServer._conversations_history,
             "usergroups.users.list": SlackServer._usergroups_users_list,
+            "conversations.members": SlackServer._conversations_members,
             "files.getUploadURLExternal": SlackServer._files_get_upload_url_external,
             "files.completeUploadExternal": SlackServer._files_complete_upload_external,
             "assistant.threads.setStatus": SlackServer._assistant_threads_set_status,
@@ -637,6 +640,10 @@ class SlackServer:
             deleted=deleted,
             tz=tz,
         )
+
+    def set_members(self, channel_id: str, users: list[str]) -> None:
+        """Set who conversations.members says is in `channel_id` (none until set)."""
+        self._members[channel_id] = list(users)
 
     def set_usergroup(self, usergroup_id: str, users: list[str]) -> None:
         """Set the members usergroups.users.list returns for `usergroup_id` (S…)."""
@@ -1336,6 +1343,19 @@ class SlackServer:
             "pin_count": 0,
             "response_metadata": {"next_cursor": "bmV4dA==" if more else ""},
         }
+
+    def _conversations_members(self, call: RecordedCall) -> Json:
+        """Slack's paging: `limit` members a page, `next_cursor` the next page's offset."""
+        channel_id = str(call.params.get("channel") or "")
+        if not channel_id or channel_id[0] not in "CGD":
+            return _error("channel_not_found")
+        members = self._members.get(channel_id, [])
+        start = int(call.params.get("cursor") or 0)
+        limit = int(call.params.get("limit") or 100)
+        page = members[start : start + limit]
+        more = start + limit < len(members)
+        cursor = str(start + limit) if more else ""
+        return {"ok": True, "members": page, "response_metadata": {"next_cursor": cursor}}
 
     def _usergroups_users_list(self, call: RecordedCall) -> Json:
         group = str(call.params.get("usergroup") or "")

@@ -27,7 +27,6 @@ from bot.slack.progress.common import (
 from bot.slack.progress.render import TaskLine, footer_blocks
 from bot.slack.progress.reporter import ThreadReporter, TurnContext
 from bot.slack.progress.writer import ThreadWriter
-from bot.slack.record import record_button_block
 from bot.slack.safe_text import escape_markdown, escape_mrkdwn
 
 log = logging.getLogger(__name__)
@@ -299,8 +298,7 @@ class NativeReporter(ThreadReporter):
             chunks.append(
                 {"type": "markdown_text", "text": f"\n\n{text}" if self._any_text else text}
             )
-        record = record_button_block(self._ctx.turn.session_key)
-        blocks = [*footer_blocks(self._footer(finished)), record, *self._feedback(finished)]
+        blocks = [*footer_blocks(self._footer(finished)), *self._answer_blocks(finished)]
         async with self._ctx.pacer.hold(self._channel, self._thread_ts) as slot:
             await self._stop(slot, _plan(_plan_title(finished.finish)), chunks, blocks)
         if not self._lost:

@@ -64,6 +64,8 @@ class TurnContext:
     model_name: str
     closing: ClosingCalls
     budget: SlackBudget = field(default_factory=lambda: SlackBudget(None, None))
+    # The blocks a complete answer ends with (the Mark resolved button).
+    answer_actions: list[Json] = field(default_factory=list)
 
 
 class ThreadReporter:
@@ -164,6 +166,12 @@ class ThreadReporter:
             self._tool_calls,
             time.monotonic() - self._started,
         )
+
+    def _answer_blocks(self, finished: TurnFinished) -> list[Json]:
+        """What an answer ends with: its buttons (Record, Mark resolved) under a complete
+        answer, then Slack's feedback buttons under any answer."""
+        actions = self._ctx.answer_actions if finished.finish is TurnFinish.STOP else []
+        return [*actions, *self._feedback(finished)]
 
     def _feedback(self, finished: TurnFinished) -> list[Json]:
         """Slack's feedback buttons, under an answer (not under an error or a stop)."""

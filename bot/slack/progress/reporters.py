@@ -19,6 +19,7 @@ from bot.slack.progress.common import (
     ActiveTurns,
     Background,
     Interrupt,
+    Json,
     SlackBudget,
     ThreadPacer,
     WorkspaceMemory,
@@ -49,11 +50,14 @@ class SlackReporters:
         model_name: str = "",
         pacer: SlackPacer | None = None,
         started: Callable[[str], None] | None = None,
+        answer_actions: Callable[[str], list[Json]] | None = None,
     ) -> None:
         """`pacer`: the workspace pacer of `client`'s session, asked whether a call would
         wait (None: every call has room); `started`: told the session key of each turn
         that starts answering (its queued notice, if any, loses its Stop button)."""
         self._started = started
+        # The buttons a complete answer ends with, by session key (Mark resolved).
+        self._answer_actions = answer_actions
         self._client = client
         self._config = config
         self._interrupt = interrupt
@@ -111,6 +115,9 @@ class SlackReporters:
             model_name=self._model_name,
             closing=self.closing,
             budget=self._budget,
+            answer_actions=(
+                self._answer_actions(session.session_key) if self._answer_actions else []
+            ),
         )
         if self._streams(session):
             native = NativeReporter(ctx)

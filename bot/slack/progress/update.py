@@ -28,7 +28,6 @@ from bot.slack.progress.common import (
 )
 from bot.slack.progress.render import TaskLine, footer_blocks, stop_button_block, truncate
 from bot.slack.progress.reporter import ThreadReporter, TurnContext
-from bot.slack.record import record_button_block
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +131,6 @@ class UpdateReporter(ThreadReporter):
             return truncate(body, UPDATE_TEXT_LIMIT), blocks
         line = self._footer(finished)
         blocks += footer_blocks(line)
-        blocks.append(record_button_block(self._ctx.turn.session_key))
         return truncate(body, UPDATE_TEXT_LIMIT - len(line) - 4) + f"\n_{line}_", blocks
 
     async def _finish(self, finished: TurnFinished) -> None:
@@ -178,4 +176,4 @@ class UpdateReporter(ThreadReporter):
             answer = f"{copy.MAX_ITERATIONS_NOTE}\n\n{answer}"
         if finished.stats.cut:
             answer = f"{answer}\n\n{copy.ANSWER_CUT_NOTE}"
-        await self._post_answer(answer, markdown, self._feedback(finished))
+        await self._post_answer(answer, markdown, self._answer_blocks(finished))

@@ -8,6 +8,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import copy
 from bot.slack.markdown import (
+    MAX_BLOCKS,
     split_text,
 )
 from bot.slack.progress.common import (
@@ -53,9 +54,13 @@ class ThreadWriter:
         if len(mrkdwn) > ANSWER_FILE_CHARS and await self._upload(mrkdwn, markdown or mrkdwn):
             mrkdwn = summary(mrkdwn, self._title)
         messages = answer_messages(mrkdwn)
+        extra = extra_blocks or []
+        if extra and len(messages[-1][1]) + len(extra) > MAX_BLOCKS:
+            # No room in the last part: the buttons come in a message of their own.
+            messages.append((copy.ANSWER_ACTIONS, []))
         for index, (text, blocks) in enumerate(messages):
             last = index == len(messages) - 1
-            await self._post_part(text, blocks + (extra_blocks or []) if last else blocks)
+            await self._post_part(text, blocks + extra if last else blocks)
 
     async def replace(self, ts: str, mrkdwn: str, extra_blocks: list[Json]) -> bool:
         """Make the message at `ts` show `mrkdwn` (and the rest in messages below it)."""

@@ -2,7 +2,7 @@
 what a 👎'd turn's tools read, captured (masked) when the 👎 was given.
 
 Revision ID: 0020
-Revises: 0016
+Revises: 0017
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ chain in the order they were written. Also `thread_summaries`: a long thread's o
 summarized by the low tier (`bot.agent.compaction`).
 
 Revision ID: 0023
-Revises: 0016
+Revises: 0020
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The knowledge toolset: the team's runbooks and the incidents a person confirmed."""
