@@ -479,7 +479,8 @@ def test_the_readme_and_example_config_show_alerts_config_that_parses(world: Wor
     snippet = section.split("```yaml\n")[1].split("```")[0]
     parse_config(merge(world.config_data, yaml.safe_load(snippet)))
     example = (root / "config" / "kelpie.example.yaml").read_text()
-    commented = example[example.index("# alerts:\n#   receivers") :].splitlines()
+    # The commented block, up to the blank line before the next section.
+    commented = example[example.index("# alerts:\n#   receivers") :].split("\n\n")[0].splitlines()
     block = "\n".join(line[2:] for line in commented if line.startswith("#"))
     parse_config(
         merge(world.config_data, {**yaml.safe_load(block), "server": alerting()["server"]})
