@@ -1,6 +1,7 @@
 """`kelpie eval` against scripted models: every bundled case passes with its reference
-script, and every expectation type fails when a script breaks it (the grader is tested,
-not a model). One fake model server for the module; the suite runs through the real
+script and fails with its failing script (tests/eval/failing.py) for the reason it broke,
+and every expectation type fails when a script breaks it (the grader is tested, not a
+model). One fake model server for the module; the suite runs through the real
 engine, pipeline, approvals and replay server."""
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from bot.eval.replay import ReplayServer
 from bot.eval.suite import SuiteOptions, SuiteOutcome, run_suite
 from bot.eval.surface import Capture
 from tests.eval import build_cases
+from tests.eval.failing import Broken, Failing, derive
 from tests.eval.kit import call
 from tests.eval.scripted import ScriptBook, load_script
 from tests.peers.model_server import DynamicStep, ModelServer
@@ -122,6 +124,47 @@ async def test_a_proposed_change_is_recorded_and_never_approved(bundled: SuiteOu
     assert "Approval needed: Restart deployment shop/web" in transcript
     assert "Withdrawn by kelpie-eval: not executed." in transcript
     assert "Approved by" not in transcript
+
+
+BUNDLED_IDS = sorted(p.name for p in bundled_cases_dir().iterdir() if (p / "case.yaml").is_file())
+
+
+@pytest.fixture(scope="module")
+def failing_scripts() -> dict[str, Failing]:
+    cases = load_cases(bundled_cases_dir())
+    return derive(cases, {case.id: load_script(case.id) for case in cases})
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def failed(
+    model: tuple[ModelServer, ScriptBook],
+    failing_scripts: dict[str, Failing],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, dict[str, Any]]:
+    """The whole bundled suite once more, each case with its failing script."""
+    scripts = {case_id: failing.script for case_id, failing in failing_scripts.items()}
+    out = tmp_path_factory.mktemp("failing")
+    outcome = await run(model, bundled_cases_dir(), out, scripts=scripts)
+    return {case["id"]: case for case in outcome.report["per_case"]}
+
+
+@pytest.mark.parametrize("case_id", BUNDLED_IDS)
+async def test_each_bundled_case_fails_with_its_failing_script_for_what_it_broke(
+    failed: dict[str, dict[str, Any]], failing_scripts: dict[str, Failing], case_id: str
+):
+    """Every reason the grader gives, and only those: a grader that passes everything, or
+    fails a case for another reason than the expectation its script broke, is caught."""
+    case = failed[case_id]
+    assert case["passed"] is False, f"{case_id} passed with its failing script"
+    reasons = case["tries"][0]["reasons"]
+    assert sorted(reasons) == sorted(failing_scripts[case_id].reasons), case["transcript"]
+
+
+async def test_the_failing_scripts_break_every_expectation_type(
+    failing_scripts: dict[str, Failing],
+):
+    assert sorted(failing_scripts) == BUNDLED_IDS
+    assert set().union(*(f.broken for f in failing_scripts.values())) == set(Broken)
 
 
 def variant(source: str, folder: Path, new_id: str, **expect: Any) -> str:
