@@ -56,7 +56,7 @@ async def test_an_interrupt_during_the_retry_delay_sends_no_further_request(worl
     world.model.assert_script_consumed()
 
 
-async def test_history_reload_stops_at_100_messages(world: World) -> None:
+async def test_history_reload_is_by_the_character_budget_not_a_count(world: World) -> None:
     world.model.reply_text("First answer.")
     world.model.reply_text("Follow-up answer.")
     await world.start_bot()
@@ -82,10 +82,11 @@ async def test_history_reload_stops_at_100_messages(world: World) -> None:
 
     sent = [str(m["content"]) for m in world.model.requests[1]["messages"]]
     old = [text for text in sent if text.startswith("old ")]
-    # The last 100 stored messages: old question 25 … old answer 74 (the session's first
-    # question rides along as the opening; this turn's message comes on top).
-    assert len(old) == 100
-    assert old[0] == "old question 25" and old[-1] == "old answer 74"
+    # All 150 (a few thousand characters, well within the tier's budget): the reload is
+    # cut by characters, not at a message count (tests/test_long_threads.py has the cut).
+    # The session's first question rides along as the opening; this turn's on top.
+    assert len(old) == 150
+    assert old[0] == "old question 0" and old[-1] == "old answer 74"
     assert any("the first question" in text for text in sent[1:3])
     world.model.assert_script_consumed()
 

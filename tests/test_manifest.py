@@ -34,6 +34,8 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "reactions.add": {"reactions:write"},
     "reactions.remove": {"reactions:write"},
     "conversations.info": {"channels:read", "groups:read"},
+    # Who may decide a memory card: the channel's members (public and private channels).
+    "conversations.members": {"channels:read", "groups:read"},
     # An alert header's metadata found again after a crash (public and private channels).
     "conversations.history": {"channels:history", "groups:history"},
     "users.info": {"users:read"},

@@ -199,6 +199,9 @@ async def test_a_card_with_a_30000_character_reason_shows_all_of_it(world: World
     reason = mixed_answer(32_000) + "\n\n<!channel> <@U0BOB> & co"
     assert len(reason) > 30_000
     scale_with_reason(world, reason)
+    # The decision's turn finds the 32,000-character call over the low tier's history
+    # budget: the low tier summarizes it first (tests/test_long_threads.py).
+    world.model.reply_text("Earlier: a scale of checkout-api to 5 was proposed.")
     world.model.reply_text("Scaled.")
     await world.start_bot()
     mention = await world.mention(OPS_CHANNEL, ALICE, "scale checkout-api to 5")
@@ -255,7 +258,7 @@ async def test_a_long_command_reply_arrives_whole_in_pieces_only_the_asker_sees(
     mention = await world.mention(SHOP_CHANNEL, ALICE, mixed_answer(36_000))
     await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 1)
     follow_up = world.slack.message(
-        SHOP_CHANNEL, ALICE, mixed_answer(36_000, code_lines=30), thread_ts=mention["ts"]
+        SHOP_CHANNEL, ALICE, mixed_answer(40_000, code_lines=30), thread_ts=mention["ts"]
     )
     await world.slack.deliver_event(follow_up)
     await world.wait_bot_replies(SHOP_CHANNEL, mention["ts"], 2)

@@ -158,8 +158,11 @@ async def test_native_stream_shows_tasks_in_order_then_the_answer_and_a_footer(w
     assert footer == footer_of(stream)
     assert "test-model" in footer and "3 rounds" in footer and "2 tool calls" in footer
     assert " in / " in footer and footer.endswith(" s")
-    # Under the footer, Slack's feedback buttons (tests/test_feedback.py).
-    assert [b["type"] for b in stream.blocks] == ["context", "context_actions"]
+    # Under the footer, the answer's buttons (Record; tests/test_record.py), then Slack's
+    # feedback buttons (tests/test_feedback.py).
+    assert [b["type"] for b in stream.blocks] == ["context", "actions", "context_actions"]
+    [record] = stream.blocks[1]["elements"]
+    assert record["text"]["text"] == "Record"
     assert world.slack.reactions(SHOP_CHANNEL, mention["ts"]) == ["white_check_mark"]
     assert world.slack.calls_to("chat.update") == []
 
@@ -287,9 +290,10 @@ async def test_update_mode_edits_at_most_once_a_second_and_posts_the_answer_apar
     assert all(gap >= 1.0 for gap in gaps), gaps
     # The answer: its own messages, sections within Slack's limits, nothing lost.
     assert len(answers) >= 1
-    # The last one ends with Slack's feedback buttons (tests/test_feedback.py).
-    assert answers[-1].blocks[-1]["type"] == "context_actions"
-    sections = [b for m in answers for b in m.blocks if b["type"] != "context_actions"]
+    # The last one ends with the answer's buttons, then Slack's feedback buttons.
+    assert [b["type"] for b in answers[-1].blocks[-2:]] == ["actions", "context_actions"]
+    buttons = ("actions", "context_actions")
+    sections = [b for m in answers for b in m.blocks if b["type"] not in buttons]
     assert len(sections) >= 4 and all(b["type"] == "section" for b in sections)
     assert all(len(b["text"]["text"]) <= SECTION_LIMIT for b in sections)
     assert all(len(m.blocks) <= 50 for m in answers)

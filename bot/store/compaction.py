@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from bot.store.db import Database, insert_ignoring_duplicates
 from bot.store.repositories import _message
@@ -42,35 +42,46 @@ class ThreadMemory:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def _rows_before(self, session_id: int, below: int | None) -> list[MessageRow]:
+    async def _rows_before(
+        self, session_id: int, below: int | None, turns: list[str] | None
+    ) -> list[MessageRow]:
         query = select(MessageRow).where(
             MessageRow.session_id == session_id, col(MessageRow.complete)
         )
         if below is not None:
             query = query.where(col(MessageRow.id) < below)
+        if turns is not None:
+            query = query.where(col(MessageRow.turn_id).in_(turns))
         async with self._db.sessions() as session:
             found = await session.exec(query.order_by(col(MessageRow.id).desc()).limit(PAGE))
             return list(found.all())
 
-    async def _turn_start(self, session_id: int, turn_id: str) -> int | None:
+    async def _turns_before(self, session_id: int, turn_id: str) -> list[str] | None:
+        """The turns that began before `turn_id` (None: it stored nothing yet). Whole turns:
+        a turn still running when a queued question arrived stores its answer after that
+        question, and the queued turn must see that answer."""
         async with self._db.sessions() as session:
             found = await session.exec(
-                select(MessageRow.id)
-                .where(MessageRow.session_id == session_id, MessageRow.turn_id == turn_id)
-                .order_by(col(MessageRow.id))
-                .limit(1)
+                select(MessageRow.turn_id, func.min(MessageRow.id))
+                .where(MessageRow.session_id == session_id)
+                .group_by(col(MessageRow.turn_id))
             )
-            return found.first()
+            starts = {turn: first for turn, first in found.all()}
+        cutoff = starts.get(turn_id)
+        if cutoff is None:
+            return None
+        return [turn for turn, first in starts.items() if first is not None and first < cutoff]
 
     async def recent(self, session_id: int, budget_chars: int, before_turn: str | None) -> Window:
-        """The newest whole turns (before `before_turn`'s first message) within
+        """The newest whole turns (those that began before `before_turn`) within
         `budget_chars`, read page by page from the newest; never a turn cut in two."""
-        below = await self._turn_start(session_id, before_turn) if before_turn else None
+        turns = await self._turns_before(session_id, before_turn) if before_turn else None
+        below: int | None = None
         kept: list[MessageRow] = []
         turn: list[MessageRow] = []
         used = 0
         while True:
-            page = await self._rows_before(session_id, below)
+            page = await self._rows_before(session_id, below, turns)
             for row in page:
                 if turn and row.turn_id != turn[0].turn_id:
                     kept, turn = kept + turn, []

@@ -378,6 +378,7 @@ class ThreadSummaryRow(SQLModel, table=True):
     through_message_id: int = Field(primary_key=True)
     text: str
     model: str
+    created_at: datetime = Field(default_factory=utcnow)
 
 
 class IncidentMemoryRow(SQLModel, table=True):
