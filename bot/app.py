@@ -848,9 +848,7 @@ def build_core(
 def team_knowledge(config: Config, kube: KubeClients, memories: IncidentMemories) -> Knowledge:
     """The runbooks (read with kelpie's own identity from the default cluster unless
     `knowledge.runbooks.cluster` says another) and the remembered incidents."""
-    clusters = config.kubernetes
-    cluster = clusters.default or clusters.clusters[0].name
-    return knowledge(config.knowledge, kube, cluster, memories)
+    return knowledge(config.knowledge, kube, config.kubernetes.default_cluster, memories)
 
 
 def _verifier(

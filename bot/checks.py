@@ -420,7 +420,7 @@ async def runbook_checks(config: Config) -> list[CheckResult]:
     if not (section.path or section.configmap):
         return []
     clients = kube_clients(config)
-    cluster = config.kubernetes.default or config.kubernetes.clusters[0].name
+    cluster = config.kubernetes.default_cluster
     try:
         shelf = await RunbookSource(section, clients, cluster, time.monotonic).shelf()
     finally:
