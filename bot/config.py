@@ -927,12 +927,9 @@ def reference_problems(data: dict[str, Any]) -> list[str]:
         if not isinstance(channel, dict):
             continue
         role, cluster = channel.get("role"), channel.get("cluster")
-        if isinstance(role, str) and role != NO_ROLE and role not in roles:
-            problems.append(f'channels[{i}].role: unknown role "{role}" ({role_names})')
-        if isinstance(cluster, str) and clusters is not None and cluster not in clusters:
-            problems.append(
-                f'channels[{i}].cluster: unknown cluster "{cluster}" ({", ".join(clusters)})'
-            )
+        if role != NO_ROLE:
+            problems += _unknown(f"channels[{i}].role", "role", role, roles, role_names)
+        problems += _unknown_cluster(f"channels[{i}].cluster", cluster, clusters)
     guardian = _mapping(data, "guardian")
     profile = guardian.get("model_profile", GuardianConfig().model_profile)
     profiles = _mapping(_mapping(data, "models"), "profiles")
@@ -940,8 +937,7 @@ def reference_problems(data: dict[str, Any]) -> list[str]:
         problems.append(f'guardian.model_profile: unknown profile "{profile}"')
     problems += _observability_references(_mapping(data, "observability"), clusters)
     summary = _mapping(data, "agent").get("summary_profile")
-    if isinstance(summary, str) and summary not in profiles:
-        problems.append(f'agent.summary_profile: unknown profile "{summary}"')
+    problems += _unknown("agent.summary_profile", "profile", summary, profiles)
     problems += _mcp_references(data)
     problems += _mcp_client_references(_mapping(data, "mcp"), role_names, roles, clusters)
     problems += _knowledge_references(_mapping(data, "knowledge"), clusters, list(profiles))
@@ -975,28 +971,20 @@ def _mcp_client_references(
         if not isinstance(client, dict):
             continue
         role, cluster = client.get("role"), client.get("cluster")
-        if isinstance(role, str) and role not in roles:
-            problems.append(f'mcp.clients[{i}].role: unknown role "{role}" ({role_names})')
-        if isinstance(cluster, str) and clusters is not None and cluster not in clusters:
-            problems.append(
-                f'mcp.clients[{i}].cluster: unknown cluster "{cluster}" ({", ".join(clusters)})'
-            )
+        problems += _unknown(f"mcp.clients[{i}].role", "role", role, roles, role_names)
+        problems += _unknown_cluster(f"mcp.clients[{i}].cluster", cluster, clusters)
     return problems
 
 
 def _knowledge_references(
     data: dict[str, Any], clusters: list[str] | None, profiles: list[str]
 ) -> list[str]:
-    problems: list[str] = []
     cluster = _mapping(data, "runbooks").get("cluster")
-    if isinstance(cluster, str) and clusters is not None and cluster not in clusters:
-        problems.append(
-            f'knowledge.runbooks.cluster: unknown cluster "{cluster}" ({", ".join(clusters)})'
-        )
     profile = _mapping(data, "memory").get("model_profile")
-    if isinstance(profile, str) and profile not in profiles:
-        problems.append(f'knowledge.memory.model_profile: unknown profile "{profile}"')
-    return problems
+    return [
+        *_unknown_cluster("knowledge.runbooks.cluster", cluster, clusters),
+        *_unknown("knowledge.memory.model_profile", "profile", profile, profiles),
+    ]
 
 
 def _observability_references(data: dict[str, Any], clusters: list[str] | None) -> list[str]:
@@ -1012,12 +1000,25 @@ def _observability_references(data: dict[str, Any], clusters: list[str] | None) 
             if instance["name"] in names:
                 problems.append(f"{where}: the name is used twice; names are unique per kind")
             names.append(instance["name"])
-            cluster = instance.get("cluster")
-            if isinstance(cluster, str) and clusters is not None and cluster not in clusters:
-                problems.append(
-                    f'{where}.cluster: unknown cluster "{cluster}" ({", ".join(clusters)})'
-                )
+            problems += _unknown_cluster(f"{where}.cluster", instance.get("cluster"), clusters)
     return problems
+
+
+def _unknown(
+    where: str, what: str, name: object, known: Iterable[str], listed: str | None = None
+) -> list[str]:
+    """One sentence when `name` (a string the config gave) names no `what` in `known`;
+    `listed` ends it with what exists."""
+    if not isinstance(name, str) or name in known:
+        return []
+    return [f'{where}: unknown {what} "{name}"' + (f" ({listed})" if listed else "")]
+
+
+def _unknown_cluster(where: str, name: object, clusters: list[str] | None) -> list[str]:
+    # None: the clusters section itself is malformed (the schema's pass says so).
+    if clusters is None:
+        return []
+    return _unknown(where, "cluster", name, clusters, ", ".join(clusters))
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:
