@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from bot.approvals.verify import RECOVERED
 from bot.slack.memory import DISCARD_ACTION, MARK_RESOLVED_ACTION, REMEMBER_ACTION
 from tests.peers.model_server import DynamicStep, TextStep
 from tests.postgres import free_port
 from tests.test_alerts import alerting, fired, header, payload, post
 from tests.test_approvals import click as click_approval
 from tests.test_approvals import wait_card, wait_said
+from tests.test_verify import DeadReplica, following_restart
 from tests.world import ALICE, BOB, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World, merge
 
 MEMORY_ON = {"knowledge": {"memory": {"enabled": True}}}
@@ -178,3 +180,28 @@ async def test_a_resolved_alert_offers_its_memory_card_with_the_alert_and_worklo
     offered = await memory_card(world, SHOP_CHANNEL, first.ts)
     assert "*Fix:* it recovered by itself" in offered.text
     assert "*Keys:* shop checkout-api CheckoutDown" in offered.text
+
+
+async def test_a_recovered_verdict_a_dead_replica_left_unsaid_offers_its_memory_once(
+    world: World,
+):
+    """The verdict stored by a replica killed before saying it is said by the next one,
+    which offers its memory then (it knows only the stored sentence)."""
+    mention, identifier = await following_restart(world)
+    dead = DeadReplica(world.config.database.url)
+    stored = RECOVERED.format(what="Restart deployment shop/checkout-api", evidence="all ready")
+    try:
+        await dead.conclude(identifier, stored, said_ts=None)
+        await world.start_bot(MEMORY_ON)
+        verdict = await wait_said(world, mention["ts"], "Recovered:")
+        assert verdict.text == stored
+        offered = await memory_card(world, OPS_CHANNEL, mention["ts"])
+        assert "*Keys:* shop checkout-api" in offered.text
+        await dead.state(identifier, "done")
+        await world.drain()
+    finally:
+        await dead.db.close()
+    asked = [r for r in world.model.requests if "incident memory" in json.dumps(r["messages"])]
+    assert len(asked) == 1 and f"resolution: {stored}" in json.dumps(asked)
+    thread = world.slack.thread(OPS_CHANNEL, mention["ts"])
+    assert len([m for m in thread if button(m, REMEMBER_ACTION)]) == 1

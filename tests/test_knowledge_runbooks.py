@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from bot.checks import runbook_checks
-from bot.config import ConfigError, parse_config
-from bot.toolsets.knowledge.runbooks import parse_runbook
+from bot.config import ConfigError, RunbooksConfig, parse_config
+from bot.toolsets.knowledge.runbooks import RunbookSource, parse_runbook
 from bot.toolsets.knowledge.subject import ThreadSubject
+from bot.toolsets.kube.client import KubeClients
 from tests.world import ALICE, OPS_CHANNEL, SHOP_CHANNEL, World, merge
 
 CHECKOUT = """\
@@ -176,3 +177,20 @@ async def test_kelpie_check_counts_the_runbooks_and_names_a_skipped_file(world: 
     (folder / "broken.md").unlink()
     [result] = await runbook_checks(world.config)
     assert result.line() == "ok   runbooks: 2 loaded (checkout-latency, payments-timeouts)"
+
+
+async def test_the_runbook_shelf_is_read_again_only_after_reload_s(tmp_path: Path):
+    """Every turn asks for the shelf: within `reload_s` it is the one read before (a file
+    added meanwhile is not seen), after it the folder is read again."""
+    (tmp_path / "payments-timeouts.md").write_text(PAYMENTS)
+    now = [1000.0]
+    config = RunbooksConfig(path=str(tmp_path), reload_s=60)
+    source = RunbookSource(config, KubeClients({}), "", lambda: now[0])
+    assert [r.id for r in (await source.shelf()).runbooks] == ["payments-timeouts"]
+
+    (tmp_path / "checkout-latency.md").write_text(CHECKOUT)
+    now[0] += 59
+    assert [r.id for r in (await source.shelf()).runbooks] == ["payments-timeouts"]
+    now[0] += 1
+    shelf = await source.shelf()
+    assert [r.id for r in shelf.runbooks] == ["checkout-latency", "payments-timeouts"]

@@ -577,12 +577,8 @@ class AgentSessions:
             if self._openings is not None
             else None
         )
-        knowledge = await knowledge_for(
-            self._knowledge,
-            binding.tool_context(),
-            frozenset(tool.name for tool in tools),
-            [opening, spec.opening],
-        )
+        context, offered = binding.tool_context(), frozenset(tool.name for tool in tools)
+        knowledge = await knowledge_for(self._knowledge, context, offered, [opening, spec.opening])
         prompt = system_prompt(
             PromptContext(
                 role_name=binding.role_name,
@@ -603,16 +599,11 @@ class AgentSessions:
             slack_user=origin.asker,
             role_name=binding.role_name,
             role=binding.role,
-            tool_context=binding.tool_context(),
-            offered=frozenset(tool.name for tool in tools),
+            tool_context=context,
+            offered=offered,
             abort=abort,
             user_request=origin.text,
             turn_id=spec.turn_id,
-        )
-        opening = (
-            await self._openings.first_user_message(session.id)
-            if self._openings is not None
-            else None
         )
         if history is None:
             history = await self._compacted(spec, policy, prompt, opening)

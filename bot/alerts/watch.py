@@ -129,8 +129,10 @@ class WatchedChannels:
         self._clock = clock
 
     def _pick(self, event: Any) -> tuple[BotMessage, _Watched] | None:
-        message = bot_message(event)
-        watched = self._watched.get(message.channel) if message is not None else None
+        # Every message event passes here: a channel not watched costs one dict lookup.
+        channel = event.get("channel") if isinstance(event, dict) else None
+        watched = self._watched.get(channel) if isinstance(channel, str) else None
+        message = bot_message(event) if watched is not None else None
         if message is None or watched is None or not watched.sends(message):
             return None
         return message, watched

@@ -337,7 +337,7 @@ class Verifier:
             # Stored before it is said: a crash from here on leaves it to be said once.
             if not await self._store.conclude(approval.id, text):
                 return
-            await self._announce(approval, text, rollback)
+            await self._announce(approval, text, rollback, recovered=verdict.recovered)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -389,8 +389,11 @@ class Verifier:
             return text + NO_ROLLBACK.format(why=rollback), None
         return text + ROLLBACK_OFFERED, rollback
 
-    async def _announce(self, approval: Approval, text: str, rollback: Approval | None) -> None:
-        """Say the concluded verdict, then post the rollback card below it, then end."""
+    async def _announce(
+        self, approval: Approval, text: str, rollback: Approval | None, *, recovered: bool
+    ) -> None:
+        """Say the concluded verdict, then post the rollback card below it (or, recovered,
+        tell the hooks), then end."""
         try:
             ts = await self._cards.tell(approval, text)
         except Exception:
@@ -401,7 +404,7 @@ class Verifier:
         await self._store.said(approval.id, ts)
         if rollback is not None:
             await self._rollbacks.propose(rollback)
-        if text.startswith(RECOVERED.split("{", 1)[0]):
+        if recovered:
             for hook in self._recovered:  # said once: a memory is offered once
                 hook(approval, text)
         await self._store.finish(approval.id)
@@ -412,7 +415,10 @@ class Verifier:
         try:
             rollback = await self._left_rollback(approval, left)
             if left.said_ts is None:
-                await self._announce(approval, left.verdict or "", rollback)
+                # Only the verdict's sentence is stored: whether it recovered is read there.
+                said = left.verdict or ""
+                recovered = said.startswith(RECOVERED.split("{", 1)[0])
+                await self._announce(approval, said, rollback, recovered=recovered)
                 return
             if rollback is not None:
                 await self._rollbacks.propose(rollback)

@@ -180,14 +180,14 @@ class IncidentMemories:
         async with self._db.sessions() as session:
             connection = await session.connection()
             ids = await connection.run_sync(lambda c: _matching_ids(c, wanted, namespace))
-            rows = []
-            for memory_id in ids:
-                row = await session.get(IncidentMemoryRow, memory_id)
-                if row is not None and _admitted(row.namespace, namespaces):
-                    rows.append(row)
-                if len(rows) >= limit:
-                    break
-        return rows
+            if not ids:
+                return []
+            found = await session.exec(
+                select(IncidentMemoryRow).where(col(IncidentMemoryRow.id).in_(ids))
+            )
+            by_id = {row.id: row for row in found.all()}
+        ranked = (by_id[i] for i in ids if i in by_id)  # in the search's order
+        return [row for row in ranked if _admitted(row.namespace, namespaces)][:limit]
 
 
 def _admitted(namespace: str, patterns: Sequence[str]) -> bool:

@@ -9,6 +9,7 @@ This module does not decide which runbooks a thread is offered in its prompt bey
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable, Iterable
@@ -167,7 +168,7 @@ class RunbookSource:
     async def shelf(self) -> Shelf:
         if self._shelf is not None and self._clock() - self._loaded_at < self._config.reload_s:
             return self._shelf
-        runbooks, problems = self._folder()
+        runbooks, problems = await asyncio.to_thread(self._folder)  # files: off the loop
         more, trouble = await self._configmap()
         by_id = {r.id: r for r in [*runbooks, *more]}  # the ConfigMap's wins a shared id
         ordered = tuple(sorted(by_id.values(), key=lambda r: r.id))
