@@ -144,13 +144,20 @@ def roll(real: RealBackend, name: str, image: str, cause: str, revision: int) ->
     real.admin.apps.patch_namespaced_deployment(name, real.namespace, patch)
 
     def revised() -> bool:
+        # The controller makes the ReplicaSet, then writes the revision on the Deployment in
+        # a second update: wait for both, or a read in between sees the older revision.
+        key = "deployment.kubernetes.io/revision"
         found = real.admin.json(
             real.admin.apps.list_namespaced_replica_set,
             real.namespace,
             label_selector=f"app={name}",
         )
         annotations = [(rs["metadata"].get("annotations") or {}) for rs in found["items"]]
-        return any(a.get("deployment.kubernetes.io/revision") == str(revision) for a in annotations)
+        deployment = real.admin.json(
+            real.admin.apps.read_namespaced_deployment, name, real.namespace
+        )
+        marked = (deployment["metadata"].get("annotations") or {}).get(key) == str(revision)
+        return marked and any(a.get(key) == str(revision) for a in annotations)
 
     eventually(f"revision {revision} of {name}", revised)
 
