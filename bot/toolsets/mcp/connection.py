@@ -125,9 +125,8 @@ class McpConnection:
             raise ToolFailure(self.problem or f"MCP server {self.name} is not connected")
         timeout = self._config.timeout_s
         try:
-            return await asyncio.wait_for(
-                client.call_tool(tool, arguments, read_timeout_seconds=timeout), timeout
-            )
+            # The client's own read timeout is the same (`_connected`): this one says which.
+            return await asyncio.wait_for(client.call_tool(tool, arguments), timeout)
         except TimeoutError:
             raise ToolFailure(
                 f"MCP server {self.name} did not answer {tool} within {timeout:g} s"
