@@ -8,7 +8,6 @@ features, and prints one line each. Nothing here starts the bot.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -28,7 +27,7 @@ from bot.pipeline.roles import ChannelRoles
 from bot.slack.manifest import BOT_EVENTS, BOT_SCOPES
 from bot.toolsets.knowledge.runbooks import RunbookSource
 from bot.toolsets.mcp.connection import McpConnection, ServerState
-from bot.toolsets.mcp.toolset import is_read
+from bot.toolsets.mcp.toolset import is_read, mcp_toolset
 from bot.toolsets.observe.alertmanager import Alertmanager
 from bot.toolsets.observe.http import Endpoint, ObserveError, ObserveHttp
 from bot.toolsets.observe.instances import Instances
@@ -355,15 +354,15 @@ def _route_check(index: int, route: AlertRoute, roles: ChannelRoles) -> CheckRes
 async def mcp_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     """Each MCP server (`mcp.servers`): reached and listed, with how many of its tools are
     reads and writes by kelpie's config; one line each, a server that fails included."""
-    results = []
-    for name, server in config.mcp.servers.items():
-        connection = McpConnection(name, server, partial(secrets.mcp_values, name))
-        try:
-            await connection.start()
-            results.append(_mcp_result(connection, server))
-        finally:
-            await connection.close()
-    return results
+    toolset = mcp_toolset(config.mcp.servers, secrets.mcp_values)
+    try:
+        await toolset.start()  # every server at once, as at kelpie's start
+        return [
+            _mcp_result(connection, config.mcp.servers[connection.name])
+            for connection in toolset.connections
+        ]
+    finally:
+        await toolset.close()
 
 
 def _mcp_result(connection: McpConnection, server: McpServerConfig) -> CheckResult:

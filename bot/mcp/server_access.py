@@ -74,10 +74,11 @@ def client_of(session_key: str) -> str | None:
 
 
 class McpCallers:
-    """The configured clients and their tokens (read from the environment once)."""
+    """The configured clients, each bound once to its role and cluster (the configuration
+    is the process's), and their tokens (read from the environment once)."""
 
-    def __init__(self, config: Config, tokens: dict[str, bytes]) -> None:
-        self._config = config
+    def __init__(self, callers: dict[str, McpCaller], tokens: dict[str, bytes]) -> None:
+        self._callers = callers
         self._tokens = tokens
 
     @classmethod
@@ -90,7 +91,7 @@ class McpCallers:
         }
         if len(set(tokens.values())) != len(tokens):
             raise ConfigError([copy.SHARED_TOKEN])
-        return cls(config, tokens)
+        return cls({client.name: _caller(config, client) for client in config.mcp.clients}, tokens)
 
     def authenticate(self, token: str | None) -> McpCaller | None:
         """The client this token belongs to; None for no token or an unknown one. Every
@@ -105,16 +106,15 @@ class McpCallers:
         return self.caller(found) if found is not None else None
 
     def caller(self, name: str) -> McpCaller | None:
-        client = next((c for c in self._config.mcp.clients if c.name == name), None)
-        return self._described(client) if client is not None else None
+        """The client of this name (None: no longer configured)."""
+        return self._callers.get(name)
 
-    def _described(self, client: McpClientConfig) -> McpCaller | None:
-        role = self._config.roles.get(client.role)
-        if role is None:
-            return None
-        cluster = client.cluster or self._config.kubernetes.default_cluster
-        binding = ChannelBinding(client.role, role, cluster, None)
-        return McpCaller(client.name, binding, client.approval_channel)
+
+def _caller(config: Config, client: McpClientConfig) -> McpCaller:
+    """A client bound to its role (the configuration refuses one it does not define)."""
+    cluster = client.cluster or config.kubernetes.default_cluster
+    binding = ChannelBinding(client.role, config.roles[client.role], cluster, None)
+    return McpCaller(client.name, binding, client.approval_channel)
 
 
 class McpBindings:

@@ -86,18 +86,15 @@ class McpConnection:
         self._lost = False
         self._task: asyncio.Task[None] | None = None
 
-    @property
-    def timeout_s(self) -> float:
-        return self._config.timeout_s
-
     async def start(self) -> None:
         """Start the owner task; return once it connected or failed once (or timed out)."""
         if self._task is None:
             self._task = asyncio.create_task(self._own(), name=f"kelpie-mcp-{self.name}")
+        timeout = self._config.timeout_s
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._attempted.wait(), self._config.timeout_s)
+            await asyncio.wait_for(self._attempted.wait(), timeout)
         if self.state is ServerState.CONNECTING:
-            self._down(f"MCP server {self.name} did not answer within {self.timeout_s:g} s")
+            self._down(f"MCP server {self.name} did not answer within {timeout:g} s")
 
     async def close(self) -> None:
         self.state = ServerState.CLOSED
@@ -112,11 +109,6 @@ class McpConnection:
             with contextlib.suppress(BaseException):
                 await task
 
-    async def refresh(self) -> None:
-        """Read the tool list again now (as a list-changed event does)."""
-        self._wake.set()
-        await asyncio.sleep(0)
-
     async def call(self, tool: str, arguments: dict[str, Any]) -> CallToolResult:
         """The server's answer to one call; ToolFailure with one sentence when it is down,
         too slow or the connection broke."""
@@ -125,9 +117,8 @@ class McpConnection:
             raise ToolFailure(self.problem or f"MCP server {self.name} is not connected")
         timeout = self._config.timeout_s
         try:
-            return await asyncio.wait_for(
-                client.call_tool(tool, arguments, read_timeout_seconds=timeout), timeout
-            )
+            # The client's own read timeout is the same (`_connected`): this one says which.
+            return await asyncio.wait_for(client.call_tool(tool, arguments), timeout)
         except TimeoutError:
             raise ToolFailure(
                 f"MCP server {self.name} did not answer {tool} within {timeout:g} s"

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 from mcp.types import CallToolResult, TextContent
@@ -83,22 +83,32 @@ def _folded(key: str) -> str:
 
 @dataclass(frozen=True)
 class McpTool:
-    """One listed tool of one server, and how kelpie calls it."""
+    """One listed tool of one server, and how kelpie calls it (what its schema says is read
+    once, when the list is: a call only looks it up)."""
 
     server: str
     listed: ListedTool
     connection: McpConnection
     kind: ToolKind
 
-    @property
+    @cached_property
     def name(self) -> str:
         return model_name(self.server, self.listed.name)
+
+    @cached_property
+    def namespace_arg(self) -> str | None:
+        return namespace_key(self.listed.input_schema)
+
+    @cached_property
+    def declared(self) -> frozenset[str]:
+        properties = self.listed.input_schema.get("properties")
+        return frozenset(properties) if isinstance(properties, dict) else frozenset()
 
     def namespace(self, args: dict[str, Any], context: ToolContext) -> str | None:
         """Where a call lands: its namespace argument, or (absent) the channel's default,
         which `sent` then passes on. Any other value ("*", "", null, a list…) may mean
         every namespace to the server: judged as all namespaces (None)."""
-        key = namespace_key(self.listed.input_schema)
+        key = self.namespace_arg
         if key is None or key not in args:
             return context.default_namespace
         value = args[key]
@@ -109,7 +119,7 @@ class McpTool:
         namespace where the model named none (the namespace the pipeline judged, not the
         server's own default)."""
         checked = self.check(args)
-        key = namespace_key(self.listed.input_schema)
+        key = self.namespace_arg
         if key is not None and key not in checked and context.default_namespace:
             return {**checked, key: context.default_namespace}
         return checked
@@ -117,11 +127,9 @@ class McpTool:
     def check(self, args: dict[str, Any]) -> dict[str, Any]:
         """The arguments, once no argument is one the tool does not declare (so no
         namespace reaches a tool the pipeline did not judge as namespaced)."""
-        schema = self.listed.input_schema
-        properties = schema.get("properties")
-        declared = set(properties) if isinstance(properties, dict) else set()
+        declared = self.declared
         unknown = sorted(set(args) - declared)
-        if schema.get("additionalProperties"):
+        if self.listed.input_schema.get("additionalProperties"):
             # A free-form tool takes any argument, but never an undeclared namespace.
             unknown = [key for key in unknown if _folded(key) in _NAMESPACE_KEYS]
         if unknown:
@@ -153,11 +161,7 @@ class McpTool:
             description=self.description(),
             parameters=_with_reason(schema) if write else schema,
             handler=_approval_only if write else self.run,
-            scope=(
-                ToolScope.NAMESPACED
-                if namespace_key(self.listed.input_schema) is not None
-                else ToolScope.QUERY
-            ),
+            scope=ToolScope.NAMESPACED if self.namespace_arg is not None else ToolScope.QUERY,
             write=McpWrite(self) if write else None,
             target=self.namespace,
             pattern=role_name(self.server, self.listed.name),
@@ -181,8 +185,7 @@ class McpWrite:
         if tool.connection.state is not ServerState.UP:
             raise ToolFailure(tool.connection.problem or f"MCP server {tool.server} is down")
         # The namespace the call lands in, where the tool has a namespace argument.
-        namespaced = namespace_key(tool.listed.input_schema) is not None
-        namespace = tool.namespace(checked, context) if namespaced else None
+        namespace = tool.namespace(checked, context) if tool.namespace_arg is not None else None
         return WritePlan(
             tool=tool.name,
             description=f"Call {tool.listed.name} on MCP server {tool.server}",
@@ -229,9 +232,9 @@ class McpToolset:
         return found
 
     def _tools_of(self, connection: McpConnection) -> list[Tool]:
-        listed = connection.tools
+        listed = connection.tools  # a new tuple only when the server's list changed
         kept = self._built.get(connection.name)
-        if kept is not None and kept[0] == listed:
+        if kept is not None and kept[0] is listed:
             return kept[1]
         config = self._configs[connection.name]
         built: dict[str, Tool] = {}
