@@ -609,11 +609,6 @@ class AgentSessions:
             user_request=origin.text,
             turn_id=spec.turn_id,
         )
-        opening = (
-            await self._openings.first_user_message(session.id)
-            if self._openings is not None
-            else None
-        )
         if history is None:
             history = await self._compacted(spec, policy, prompt, opening)
         request = TurnRequest(
