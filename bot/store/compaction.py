@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlmodel import Session, col, func, select
+from sqlmodel import Session, col, select
 
 from bot.store.db import Database, insert_ignoring_duplicates
-from bot.store.repositories import _message
+from bot.store.repositories import _message, turn_starts, turns_before
 from bot.store.tables import (
     ApprovalRow,
     MessageRow,
@@ -57,20 +57,8 @@ class ThreadMemory:
             return list(found.all())
 
     async def _turns_before(self, session_id: int, turn_id: str) -> list[str] | None:
-        """The turns that began before `turn_id` (None: it stored nothing yet). Whole turns:
-        a turn still running when a queued question arrived stores its answer after that
-        question, and the queued turn must see that answer."""
         async with self._db.sessions() as session:
-            found = await session.exec(
-                select(MessageRow.turn_id, func.min(MessageRow.id))
-                .where(MessageRow.session_id == session_id)
-                .group_by(col(MessageRow.turn_id))
-            )
-            starts = {turn: first for turn, first in found.all()}
-        cutoff = starts.get(turn_id)
-        if cutoff is None:
-            return None
-        return [turn for turn, first in starts.items() if first is not None and first < cutoff]
+            return turns_before(await turn_starts(session, session_id), turn_id)
 
     async def recent(self, session_id: int, budget_chars: int, before_turn: str | None) -> Window:
         """The newest whole turns (those that began before `before_turn`) within
