@@ -14,16 +14,19 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
 
 from bot.config import Config, ConfigError, Secrets, load_config, resolve_config_path
 from bot.errors import KelpieError
+
+T = TypeVar("T")
 
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -303,19 +306,35 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0 if outcome.all_passed else EXIT_FAILED
 
 
+class _Failed(Exception):
+    """An offline command already said why it failed; `code` is its exit status."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+def _offline(args: argparse.Namespace, work: Callable[[Config], Coroutine[Any, Any, T]]) -> T:
+    """`work(config)` for a command beside `kelpie run` (audit, eval export): the config
+    loaded, logging at ERROR; a problem is printed and raised as `_Failed`."""
+    try:
+        config = _load(args.config)
+    except ConfigError as error:
+        raise _Failed(_print_config_problems(error)) from None
+    _configure_logging(config, "ERROR")
+    try:
+        return asyncio.run(work(config))
+    except KelpieError as error:
+        print(f"kelpie: {error.user_message}", file=sys.stderr)
+        raise _Failed(EXIT_FAILED) from None
+
+
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from bot.store.audit import verify
 
     try:
-        config = _load(args.config)
-    except ConfigError as error:
-        return _print_config_problems(error)
-    _configure_logging(config, "ERROR")
-    try:
-        verdict = asyncio.run(_with_store(config, verify))
-    except KelpieError as error:
-        print(f"kelpie: {error.user_message}", file=sys.stderr)
-        return EXIT_FAILED
+        verdict = _offline(args, lambda config: _with_store(config, verify))
+    except _Failed as failed:
+        return failed.code
     print(verdict.line())
     return 0 if verdict.intact else EXIT_FAILED
 
@@ -324,16 +343,14 @@ def cmd_audit_export(args: argparse.Namespace) -> int:
     from bot.store.audit import ExportFormat, render
 
     try:
-        config = _load(args.config)
         since = _since(args.since) if args.since else None
+        rows = _offline(
+            args, lambda config: _with_store(config, lambda db: _exported(db, args.thread, since))
+        )
     except ConfigError as error:
         return _print_config_problems(error)
-    _configure_logging(config, "ERROR")
-    try:
-        rows = asyncio.run(_with_store(config, lambda db: _exported(db, args.thread, since)))
-    except KelpieError as error:
-        print(f"kelpie: {error.user_message}", file=sys.stderr)
-        return EXIT_FAILED
+    except _Failed as failed:
+        return failed.code
     sys.stdout.write(render(rows, ExportFormat(args.format)))
     return 0
 
@@ -423,15 +440,9 @@ def cmd_eval_export(args: argparse.Namespace) -> int:
     from bot.app import export_case
 
     try:
-        config = _load(args.config)
-    except ConfigError as error:
-        return _print_config_problems(error)
-    _configure_logging(config, "ERROR")
-    try:
-        case = asyncio.run(export_case(config, args.thread, Path(args.out)))
-    except KelpieError as error:
-        print(f"kelpie: {error.user_message}", file=sys.stderr)
-        return EXIT_FAILED
+        case = _offline(args, lambda config: export_case(config, args.thread, Path(args.out)))
+    except _Failed as failed:
+        return failed.code
     print(f"{case.path}: {case.objects} objects, {case.logs} logs re-read from the cluster")
     for line in case.missing:
         print(f"  not in the fixture: {line}")
