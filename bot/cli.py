@@ -306,37 +306,36 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0 if outcome.all_passed else EXIT_FAILED
 
 
-class _Failed(Exception):
-    """An offline command already said why it failed; `code` is its exit status."""
-
-    def __init__(self, code: int) -> None:
-        self.code = code
-
-
-def _offline(args: argparse.Namespace, work: Callable[[Config], Coroutine[Any, Any, T]]) -> T:
-    """`work(config)` for a command beside `kelpie run` (audit, eval export): the config
-    loaded, logging at ERROR; a problem is printed and raised as `_Failed`."""
+def _offline(
+    args: argparse.Namespace,
+    work: Callable[[Config], Coroutine[Any, Any, T]],
+    shown: Callable[[T], int],
+) -> int:
+    """A command beside `kelpie run` (audit, eval export): the config loaded, logging at
+    ERROR, `work(config)` run and its result `shown` (which gives the exit status); a
+    problem is printed instead."""
     try:
         config = _load(args.config)
     except ConfigError as error:
-        raise _Failed(_print_config_problems(error)) from None
+        return _print_config_problems(error)
     _configure_logging(config, "ERROR")
     try:
-        return asyncio.run(work(config))
+        result = asyncio.run(work(config))
     except KelpieError as error:
         print(f"kelpie: {error.user_message}", file=sys.stderr)
-        raise _Failed(EXIT_FAILED) from None
+        return EXIT_FAILED
+    return shown(result)
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from bot.store.audit import verify
+    from bot.store.chain import Verdict
 
-    try:
-        verdict = _offline(args, lambda config: _with_store(config, verify))
-    except _Failed as failed:
-        return failed.code
-    print(verdict.line())
-    return 0 if verdict.intact else EXIT_FAILED
+    def shown(verdict: Verdict) -> int:
+        print(verdict.line())
+        return 0 if verdict.intact else EXIT_FAILED
+
+    return _offline(args, lambda config: _with_store(config, verify), shown)
 
 
 def cmd_audit_export(args: argparse.Namespace) -> int:
@@ -344,15 +343,18 @@ def cmd_audit_export(args: argparse.Namespace) -> int:
 
     try:
         since = _since(args.since) if args.since else None
-        rows = _offline(
-            args, lambda config: _with_store(config, lambda db: _exported(db, args.thread, since))
-        )
     except ConfigError as error:
         return _print_config_problems(error)
-    except _Failed as failed:
-        return failed.code
-    sys.stdout.write(render(rows, ExportFormat(args.format)))
-    return 0
+
+    def shown(rows: list[dict[str, Any]]) -> int:
+        sys.stdout.write(render(rows, ExportFormat(args.format)))
+        return 0
+
+    return _offline(
+        args,
+        lambda config: _with_store(config, lambda db: _exported(db, args.thread, since)),
+        shown,
+    )
 
 
 async def _with_store(config: Config, work: Any) -> Any:
@@ -438,16 +440,16 @@ def _eval_parser(commands: Any) -> None:
 
 def cmd_eval_export(args: argparse.Namespace) -> int:
     from bot.app import export_case
+    from bot.feedback.export import ExportedCase
 
-    try:
-        case = _offline(args, lambda config: export_case(config, args.thread, Path(args.out)))
-    except _Failed as failed:
-        return failed.code
-    print(f"{case.path}: {case.objects} objects, {case.logs} logs re-read from the cluster")
-    for line in case.missing:
-        print(f"  not in the fixture: {line}")
-    print("complete the TODOs in case.yaml (category, expect) before adding it to a suite")
-    return 0
+    def shown(case: ExportedCase) -> int:
+        print(f"{case.path}: {case.objects} objects, {case.logs} logs re-read from the cluster")
+        for line in case.missing:
+            print(f"  not in the fixture: {line}")
+        print("complete the TODOs in case.yaml (category, expect) before adding it to a suite")
+        return 0
+
+    return _offline(args, lambda config: export_case(config, args.thread, Path(args.out)), shown)
 
 
 def add_eval_export(eval_commands: Any) -> None:
