@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from sqlmodel import Session, col, select
 
 from bot.store.db import Database, insert_ignoring_duplicates
+from bot.store.record import decision_rows
 from bot.store.repositories import _message, turn_starts, turns_before
 from bot.store.tables import (
     ApprovalRow,
     MessageRow,
     ThreadSummaryRow,
-    VerifyWatchRow,
     WriteAuditRow,
     utcnow,
 )
@@ -142,26 +142,7 @@ class ThreadMemory:
         """Every approval of the thread as kelpie recorded it: what was proposed, who asked,
         who decided what and when, the write's outcome and its verification."""
         async with self._db.sessions() as session:
-            approvals = (
-                await session.exec(
-                    select(ApprovalRow)
-                    .where(ApprovalRow.session_id == session_id)
-                    .order_by(col(ApprovalRow.created_at))
-                )
-            ).all()
-            ids = [approval.id for approval in approvals]
-            writes = (
-                await session.exec(
-                    select(WriteAuditRow)
-                    .where(col(WriteAuditRow.approval_id).in_(ids))
-                    .order_by(col(WriteAuditRow.id))
-                )
-            ).all()
-            watches = (
-                await session.exec(
-                    select(VerifyWatchRow).where(col(VerifyWatchRow.approval_id).in_(ids))
-                )
-            ).all()
+            approvals, writes, watches = await decision_rows(session, session_id)
         outcomes = {w.approval_id: w for w in writes if w.phase == "outcome"}
         verdicts = {w.approval_id: w.verdict for w in watches if w.verdict}
         return [_decision_line(a, outcomes.get(a.id), verdicts.get(a.id)) for a in approvals]
