@@ -14,16 +14,19 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
 
 from bot.config import Config, ConfigError, Secrets, load_config, resolve_config_path
 from bot.errors import KelpieError
+
+T = TypeVar("T")
 
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -303,39 +306,55 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0 if outcome.all_passed else EXIT_FAILED
 
 
-def cmd_audit_verify(args: argparse.Namespace) -> int:
-    from bot.store.audit import verify
-
+def _offline(
+    args: argparse.Namespace,
+    work: Callable[[Config], Coroutine[Any, Any, T]],
+    shown: Callable[[T], int],
+) -> int:
+    """A command beside `kelpie run` (audit, eval export): the config loaded, logging at
+    ERROR, `work(config)` run and its result `shown` (which gives the exit status); a
+    problem is printed instead."""
     try:
         config = _load(args.config)
     except ConfigError as error:
         return _print_config_problems(error)
     _configure_logging(config, "ERROR")
     try:
-        verdict = asyncio.run(_with_store(config, verify))
+        result = asyncio.run(work(config))
     except KelpieError as error:
         print(f"kelpie: {error.user_message}", file=sys.stderr)
         return EXIT_FAILED
-    print(verdict.line())
-    return 0 if verdict.intact else EXIT_FAILED
+    return shown(result)
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from bot.store.audit import verify
+    from bot.store.chain import Verdict
+
+    def shown(verdict: Verdict) -> int:
+        print(verdict.line())
+        return 0 if verdict.intact else EXIT_FAILED
+
+    return _offline(args, lambda config: _with_store(config, verify), shown)
 
 
 def cmd_audit_export(args: argparse.Namespace) -> int:
     from bot.store.audit import ExportFormat, render
 
     try:
-        config = _load(args.config)
         since = _since(args.since) if args.since else None
     except ConfigError as error:
         return _print_config_problems(error)
-    _configure_logging(config, "ERROR")
-    try:
-        rows = asyncio.run(_with_store(config, lambda db: _exported(db, args.thread, since)))
-    except KelpieError as error:
-        print(f"kelpie: {error.user_message}", file=sys.stderr)
-        return EXIT_FAILED
-    sys.stdout.write(render(rows, ExportFormat(args.format)))
-    return 0
+
+    def shown(rows: list[dict[str, Any]]) -> int:
+        sys.stdout.write(render(rows, ExportFormat(args.format)))
+        return 0
+
+    return _offline(
+        args,
+        lambda config: _with_store(config, lambda db: _exported(db, args.thread, since)),
+        shown,
+    )
 
 
 async def _with_store(config: Config, work: Any) -> Any:
@@ -421,22 +440,16 @@ def _eval_parser(commands: Any) -> None:
 
 def cmd_eval_export(args: argparse.Namespace) -> int:
     from bot.app import export_case
+    from bot.feedback.export import ExportedCase
 
-    try:
-        config = _load(args.config)
-    except ConfigError as error:
-        return _print_config_problems(error)
-    _configure_logging(config, "ERROR")
-    try:
-        case = asyncio.run(export_case(config, args.thread, Path(args.out)))
-    except KelpieError as error:
-        print(f"kelpie: {error.user_message}", file=sys.stderr)
-        return EXIT_FAILED
-    print(f"{case.path}: {case.objects} objects, {case.logs} logs re-read from the cluster")
-    for line in case.missing:
-        print(f"  not in the fixture: {line}")
-    print("complete the TODOs in case.yaml (category, expect) before adding it to a suite")
-    return 0
+    def shown(case: ExportedCase) -> int:
+        print(f"{case.path}: {case.objects} objects, {case.logs} logs re-read from the cluster")
+        for line in case.missing:
+            print(f"  not in the fixture: {line}")
+        print("complete the TODOs in case.yaml (category, expect) before adding it to a suite")
+        return 0
+
+    return _offline(args, lambda config: export_case(config, args.thread, Path(args.out)), shown)
 
 
 def add_eval_export(eval_commands: Any) -> None:

@@ -6,7 +6,7 @@ are never changed; `/kelpie payload` shows what was sent."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -88,58 +88,29 @@ async def _long_thread(world: World, thread_ts: str) -> int:
             "scaled to 5 replicas",
         )
     )
+
+    def said(turn: str, role: str, text: str, at: datetime, user: str | None = None) -> MessageRow:
+        return MessageRow(
+            session_id=session.id,
+            turn_id=turn,
+            role=role,
+            slack_user=user,
+            content=text,
+            created_at=at,
+        )
+
     rows = [
-        MessageRow(
-            session_id=session.id,
-            turn_id="t0",
-            role="user",
-            slack_user=ALICE,
-            content="checkout is slow, scale checkout-api to 5",
-            created_at=start,
-        ),
-        MessageRow(
-            session_id=session.id,
-            turn_id="t0",
-            role="assistant",
-            content="Proposed the scale; waiting for approval.",
-            created_at=start,
-        ),
-        MessageRow(
-            session_id=session.id,
-            turn_id="t1",
-            role="user",
-            content="[kelpie, not a person: Carol approved the scale]",
-            created_at=start,
-        ),
-        MessageRow(
-            session_id=session.id,
-            turn_id="t1",
-            role="assistant",
-            content="Scaled checkout-api to 5 replicas.",
-            created_at=start,
-        ),
+        said("t0", "user", "checkout is slow, scale checkout-api to 5", start, ALICE),
+        said("t0", "assistant", "Proposed the scale; waiting for approval.", start),
+        said("t1", "user", "[kelpie, not a person: Carol approved the scale]", start),
+        said("t1", "assistant", "Scaled checkout-api to 5 replicas.", start),
     ]
     for n in range(2, 200):
         at = start + timedelta(hours=1, minutes=n)
-        rows.append(
-            MessageRow(
-                session_id=session.id,
-                turn_id=f"t{n}",
-                role="user",
-                slack_user=ALICE,
-                content=f"how is it now? ({n})",
-                created_at=at,
-            )
-        )
-        rows.append(
-            MessageRow(
-                session_id=session.id,
-                turn_id=f"t{n}",
-                role="assistant",
-                content=FILLER.format(n=n),
-                created_at=at,
-            )
-        )
+        rows += [
+            said(f"t{n}", "user", f"how is it now? ({n})", at, ALICE),
+            said(f"t{n}", "assistant", FILLER.format(n=n), at),
+        ]
     await db.write(inserting(*rows))
     return session.id
 

@@ -8,9 +8,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+from datetime import UTC, datetime
 from typing import Any
 
-from bot.slack.record import RECORD_ACTION
+from bot.slack.record import RECORD_ACTION, record_markdown
+from bot.store.record import ThreadRows
+from bot.store.tables import MessageRow, SessionRow
 from tests.test_approvals import click, wait_card, wait_said
 from tests.test_operator_cli import kelpie, write_config
 from tests.world import ALICE, BOB, CAROL, DAVE, OPS_CHANNEL, SHOP_CHANNEL, World
@@ -152,3 +156,38 @@ async def test_kelpie_audit_export_gives_the_threads_rows_as_jsonl_and_csv(world
     assert ran.code == 0 and ran.out == ""
     ran = await kelpie("audit", "export", "--config", config, "--since", "last week")
     assert ran.code == 2 and "--since: 'last week' is neither a date" in ran.err
+
+
+def test_the_records_markdown_shows_untrusted_words_as_written_never_as_markup():
+    start = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
+    thread = SessionRow(
+        id=1,
+        session_key=f"T0TEST:{OPS_CHANNEL}:1.1",
+        team_id="T0TEST",
+        channel_id=OPS_CHANNEL,
+        thread_ts="1.1",
+        role="operator",
+        cluster="prod",
+        started_by=ALICE,
+        created_at=start,
+    )
+    question = "why? ![x](https://evil.example/p.png) <img src=x> [ok](https://evil.example)"
+    call = {"id": "c1", "function": {"name": "list_pods", "arguments": '{"label": "a`b"}'}}
+    answer = "Root cause: the _cache_ died\n## Follow-ups\n- [fix](https://evil.example) it"
+    messages = (
+        MessageRow(session_id=1, turn_id="t", role="user", slack_user=ALICE, content=question),
+        MessageRow(session_id=1, turn_id="t", role="assistant", tool_calls_json=json.dumps([call])),
+        MessageRow(session_id=1, turn_id="t", role="assistant", content=answer),
+    )
+    rows = ThreadRows(thread, messages, (), (), (), ())
+    text = record_markdown(rows, BOB, now=start)
+    assert text.startswith(
+        r"# Incident record: why? !\[x\](https://evil.example/p.png) \<img src=x\> \[ok\]"
+    )
+    # No link, image or tag is left unescaped anywhere in the file.
+    assert re.search(r"(?<!\\)\]\(|(?<!\\)<", text) is None
+    assert '**Tool** `list_pods` ``{"label": "a`b"}`` → no result' in text
+    root = text.split("## Root cause (as the thread concluded it)")[1]
+    assert root.count("\n## ") == 1  # only the record's own Follow-ups heading
+    assert r"Root cause: the \_cache\_ died" in root and r"\#\# Follow-ups" in root
+    assert text.count("## Follow-ups") == 1

@@ -38,6 +38,9 @@ RECORD_ACTION = "kelpie_record"
 _EVIDENCE = re.compile(r"^\[(E\d+)\]")
 _FOLLOW_UPS = re.compile(r"follow[- ]?ups?|next steps?", re.IGNORECASE)
 _EXCERPT = 240
+# What could turn a person's or the model's words into a link, an image, HTML, a heading,
+# code or emphasis in the record.
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>#|~])")
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ def record_markdown(rows: ThreadRows, made_by: str, now: datetime | None = None)
     """The whole record, masked."""
     thread = rows.thread
     questions = [m for m in rows.messages if _is_question(m)]
-    title = _line(_asked(questions[0])) if questions else f"thread {thread.thread_ts}"
+    title = _said(_asked(questions[0])) if questions else f"thread {thread.thread_ts}"
     head = [
         f"# Incident record: {title}",
         "",
@@ -88,6 +91,23 @@ def _line(text: str, limit: int = _EXCERPT) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def _escaped(text: str) -> str:
+    return _MARKDOWN.sub(r"\\\1", text)
+
+
+def _said(text: str, limit: int = _EXCERPT) -> str:
+    """Untrusted words on one line, shown as written: masked before they are escaped (a
+    backslash could split a secret the mask would have found)."""
+    return _escaped(_line(mask_text(text)[0], limit))
+
+
+def _code(text: str) -> str:
+    """`text` as one code span, whatever backticks it holds."""
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def _is_question(message: MessageRow) -> bool:
     return message.role == "user" and bool(message.slack_user) and bool(message.content)
 
@@ -112,13 +132,13 @@ def _conversation(messages: tuple[MessageRow, ...]) -> list[Entry]:
     entries: list[Entry] = []
     for n, message in enumerate(messages):
         if _is_question(message):
-            text = f"**Question** (@{message.slack_user}): {_line(_asked(message))}"
+            text = f"**Question** (@{message.slack_user}): {_said(_asked(message))}"
         elif message.role == "assistant" and message.tool_calls_json:
             for call in json.loads(message.tool_calls_json):
                 entries.append(Entry(message.created_at, n * 100, _tool_line(call, results)))
             continue
         elif message.role == "assistant" and message.content and message.complete:
-            text = f"**Answer**: {_line(message.content)}"
+            text = f"**Answer**: {_said(message.content)}"
         else:
             continue
         entries.append(Entry(message.created_at, n * 100, text))
@@ -140,7 +160,7 @@ def _tool_line(call: dict[str, Any], results: dict[str, MessageRow]) -> str:
         outcome = "failed"
     else:
         outcome = "done" if result is not None else "no result"
-    return f"**Tool** `{name}` `{arguments}` → {outcome}"
+    return f"**Tool** {_code(name)} {_code(arguments)} → {outcome}"
 
 
 def _refusals(rows: ThreadRows) -> list[Entry]:
@@ -148,7 +168,7 @@ def _refusals(rows: ThreadRows) -> list[Entry]:
         Entry(
             audit.created_at,
             1,
-            f"**Refused** `{audit.tool}` at {audit.stage}: {_line(audit.reason or '-')}",
+            f"**Refused** `{audit.tool}` at {audit.stage}: {_said(audit.reason or '-')}",
         )
         for audit in rows.audits
         if audit.decision == "deny"
@@ -160,8 +180,8 @@ def _approvals(rows: ThreadRows) -> list[Entry]:
     for approval in rows.approvals:
         plan = plan_from_json(approval.plan_json)
         card = (
-            f"**Approval card** `{approval.tool}`: {_line(plan.description)}"
-            f" (asked by @{approval.requested_by}; reason: {_line(approval.reason or '-')})"
+            f"**Approval card** `{approval.tool}`: {_said(plan.description)}"
+            f" (asked by @{approval.requested_by}; reason: {_said(approval.reason or '-')})"
         )
         entries.append(Entry(approval.created_at, 2, card))
         if approval.status != ApprovalState.PENDING and approval.decided_at is not None:
@@ -177,12 +197,12 @@ def _writes(rows: ThreadRows) -> list[Entry]:
     for write in rows.writes:
         if write.phase == "intent":
             text = (
-                f"**Write** {write.target}: {_line(write.preview)} "
+                f"**Write** {write.target}: {_said(write.preview)} "
                 f"(asked by @{write.requested_by}, approved by @{write.approved_by})"
             )
         else:
             state = "done" if write.ok else "failed"
-            text = f"**Write {state}** {write.target}: {_line(write.result or write.preview)}"
+            text = f"**Write {state}** {write.target}: {_said(write.result or write.preview)}"
         entries.append(Entry(write.created_at, 4, text))
     return entries
 
@@ -192,7 +212,7 @@ def _verifications(rows: ThreadRows) -> list[Entry]:
         Entry(
             watch.deadline if watch.verdict is None else watch.created_at,
             5,
-            f"**Verification**: {_line(watch.verdict or 'still watching')}",
+            f"**Verification**: {_said(watch.verdict or 'still watching')}",
         )
         for watch in rows.watches
     ]
@@ -213,17 +233,18 @@ def _root_cause(rows: ThreadRows) -> str:
         return "The thread has no answer yet."
     paragraphs = [p.strip() for p in answer.split("\n\n") if p.strip()]
     named = [p for p in paragraphs if "root cause" in p.lower()]
-    return named[0] if named else answer
+    lines = mask_text(named[0] if named else answer)[0].splitlines()
+    return "\n".join(_escaped(line) for line in lines)
 
 
 def _follow_ups(rows: ThreadRows) -> list[str]:
     items = [
-        f"- Decide the pending change: {_line(plan_from_json(a.plan_json).description)}"
+        f"- Decide the pending change: {_said(plan_from_json(a.plan_json).description)}"
         for a in rows.approvals
         if a.status == ApprovalState.PENDING
     ]
     items += [
-        f"- Not recovered: {_line(w.verdict or '')}"
+        f"- Not recovered: {_said(w.verdict or '')}"
         for w in rows.watches
         if (w.verdict or "").startswith("Not recovered")
     ]
@@ -245,7 +266,9 @@ def _answer_follow_ups(answer: str) -> list[str]:
                     continue
                 if not stripped.startswith(("-", "*", "•")) and not stripped[0].isdigit():
                     break
-                bullets.append("- " + stripped.lstrip("-*•0123456789. ").strip())
+                bullets.append(
+                    "- " + _escaped(mask_text(stripped.lstrip("-*•0123456789. ").strip())[0])
+                )
             return bullets
     return []
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlmodel import Session, col, func, select
+from sqlmodel import Session, col, select
 
 from bot.store.db import Database, insert_ignoring_duplicates
-from bot.store.repositories import _message
+from bot.store.record import decision_rows
+from bot.store.repositories import _message, turn_starts, turns_before
 from bot.store.tables import (
     ApprovalRow,
     MessageRow,
     ThreadSummaryRow,
-    VerifyWatchRow,
     WriteAuditRow,
     utcnow,
 )
@@ -57,20 +57,8 @@ class ThreadMemory:
             return list(found.all())
 
     async def _turns_before(self, session_id: int, turn_id: str) -> list[str] | None:
-        """The turns that began before `turn_id` (None: it stored nothing yet). Whole turns:
-        a turn still running when a queued question arrived stores its answer after that
-        question, and the queued turn must see that answer."""
         async with self._db.sessions() as session:
-            found = await session.exec(
-                select(MessageRow.turn_id, func.min(MessageRow.id))
-                .where(MessageRow.session_id == session_id)
-                .group_by(col(MessageRow.turn_id))
-            )
-            starts = {turn: first for turn, first in found.all()}
-        cutoff = starts.get(turn_id)
-        if cutoff is None:
-            return None
-        return [turn for turn, first in starts.items() if first is not None and first < cutoff]
+            return turns_before(await turn_starts(session, session_id), turn_id)
 
     async def recent(self, session_id: int, budget_chars: int, before_turn: str | None) -> Window:
         """The newest whole turns (those that began before `before_turn`) within
@@ -154,26 +142,7 @@ class ThreadMemory:
         """Every approval of the thread as kelpie recorded it: what was proposed, who asked,
         who decided what and when, the write's outcome and its verification."""
         async with self._db.sessions() as session:
-            approvals = (
-                await session.exec(
-                    select(ApprovalRow)
-                    .where(ApprovalRow.session_id == session_id)
-                    .order_by(col(ApprovalRow.created_at))
-                )
-            ).all()
-            ids = [approval.id for approval in approvals]
-            writes = (
-                await session.exec(
-                    select(WriteAuditRow)
-                    .where(col(WriteAuditRow.approval_id).in_(ids))
-                    .order_by(col(WriteAuditRow.id))
-                )
-            ).all()
-            watches = (
-                await session.exec(
-                    select(VerifyWatchRow).where(col(VerifyWatchRow.approval_id).in_(ids))
-                )
-            ).all()
+            approvals, writes, watches = await decision_rows(session, session_id)
         outcomes = {w.approval_id: w for w in writes if w.phase == "outcome"}
         verdicts = {w.approval_id: w.verdict for w in watches if w.verdict}
         return [_decision_line(a, outcomes.get(a.id), verdicts.get(a.id)) for a in approvals]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store.db import Database
 from bot.store.tables import (
@@ -48,30 +49,34 @@ async def thread_rows(db: Database, session_id: int) -> ThreadRows | None:
             .where(ToolAuditRow.session_id == session_id)
             .order_by(col(ToolAuditRow.id))
         )
-        approvals = (
-            await session.exec(
-                select(ApprovalRow)
-                .where(ApprovalRow.session_id == session_id)
-                .order_by(col(ApprovalRow.created_at))
-            )
-        ).all()
-        ids = [approval.id for approval in approvals]
-        writes = await session.exec(
-            select(WriteAuditRow)
-            .where(col(WriteAuditRow.approval_id).in_(ids))
-            .order_by(col(WriteAuditRow.id))
-        )
-        watches = await session.exec(
-            select(VerifyWatchRow).where(col(VerifyWatchRow.approval_id).in_(ids))
-        )
+        approvals, writes, watches = await decision_rows(session, session_id)
         return ThreadRows(
-            thread,
-            tuple(messages.all()),
-            tuple(audits.all()),
-            tuple(approvals),
-            tuple(writes.all()),
-            tuple(watches.all()),
+            thread, tuple(messages.all()), tuple(audits.all()), approvals, writes, watches
         )
+
+
+async def decision_rows(
+    session: AsyncSession, session_id: int
+) -> tuple[tuple[ApprovalRow, ...], tuple[WriteAuditRow, ...], tuple[VerifyWatchRow, ...]]:
+    """The thread's approvals (as they were created), the writes they made (in order) and
+    their verification watches."""
+    approvals = (
+        await session.exec(
+            select(ApprovalRow)
+            .where(ApprovalRow.session_id == session_id)
+            .order_by(col(ApprovalRow.created_at))
+        )
+    ).all()
+    ids = [approval.id for approval in approvals]
+    writes = await session.exec(
+        select(WriteAuditRow)
+        .where(col(WriteAuditRow.approval_id).in_(ids))
+        .order_by(col(WriteAuditRow.id))
+    )
+    watches = await session.exec(
+        select(VerifyWatchRow).where(col(VerifyWatchRow.approval_id).in_(ids))
+    )
+    return tuple(approvals), tuple(writes.all()), tuple(watches.all())
 
 
 async def latest_thread_of(db: Database, channel_id: str, user: str) -> int | None:

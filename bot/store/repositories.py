@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 
 from sqlmodel import Session, col, func, select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.model.outbound import MaskMemo, mask_text, storable_thinking
 from bot.model.types import Usage
@@ -150,28 +151,13 @@ class MessageRepository:
         self, session_id: int, limit: int, before_turn: str | None = None
     ) -> list[Message]:
         async with self._db.sessions() as session:
-            starts = {
-                turn_id: first_id
-                for turn_id, first_id in (
-                    await session.exec(
-                        select(MessageRow.turn_id, func.min(MessageRow.id))
-                        .where(MessageRow.session_id == session_id)
-                        .group_by(col(MessageRow.turn_id))
-                    )
-                ).all()
-            }
+            starts = await turn_starts(session, session_id)
             query = select(MessageRow).where(
                 MessageRow.session_id == session_id, col(MessageRow.complete)
             )
-            if before_turn is not None:
-                cutoff = starts.get(before_turn)
-                if cutoff is not None:
-                    earlier = [
-                        turn
-                        for turn, first in starts.items()
-                        if first is not None and first < cutoff
-                    ]
-                    query = query.where(col(MessageRow.turn_id).in_(earlier))
+            earlier = turns_before(starts, before_turn) if before_turn is not None else None
+            if earlier is not None:
+                query = query.where(col(MessageRow.turn_id).in_(earlier))
             rows = (
                 await session.exec(query.order_by(col(MessageRow.id).desc()).limit(limit))
             ).all()
@@ -218,6 +204,26 @@ class MessageRepository:
             "created_at": utcnow(),
         }
         self._db.defer(inserting_values(UsageRow, [row]))
+
+
+async def turn_starts(session: AsyncSession, session_id: int) -> dict[str, int]:
+    """Each turn of the session and the id of its first stored message."""
+    found = await session.exec(
+        select(MessageRow.turn_id, func.min(MessageRow.id))
+        .where(MessageRow.session_id == session_id)
+        .group_by(col(MessageRow.turn_id))
+    )
+    return {turn: first for turn, first in found.all() if first is not None}
+
+
+def turns_before(starts: dict[str, int], turn_id: str) -> list[str] | None:
+    """The turns that began before `turn_id` (None: it stored nothing yet). Whole turns:
+    a turn still running when a queued question arrived stores its answer after that
+    question, and the queued turn must see that answer."""
+    cutoff = starts.get(turn_id)
+    if cutoff is None:
+        return None
+    return [turn for turn, first in starts.items() if first < cutoff]
 
 
 def _masked(text: str) -> str:
