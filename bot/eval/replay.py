@@ -48,6 +48,12 @@ class Kind:
     def group(self) -> str:
         return self.api_version.rpartition("/")[0]
 
+    def not_found(self, name: str, subresource: str | None = None) -> web.Response:
+        """The real server's 404: `deployments.apps "web" not found`, `pods "x" not found`."""
+        resource = f"{self.plural}/{subresource}" if subresource else self.plural
+        qualified = f"{resource}.{self.group}" if self.group else resource
+        return _status(404, "NotFound", f'{qualified} "{name}" not found')
+
 
 _BUILTIN = (
     Kind("namespaces", "Namespace", "v1", False),
@@ -282,7 +288,7 @@ class ReplayServer:
             return self._list(kind, namespace, request)
         obj = self._find(kind, namespace, tail[0])
         if obj is None:
-            return _status(404, "NotFound", f'{kind.plural} "{tail[0]}" not found')
+            return kind.not_found(tail[0], tail[1] if len(tail) > 1 and tail[1] != "log" else None)
         if len(tail) == 1:
             return web.json_response(obj)
         if tail[1] == "log" and kind.plural == "pods":
@@ -354,8 +360,7 @@ class ReplayServer:
             return web.json_response(body if isinstance(body, dict) else {}, status=201)
         obj = self._find(kind, namespace, tail[0]) if tail else None
         if obj is None:
-            name = tail[0] if tail else ""
-            return _status(404, "NotFound", f'{kind.plural} "{name}" not found')
+            return kind.not_found(tail[0] if tail else "")
         subresource = tail[1] if len(tail) > 1 else None
         if subresource == "eviction":
             return web.json_response({"kind": "Status", "status": "Success"}, status=201)
