@@ -354,6 +354,22 @@ async def test_replay_selectors_and_logs():
             ) as answer:
                 names = [p["metadata"]["name"] for p in (await answer.json())["items"]]
             assert names == ["storefront-1a1a-aaaaa"]
+            async with http.get(
+                pods, params={"fieldSelector": "spec.containers.name=app"}
+            ) as answer:
+                assert answer.status == 400
+                assert (await answer.json())["message"].startswith("field label not supported")
+            missing = "/apis/apps/v1/namespaces/shop/deployments/nope"
+            for path, resource in (
+                (missing, "deployments"),
+                (f"{missing}/scale", "deployments/scale"),
+            ):
+                async with http.get(path) as answer:
+                    assert answer.status == 404
+                    status = await answer.json()
+                assert status["message"] == f'{resource}.apps "nope" not found'
+            async with http.get(f"{pods}/nope/log") as answer:
+                assert (await answer.json())["message"] == 'pods "nope" not found'
             log = f"{pods}/storefront-1a1a-aaaaa/log"
             async with http.get(log, params={"previous": "true"}) as answer:
                 assert answer.status == 400

@@ -22,7 +22,6 @@ import json
 import re
 import socket
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.eval.apiserver import field_matcher, label_matcher, merge_patch
 from bot.eval.case import Fixture
 
 Obj = dict[str, Any]
@@ -47,6 +47,12 @@ class Kind:
     @property
     def group(self) -> str:
         return self.api_version.rpartition("/")[0]
+
+    def not_found(self, name: str, subresource: str | None = None) -> web.Response:
+        """The real server's 404: `deployments.apps "web" not found`, `pods "x" not found`."""
+        resource = f"{self.plural}/{subresource}" if subresource else self.plural
+        qualified = f"{resource}.{self.group}" if self.group else resource
+        return _status(404, "NotFound", f'{qualified} "{name}" not found')
 
 
 _BUILTIN = (
@@ -82,122 +88,6 @@ class RecordedWrite:
     path: str
     dry_run: bool
     body: Any
-
-
-# --- selectors --------------------------------------------------------------------------
-
-_SET = re.compile(r"^\s*(!)?([\w./-]+)\s*(?:(notin|in)\s*\(([^)]*)\))?\s*$")
-_EQ = re.compile(r"^\s*([\w./-]+)\s*(==|=|!=)\s*([\w./-]*)\s*$")
-
-
-def _split_selector(selector: str) -> list[str]:
-    """Split at commas outside parentheses."""
-    parts, depth, current = [], 0, ""
-    for char in selector:
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
-    return [part for part in [*parts, current] if part.strip()]
-
-
-@dataclass(frozen=True)
-class Requirement:
-    """One requirement of a selector: `key op values` (op: =, !=, in, notin, exists, !)."""
-
-    key: str
-    op: str
-    values: frozenset[str] = frozenset()
-
-    def holds(self, have: str | None) -> bool:
-        if self.op == "exists":
-            return have is not None
-        if self.op == "!":
-            return have is None
-        inside = have in self.values
-        return inside if self.op in ("=", "in") else not inside
-
-
-def _requirements(selector: str) -> list[Requirement]:
-    found = []
-    for part in _split_selector(selector):
-        if eq := _EQ.match(part):
-            key, op, value = eq.groups()
-            found.append(Requirement(key, "!=" if op == "!=" else "=", frozenset({value})))
-        elif match := _SET.match(part):
-            negate, key, op, values = match.groups()
-            if op:
-                options = frozenset(v.strip() for v in values.split(","))
-                found.append(Requirement(key, op, options))
-            else:
-                found.append(Requirement(key, "!" if negate else "exists"))
-        else:
-            raise ValueError(f"unable to parse requirement: {part!r}")
-    return found
-
-
-def label_matcher(selector: str) -> Callable[[dict[str, str]], bool]:
-    """A Kubernetes label selector; raises ValueError on one the real server refuses."""
-    requirements = _requirements(selector)
-
-    def matches(labels: dict[str, str]) -> bool:
-        return all(r.holds(labels.get(r.key)) for r in requirements)
-
-    return matches
-
-
-def _dotted(obj: Obj, path: str) -> str:
-    value: Any = obj
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return "" if value is None else str(value)
-
-
-def field_matcher(selector: str) -> Callable[[Obj], bool]:
-    requirements = _requirements(selector)
-    if any(r.op not in ("=", "!=") for r in requirements):
-        raise ValueError(f"invalid field selector: {selector!r}")
-
-    def matches(obj: Obj) -> bool:
-        return all(r.holds(_dotted(obj, r.key)) for r in requirements)
-
-    return matches
-
-
-# --- patches (answered, never stored) -----------------------------------------------------
-
-
-def merge_patch(target: Any, patch: Any, *, strategic: bool = False) -> Any:
-    """RFC 7386 merge patch; with `strategic`, lists of named items merge by name (the
-    strategic merge patch's rule for containers, env, ports…)."""
-    if not isinstance(patch, dict):
-        if strategic and isinstance(patch, list) and isinstance(target, list):
-            return _merge_named(target, patch)
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if key.startswith("$"):
-            continue
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value, strategic=strategic)
-    return result
-
-
-def _merge_named(target: list[Any], patch: list[Any]) -> list[Any]:
-    if not all(isinstance(item, dict) and "name" in item for item in patch):
-        return copy.deepcopy(patch)
-    merged = copy.deepcopy(target)
-    for item in patch:
-        index = next((i for i, t in enumerate(merged) if t.get("name") == item["name"]), None)
-        if index is None:
-            merged.append(copy.deepcopy(item))
-        else:
-            merged[index] = merge_patch(merged[index], item, strategic=True)
-    return merged
 
 
 # --- the server ---------------------------------------------------------------------------
@@ -398,7 +288,7 @@ class ReplayServer:
             return self._list(kind, namespace, request)
         obj = self._find(kind, namespace, tail[0])
         if obj is None:
-            return _status(404, "NotFound", f'{kind.plural} "{tail[0]}" not found')
+            return kind.not_found(tail[0], tail[1] if len(tail) > 1 and tail[1] != "log" else None)
         if len(tail) == 1:
             return web.json_response(obj)
         if tail[1] == "log" and kind.plural == "pods":
@@ -419,7 +309,7 @@ class ReplayServer:
     def _list(self, kind: Kind, namespace: str | None, request: web.Request) -> web.Response:
         try:
             labels = label_matcher(request.query.get("labelSelector", ""))
-            fields = field_matcher(request.query.get("fieldSelector", ""))
+            fields = field_matcher(kind.plural, request.query.get("fieldSelector", ""))
         except ValueError as error:
             return _status(400, "BadRequest", str(error))
         items = [
@@ -470,14 +360,13 @@ class ReplayServer:
             return web.json_response(body if isinstance(body, dict) else {}, status=201)
         obj = self._find(kind, namespace, tail[0]) if tail else None
         if obj is None:
-            name = tail[0] if tail else ""
-            return _status(404, "NotFound", f'{kind.plural} "{name}" not found')
+            return kind.not_found(tail[0] if tail else "")
         subresource = tail[1] if len(tail) > 1 else None
         if subresource == "eviction":
             return web.json_response({"kind": "Status", "status": "Success"}, status=201)
         if subresource == "scale":
             scale = _scale(obj)
-            patched = merge_patch(scale, body) if isinstance(body, dict) else scale
+            patched = merge_patch(scale, body, strategic=False) if isinstance(body, dict) else scale
             return web.json_response(patched)
         if method == "DELETE":
             return web.json_response(obj)

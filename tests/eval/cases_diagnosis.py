@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tests.eval.kit import (
+    NO_WRITES,
     CaseDef,
     call,
     configmap,
@@ -15,13 +16,13 @@ from tests.eval.kit import (
     node,
     operator,
     pod,
+    read_only,
     replicaset,
     script,
     service,
     viewer,
 )
 
-NO_WRITES = ["delete_pod", "restart_deployment", "scale_deployment", "rollback_deployment"]
 SHOP = viewer("shop")
 SHOP_NODES = viewer("shop", "")
 
@@ -54,13 +55,7 @@ def crash_case(
             event("shop", "Pod", pod_name, "BackOff", "Back-off restarting failed container app"),
         ],
         logs=[{"namespace": "shop", "pod": pod_name, "previous": True, "text": log}],
-        expect={
-            "answer": answer,
-            "called": ["pod_logs"],
-            "not_called": NO_WRITES,
-            "write": "none",
-            "judge": [judge],
-        },
+        expect=read_only(answer, "pod_logs", judge=[judge]),
         script=script(
             call("list_pods", namespace="shop"),
             call("pod_logs", namespace="shop", name=pod_name, previous=True),
@@ -135,12 +130,7 @@ OOM = [
                 "Back-off restarting failed container app",
             ),
         ],
-        expect={
-            "answer": ["(?i)OOMKilled|out ?of ?memory", "256 ?Mi"],
-            "called": ["describe_pod"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(["(?i)OOMKilled|out ?of ?memory", "256 ?Mi"], "describe_pod"),
         script=script(
             call("describe_pod", namespace="shop", name="report-worker-5f6b-q8w2n"),
             answer="report-worker-5f6b-q8w2n was OOMKilled (exit 137) 6 times [E1]: it uses more than its 256Mi memory limit. Raise the limit or reduce its memory use.",
@@ -164,12 +154,7 @@ OOM = [
                 "text": "indexing 120000 documents\nException in thread main java.lang.OutOfMemoryError: Java heap space\n",
             }
         ],
-        expect={
-            "answer": ["(?i)OOMKilled|out ?of ?memory", "512 ?Mi"],
-            "called": ["diagnose_pod"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(["(?i)OOMKilled|out ?of ?memory", "512 ?Mi"], "diagnose_pod"),
         script=script(
             call("diagnose_pod", namespace="shop", name="search-5f6b-h7k2l"),
             call("pod_logs", namespace="shop", name="search-5f6b-h7k2l", previous=True),
@@ -233,12 +218,7 @@ def pull_case(
             ),
             event("shop", "Pod", name, "Failed", message),
         ],
-        expect={
-            "answer": answer,
-            "called": ["describe_pod"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(answer, "describe_pod"),
         script=script(call("describe_pod", namespace="shop", name=name), answer=text),
     )
 
@@ -314,12 +294,7 @@ def pending_case(
             event("shop", "Pod", name, "FailedScheduling", message),
             *(extra or []),
         ],
-        expect={
-            "answer": answer,
-            "called": ["diagnose_pod"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(answer, "diagnose_pod"),
         script=script(call("diagnose_pod", namespace="shop", name=name), answer=text),
     )
 
@@ -400,12 +375,7 @@ def probe_case(
             ),
             event("shop", "Pod", name, "Unhealthy", message),
         ],
-        expect={
-            "answer": answer,
-            "called": ["describe_pod"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(answer, "describe_pod"),
         script=script(call("describe_pod", namespace="shop", name=name), answer=text),
     )
 
@@ -488,12 +458,9 @@ ROLLOUT = [
         question="why is the rollout of frontend stuck?",
         role=SHOP,
         objects=stuck_rollout("frontend"),
-        expect={
-            "answer": ["(?i)ProgressDeadlineExceeded|deadline|timed out", "1\\.5\\.0"],
-            "called": ["describe_deployment"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(
+            ["(?i)ProgressDeadlineExceeded|deadline|timed out", "1\\.5\\.0"], "describe_deployment"
+        ),
         script=script(
             call("describe_deployment", namespace="shop", name="frontend"),
             answer="The rollout of frontend to 1.5.0 exceeded its progress deadline [E1]: the new ReplicaSet's pod crash-loops, so the old 1.4.0 pods keep serving. Fix 1.5.0 or roll back.",
@@ -561,12 +528,7 @@ SERVICE = [
             service("shop", "catalog", {"app": "catalog-api"}),
             endpoints("shop", "catalog", []),
         ],
-        expect={
-            "answer": ["(?i)selector", "catalog-api"],
-            "called": ["diagnose_service"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(["(?i)selector", "catalog-api"], "diagnose_service"),
         script=script(
             call("diagnose_service", namespace="shop", name="catalog"),
             answer="The catalog Service has no endpoints [E1]: its selector app=catalog-api matches no pod (the pods are labelled app=catalog). Fix the selector.",
@@ -585,12 +547,10 @@ SERVICE = [
             service("shop", "reviews", {"app": "reviews"}),
             endpoints("shop", "reviews", []),
         ],
-        expect={
-            "answer": ["(?i)not ready|unready|no ready|none (of the pods )?(is|are) ready|0/2"],
-            "called": ["diagnose_service"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(
+            ["(?i)not ready|unready|no ready|none (of the pods )?(is|are) ready|0/2"],
+            "diagnose_service",
+        ),
         script=script(
             call("diagnose_service", namespace="shop", name="reviews"),
             call("list_pods", namespace="shop", label_selector="app=reviews"),
@@ -620,12 +580,7 @@ SERVICE = [
             service("shop", "pricing", {"app": "pricing"}, target=8080),
             endpoints("shop", "pricing", ["10.1.3.7"], port=8080),
         ],
-        expect={
-            "answer": ["(?i)target ?port", "9090"],
-            "called": ["diagnose_service"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(["(?i)target ?port", "9090"], "diagnose_service"),
         script=script(
             call("diagnose_service", namespace="shop", name="pricing"),
             answer="The pricing Service sends traffic to targetPort 8080 [E1], but the container listens on 9090. Set targetPort to 9090.",
@@ -705,12 +660,7 @@ HPA = [
             deployment("shop", "checkout", replicas=10),
             hpa("shop", "checkout", "checkout", low=2, high=10, current=10, cpu=96),
         ],
-        expect={
-            "answer": ["(?i)max(imum)?", "10"],
-            "called": ["diagnose_workload"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(["(?i)max(imum)?", "10"], "diagnose_workload"),
         script=script(
             call("diagnose_workload", namespace="shop", kind="Deployment", name="checkout"),
             answer="Autoscaling works but is capped: the checkout HPA is at its maximum of 10 replicas with CPU at 96% of the 70% target [E1]. Raise maxReplicas or make each pod cheaper.",
@@ -726,12 +676,7 @@ HPA = [
             deployment("shop", "search", replicas=6),
             hpa("shop", "search", "search", low=1, high=6, current=6, cpu=120),
         ],
-        expect={
-            "answer": ["(?i)max(imum)?|maxReplicas", "6"],
-            "called": ["diagnose_workload"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(["(?i)max(imum)?|maxReplicas", "6"], "diagnose_workload"),
         script=script(
             call("diagnose_workload", namespace="shop", kind="Deployment", name="search"),
             answer="search is at its HPA's maxReplicas of 6 [E1] (CPU 120% of target), so it cannot scale further. Raise maxReplicas.",
@@ -765,12 +710,7 @@ CONFIG = [
         question="checkout got slow about 25 minutes ago, what changed?",
         role=SHOP,
         objects=changed_deploy("checkout", {"CACHE_ENABLED": "true"}, {"CACHE_ENABLED": "false"}),
-        expect={
-            "answer": ["CACHE_ENABLED", "(?i)false|disabled"],
-            "called": ["rollout_history"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(["CACHE_ENABLED", "(?i)false|disabled"], "rollout_history"),
         script=script(
             call("what_changed", namespace="shop", workload="Deployment/checkout", window="1h"),
             call(
@@ -790,12 +730,7 @@ CONFIG = [
         question="what changed on orders in the last hour? errors started recently",
         role=SHOP,
         objects=changed_deploy("orders", {"DB_POOL_SIZE": "50"}, {"DB_POOL_SIZE": "5"}),
-        expect={
-            "answer": ["DB_POOL_SIZE", "\\b5\\b"],
-            "called": ["rollout_history"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(["DB_POOL_SIZE", "\\b5\\b"], "rollout_history"),
         script=script(
             call(
                 "rollout_history",
@@ -837,12 +772,7 @@ CONFIG = [
                 age="now-15m",
             ),
         ],
-        expect={
-            "answer": ["(?i)configmap|recommendations-config"],
-            "called": ["what_changed"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(["(?i)configmap|recommendations-config"], "what_changed"),
         script=script(
             call("what_changed", namespace="shop", window="1h"),
             answer="Yes: the ConfigMap recommendations-config changed 15 minutes ago [E1] (MODEL_ENDPOINT now points at ml-v2 with a 50 ms timeout).",

@@ -10,13 +10,13 @@ from tests.eval.kit import (
     endpoints,
     namespace,
     pod,
+    read_only,
     replicaset,
     script,
     service,
     viewer,
 )
 
-NO_WRITES = ["delete_pod", "restart_deployment", "scale_deployment", "rollback_deployment"]
 SHOP = viewer("shop")
 
 
@@ -60,13 +60,11 @@ METRICS = [
                 "samples": ramp(0.2, 0.21),
             },
         ],
-        expect={
-            "answer": ["checkout", "(?i)2\\.4 ?s|2\\.4 seconds|2400 ?ms"],
-            "called": ["prometheus_range"],
-            "not_called": NO_WRITES,
-            "write": "none",
-            "judge": ["the latency rose about 20 minutes ago", "cart's latency did not change"],
-        },
+        expect=read_only(
+            ["checkout", "(?i)2\\.4 ?s|2\\.4 seconds|2400 ?ms"],
+            "prometheus_range",
+            judge=["the latency rose about 20 minutes ago", "cart's latency did not change"],
+        ),
         script=script(
             call("prometheus_series", match='{__name__=~"http_request_duration.*"}', start="1h"),
             call(
@@ -93,12 +91,7 @@ METRICS = [
                 "samples": ramp(0.002, 0.18),
             },
         ],
-        expect={
-            "answer": ["(?i)18 ?%|0\\.18"],
-            "called": ["prometheus_range"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(["(?i)18 ?%|0\\.18"], "prometheus_range"),
         script=script(
             call(
                 "prometheus_range",
@@ -125,12 +118,7 @@ METRICS = [
                 "samples": ramp(0.65, 0.65),
             },
         ],
-        expect={
-            "answer": ["(?i)throttl", "(?i)65 ?%|0\\.65"],
-            "called": ["prometheus_query"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(["(?i)throttl", "(?i)65 ?%|0\\.65"], "prometheus_query"),
         script=script(
             call("prometheus_query", query='container_cpu_cfs_throttled:ratio{pod=~"api-.*"}'),
             answer="Yes: api-4e5f-r1s2t is throttled in 65% of CPU periods [E1]; its CPU limit is too low for its load.",
@@ -164,12 +152,7 @@ LOGS = [
             ),
             stream("inventory", [(-1000, 'level=info msg="gc pause 4.2s"')]),
         ],
-        expect={
-            "answer": ["(?i)timeout", "(?i)inventory"],
-            "called": ["loki_query"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(["(?i)timeout", "(?i)inventory"], "loki_query"),
         script=script(
             call("loki_query", query='{app="cart"} |= "error"', start="1h"),
             answer="cart logs repeated upstream timeouts calling inventory:8080 after 5 s [E1].",
@@ -193,12 +176,7 @@ LOGS = [
                 ],
             ),
         ],
-        expect={
-            "answer": ["(?i)certificate", "(?i)expired"],
-            "called": ["loki_query"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(["(?i)certificate", "(?i)expired"], "loki_query"),
         script=script(
             call("loki_query", query='{app="gateway"} |= "error"', start="1h"),
             answer="gateway's TLS handshakes fail: the provider's certificate expired on 2026-12-01 [E1].",
@@ -217,12 +195,7 @@ LOGS = [
                 "text": "GET /send 200\npanic: runtime error: invalid memory address or nil pointer dereference\n[signal SIGSEGV]\ngoroutine 17 [running]:\nmain.(*Sender).Send(0x0)\n\t/src/sender.go:88\nhttp: panic serving 10.1.0.9: runtime error\n",
             }
         ],
-        expect={
-            "answer": ["(?i)nil pointer|panic", "sender\\.go"],
-            "called": ["pod_logs"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(["(?i)nil pointer|panic", "sender\\.go"], "pod_logs"),
         script=script(
             call("pod_logs", namespace="shop", name="notifier-4e5f-r1s2t"),
             answer="notifier panics with a nil pointer dereference in Sender.Send (sender.go:88) [E1]; each panic answers a 500.",
@@ -268,12 +241,7 @@ MULTI = [
                 "text": "upstream backend: no healthy upstream (502)\n",
             },
         ],
-        expect={
-            "answer": ["(?i)backend", "(?i)yaml|config"],
-            "called": ["diagnose_service", "pod_logs"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(["(?i)backend", "(?i)yaml|config"], "diagnose_service", "pod_logs"),
         script=script(
             call("pod_logs", namespace="shop", name="storefront-1a1a-aaaaa"),
             call("diagnose_service", namespace="shop", name="backend"),
@@ -324,13 +292,12 @@ MULTI = [
                 "samples": ramp(0.4, 0.8),
             },
         ],
-        expect={
-            "answer": ["3\\.1\\.0"],
-            "called": ["prometheus_range", "rollout_history"],
-            "not_called": NO_WRITES,
-            "write": "none",
-            "judge": ["latency doubled when revision 5 (checkout 3.1.0) rolled out, ~20 min ago"],
-        },
+        expect=read_only(
+            ["3\\.1\\.0"],
+            "prometheus_range",
+            "rollout_history",
+            judge=["latency doubled when revision 5 (checkout 3.1.0) rolled out, ~20 min ago"],
+        ),
         script=script(
             call(
                 "prometheus_range",
@@ -363,12 +330,7 @@ MULTI = [
                 containers=[container(limits={"memory": "128Mi"})],
             ),
         ],
-        expect={
-            "answer": ["worker", "(?i)OOMKilled|out of memory"],
-            "called": ["diagnose_namespace"],
-            "not_called": NO_WRITES,
-            "write": "none",
-        },
+        expect=read_only(["worker", "(?i)OOMKilled|out of memory"], "diagnose_namespace"),
         script=script(
             call("diagnose_namespace", namespace="shop"),
             call("describe_pod", namespace="shop", name="worker-2d2d-ddddd"),

@@ -334,6 +334,21 @@ def configmap(ns: str, name: str, data: dict[str, str], age: str = "now-20m") ->
     }
 
 
+# --- expectations ------------------------------------------------------------------------
+
+NO_WRITES = ["delete_pod", "restart_deployment", "scale_deployment", "rollback_deployment"]
+
+
+def read_only(answer: list[str], *called: str, judge: list[str] | None = None) -> Obj:
+    """A diagnosis's expectation: the answer says these, the tools were called, nothing was
+    changed nor proposed."""
+    expect: Obj = {"answer": answer, "called": list(called), "not_called": NO_WRITES}
+    expect["write"] = "none"
+    if judge is not None:
+        expect["judge"] = judge
+    return expect
+
+
 # --- reference scripts --------------------------------------------------------------------
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.eval.apiserver import field_matcher, label_matcher, merge_patch
 from tests.peers.kube_fields import ApplyConflicts, FieldOwners, manager_of
 
 Obj = dict[str, Any]
@@ -131,20 +132,6 @@ RESOURCES = {
     )
 }
 KIND_TO_PLURAL = {r.kind: r.plural for r in RESOURCES.values()}
-
-# The field selectors the real server accepts per resource (others answer 400).
-_FIELDS_COMMON = {"metadata.name", "metadata.namespace"}
-_FIELDS = {
-    "pods": {"status.phase", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName"}
-    | {"spec.serviceAccountName", "status.podIP", "status.nominatedNodeName"},
-    "events": {f"involvedObject.{f}" for f in ("kind", "namespace", "name", "uid")}
-    | {"involvedObject.apiVersion", "involvedObject.fieldPath", "reason", "type", "source"}
-    | {"reportingComponent"},
-    "nodes": {"spec.unschedulable"},
-    "namespaces": {"status.phase"},
-    "replicasets": {"status.replicas"},
-}
-_FIELD_ALIASES = {"source": "source.component"}
 
 
 @dataclass(frozen=True)
@@ -277,93 +264,18 @@ def request_attributes(method: str, path: str) -> Attributes | None:
     return Attributes(verb, res.group, resource, target.namespace, target.name)
 
 
-def _split_outside_parens(text: str) -> list[str]:
-    parts, depth, current = [], 0, ""
-    for char in text:
-        depth += char == "("
-        depth -= char == ")"
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
-    return [*parts, current]
-
-
-_LABEL_REQ = re.compile(
-    r"^\s*(?P<bang>!)?\s*(?P<key>[A-Za-z0-9][-A-Za-z0-9_./]*)\s*"
-    r"(?:(?P<op>==|=|!=)\s*(?P<value>[-A-Za-z0-9_.]*)"
-    r"|\s(?P<set_op>in|notin)\s*\((?P<values>[^)]*)\))?\s*$"
-)
-
-
 def label_selector_matches(selector: str, labels: dict[str, str]) -> bool:
-    """Evaluate a label selector (`a=b`, `a!=b`, `a in (x,y)`, `a notin (x)`, `a`, `!a`)."""
-    for requirement in _split_outside_parens(selector):
-        if not requirement.strip():
-            continue
-        m = _LABEL_REQ.match(requirement)
-        if m is None or (m["bang"] and (m["op"] or m["set_op"])):
-            raise _StatusError(400, f"unable to parse requirement: {requirement!r}")
-        key, present = m["key"], m["key"] in labels
-        if m["bang"]:
-            ok = not present
-        elif m["op"] in ("=", "=="):
-            ok = labels.get(key) == m["value"]
-        elif m["op"] == "!=":
-            ok = labels.get(key) != m["value"]
-        elif m["set_op"] == "in":
-            ok = present and labels[key] in {v.strip() for v in m["values"].split(",")}
-        elif m["set_op"] == "notin":
-            ok = not present or labels[key] not in {v.strip() for v in m["values"].split(",")}
-        else:
-            ok = present
-        if not ok:
-            return False
-    return True
-
-
-def _field_value(obj: Obj, path: str) -> str:
-    value: Any = obj
-    for part in _FIELD_ALIASES.get(path, path).split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "" if value is None else str(value)
+    try:
+        return label_matcher(selector)(labels)
+    except ValueError as exc:
+        raise _StatusError(400, str(exc)) from exc
 
 
 def field_selector_matches(plural: str, selector: str, obj: Obj) -> bool:
-    for requirement in filter(None, (r.strip() for r in selector.split(","))):
-        m = re.fullmatch(r"([A-Za-z.]+)\s*(==|=|!=)\s*(.*)", requirement)
-        if m is None:
-            raise _StatusError(400, f"invalid field selector: {requirement!r}")
-        key, op, expected = m.groups()
-        if key not in _FIELDS_COMMON | _FIELDS.get(plural, set()):
-            raise _StatusError(400, f'field label not supported: "{key}"')
-        if (_field_value(obj, key) == expected) != (op != "!="):
-            return False
-    return True
-
-
-def merge_patch(target: Any, patch: Any, *, strategic: bool) -> Any:
-    """Apply a JSON merge patch; strategic patches also merge lists of named items by name."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if key.startswith("$"):  # strategic directives ($patch, $setElementOrder/...)
-            continue
-        old: Any = result.get(key)
-        if value is None:
-            result.pop(key, None)
-        elif strategic and _named_list(value) and _named_list(old):
-            by_name = {item["name"]: item for item in old}
-            for item in value:
-                by_name[item["name"]] = merge_patch(by_name.get(item["name"]), item, strategic=True)
-            result[key] = list(by_name.values())
-        else:
-            result[key] = merge_patch(old, value, strategic=strategic)
-    return result
+    try:
+        return field_matcher(plural, selector)(obj)
+    except ValueError as exc:
+        raise _StatusError(400, str(exc)) from exc
 
 
 def json_patch(target: Obj, operations: Any) -> Obj:
@@ -416,10 +328,6 @@ def _diff_as_merge(before: Any, after: Any) -> Any:
         if before.get(key) != value:
             patch[key] = _diff_as_merge(before.get(key), value)
     return patch
-
-
-def _named_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(i, dict) and "name" in i for i in value)
 
 
 def _template_hash(namespace: str, name: str, template: Any) -> str:
