@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain
 
 from bot.agent.events import TurnFinish
 from bot.eval.case import Case, WriteExpectation
@@ -153,7 +153,7 @@ def check_citations(attempt: Attempt) -> list[str]:
 
 
 def _ledger_refs(capture: Capture) -> set[str]:
-    """The refs the last request's evidence ledger listed (what the model was shown)."""
+    """The refs any request's evidence ledger listed (what the model was shown)."""
     refs: set[str] = set()
     for exchange in capture.exchanges:
         for message in exchange.request.messages[:1]:
@@ -177,9 +177,4 @@ CHECKS = (
 
 def grade(attempt: Attempt) -> list[str]:
     """Every reason the try failed, in the order of `CHECKS`; [] when it passed."""
-    return list(_flatten(check(attempt) for check in CHECKS))
-
-
-def _flatten(groups: Iterable[list[str]]) -> Iterable[str]:
-    for group in groups:
-        yield from group
+    return list(chain.from_iterable(check(attempt) for check in CHECKS))
