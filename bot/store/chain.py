@@ -98,11 +98,12 @@ def record_hash(table: str, prev_hash: str, values: Mapping[str, Any]) -> str:
 
 
 def lock_head(connection: Connection) -> tuple[int, str]:
-    """The head's place and hash, locked until the transaction ends (a row lock on
-    PostgreSQL; on SQLite the update takes the database's write lock)."""
+    """The head's place and hash, locked until the transaction ends: a row lock on
+    PostgreSQL (FOR UPDATE); SQLite's writer holds the database's write lock from its
+    BEGIN IMMEDIATE (bot/store/db.py), so one read is the whole step there."""
     head = AuditChainHeadRow.__table__  # type: ignore[attr-defined]
-    connection.execute(update(head).where(head.c.id == 1).values(seq=head.c.seq))
-    row = connection.execute(select(head.c.seq, head.c.hash).where(head.c.id == 1)).first()
+    locked = select(head.c.seq, head.c.hash).where(head.c.id == 1).with_for_update()
+    row = connection.execute(locked).first()
     if row is not None:
         return int(row.seq), str(row.hash)
     # The head row is gone (deleted by hand): start again from the last chained row;
