@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -67,9 +67,7 @@ from bot.feedback.capture import FixtureCapture
 from bot.feedback.export import ExportedCase, ThreadExport
 from bot.feedback.links import parse_thread_link
 from bot.health import health_app, serve
-from bot.mcp.server import Count, McpToolbox
 from bot.mcp.server_access import McpBindings, McpCallers, McpDecisions
-from bot.mcp.server_http import McpHttp, serve_stdio
 from bot.metrics import (
     MeteredApprovalRepository,
     MeteredGateway,
@@ -182,7 +180,6 @@ from bot.toolsets.kube.effects import KubeEffects
 from bot.toolsets.kube.read import read_tools
 from bot.toolsets.kube.readback import KubeReadback
 from bot.toolsets.kube.write import write_tools
-from bot.toolsets.mcp.toolset import McpToolset, mcp_toolset
 from bot.toolsets.observe.http import ObserveError, ObserveHttp
 from bot.toolsets.observe.instances import KINDS, Instances
 from bot.toolsets.observe.prometheus import Prometheus
@@ -192,6 +189,12 @@ from bot.toolsets.observe.toolset import observe_tools
 from bot.toolsets.present import present_tools
 from bot.toolsets.spec import Tool, ToolSource
 from bot.values import Approval, GitOpsPolicy
+
+if TYPE_CHECKING:
+    # The MCP SDK (with uvicorn and starlette, ~30 MB) is imported only where a server or
+    # a client is configured: see `mcp_servers`, `_mcp_http`, `mcp_toolbox`.
+    from bot.mcp.server import Count, McpToolbox
+    from bot.mcp.server_http import McpHttp
 
 log = logging.getLogger(__name__)
 
@@ -334,6 +337,36 @@ def observe(config: Config, secrets: Secrets, http: ObserveHttp) -> Observe:
 def readbacks(kube: KubeClients, observability: Observe) -> ReadbackByTool:
     """How a restart learns whether an approved write landed: from its own backend."""
     return ReadbackByTool(KubeReadback(kube), {SILENCE_TOOL: SilenceReadback(observability)})
+
+
+class ServedTools(ToolSource, Protocol):
+    """Other MCP servers' tools: connected at start, closed at the end."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class NoMcpServers:
+    """No `mcp.servers`: no tools, and the MCP SDK is never imported."""
+
+    def tools(self) -> list[Tool]:
+        return []
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+def mcp_servers(config: Config, secrets: Secrets) -> ServedTools:
+    """The configured MCP servers' toolset (the SDK imported only when there is one)."""
+    if not config.mcp.servers:
+        return NoMcpServers()
+    from bot.toolsets.mcp.toolset import mcp_toolset
+
+    return mcp_toolset(config.mcp.servers, secrets.mcp_values)
 
 
 def tool_registry(
@@ -638,7 +671,7 @@ class AgentCore:
     # Wake-ups from other replicas' writes (fed by a `PgListener` on PostgreSQL).
     wakeups: Wakeups = field(default_factory=Wakeups)
     # The configured MCP servers' connections (their tools are in `registry`).
-    mcp: McpToolset = field(default_factory=lambda: McpToolset([], {}))
+    mcp: ServedTools = field(default_factory=lambda: NoMcpServers())
     # Told of each approved write that recovered (the front end offers a memory).
     recovered: list[Recovered] = field(default_factory=list)
     # The incidents people confirmed (`knowledge.memory`).
@@ -706,7 +739,7 @@ def build_core(
     observe_http = ObserveHttp()
     observability = observe(config, secrets, observe_http)
     # Other MCP servers' tools: connected at start, offered while they answer.
-    mcp = mcp_toolset(config.mcp.servers, secrets.mcp_values)
+    mcp = mcp_servers(config, secrets)
     memories = IncidentMemories(db)
     recovered: list[Recovered] = []
     known = team_knowledge(config, kube, memories)
@@ -1131,12 +1164,15 @@ def build_kelpie(
         listener=listener,
         reporters=reporters,
         alerts=receivers,
-        mcp=(
-            McpHttp(mcp_toolbox(core, metrics.count_mcp_call), callers, metrics.count_mcp_call)
-            if config.server.mcp is not None
-            else None
-        ),
+        mcp=_mcp_http(core, callers, metrics) if config.server.mcp is not None else None,
     )
+
+
+def _mcp_http(core: AgentCore, callers: McpCallers, metrics: Metrics) -> McpHttp:
+    """kelpie's MCP server for other agents (`server.mcp`); the SDK is imported only here."""
+    from bot.mcp.server_http import McpHttp
+
+    return McpHttp(mcp_toolbox(core, metrics.count_mcp_call), callers, metrics.count_mcp_call)
 
 
 def _watched_channels(
@@ -1163,6 +1199,8 @@ async def serve_mcp_stdio(config: Config, secrets: Secrets, token: str | None) -
     caller = McpCallers.from_config(config, secrets).authenticate(token)
     if caller is None:
         log.warning("kelpie mcp serve: KELPIE_MCP_TOKEN names no configured MCP client")
+    from bot.mcp.server_http import serve_stdio
+
     await kelpie.core.start()
     try:
         await serve_stdio(mcp_toolbox(kelpie.core), caller)
@@ -1173,6 +1211,8 @@ async def serve_mcp_stdio(config: Config, secrets: Secrets, token: str | None) -
 def mcp_toolbox(core: AgentCore, count: Count | None = None) -> McpToolbox:
     """kelpie's tools for MCP callers, through the core's one pipeline; `count` counts each
     call by client and outcome (`kelpie_mcp_calls_total`)."""
+    from bot.mcp.server import McpToolbox
+
     harness = ToolHarness(core.registry, core.pipeline, ToolAuditRepository(core.db))
 
     async def durable() -> None:

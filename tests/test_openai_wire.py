@@ -347,7 +347,8 @@ async def main():
             await world.drain()
             world.model.assert_script_consumed()
             print("answered")
-    print(sorted(m for m in sys.modules if m.split(".")[0] in ("litellm", "openai")))
+    heavy = ("litellm", "openai", "mcp", "mcp_types", "uvicorn", "starlette")
+    print(sorted(m for m in sys.modules if m.split(".")[0] in heavy))
 
 asyncio.run(main())
 """
@@ -356,7 +357,7 @@ asyncio.run(main())
 def test_a_bot_with_only_openai_profiles_never_loads_litellm() -> None:
     """A whole turn in Slack (two rounds, a tool call) in a fresh interpreter, every profile
     an `openai/` one on the default client: neither LiteLLM nor the openai SDK is ever
-    imported."""
+    imported; nor, with no MCP server or client configured, the MCP SDK (~30 MB)."""
     assert _python(TURN).splitlines()[-2:] == ["answered", "[]"]
 
 
