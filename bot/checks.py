@@ -8,7 +8,7 @@ features, and prints one line each. Nothing here starts the bot.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -26,14 +26,15 @@ from bot.model.types import ModelError
 from bot.pipeline.roles import ChannelRoles
 from bot.slack.manifest import BOT_EVENTS, BOT_SCOPES
 from bot.toolsets.knowledge.runbooks import RunbookSource
-from bot.toolsets.mcp.connection import McpConnection, ServerState
-from bot.toolsets.mcp.toolset import is_read, mcp_toolset
 from bot.toolsets.observe.alertmanager import Alertmanager
 from bot.toolsets.observe.http import Endpoint, ObserveError, ObserveHttp
 from bot.toolsets.observe.instances import Instances
 from bot.toolsets.observe.loki import Loki
 from bot.toolsets.observe.prometheus import Prometheus
 from bot.toolsets.spec import ToolFailure
+
+if TYPE_CHECKING:
+    from bot.toolsets.mcp.connection import McpConnection
 
 
 @dataclass(frozen=True)
@@ -354,6 +355,11 @@ def _route_check(index: int, route: AlertRoute, roles: ChannelRoles) -> CheckRes
 async def mcp_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
     """Each MCP server (`mcp.servers`): reached and listed, with how many of its tools are
     reads and writes by kelpie's config; one line each, a server that fails included."""
+    if not config.mcp.servers:
+        return []
+    # The MCP SDK only where a server is configured (`kelpie run` runs these checks too).
+    from bot.toolsets.mcp.toolset import mcp_toolset
+
     toolset = mcp_toolset(config.mcp.servers, secrets.mcp_values)
     try:
         await toolset.start()  # every server at once, as at kelpie's start
@@ -366,6 +372,9 @@ async def mcp_checks(config: Config, secrets: Secrets) -> list[CheckResult]:
 
 
 def _mcp_result(connection: McpConnection, server: McpServerConfig) -> CheckResult:
+    from bot.toolsets.mcp.connection import ServerState
+    from bot.toolsets.mcp.toolset import is_read
+
     name = f"mcp server {connection.name}"
     where = server.url if server.url is not None else f"stdio: {server.command}"
     if connection.state is not ServerState.UP:

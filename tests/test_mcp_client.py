@@ -375,3 +375,29 @@ def test_the_registry_offers_a_sources_tools_as_they_are_now_never_over_its_own(
     assert [tool.pattern_name for tool in registry.all()] == ["read/list_pods", "mcp/g/x"]
     source.now = []
     assert registry.get("mcp_g_x") is None
+
+
+def test_a_kelpie_without_mcp_config_never_imports_the_sdk(tmp_path: Path) -> None:
+    """The SDK with uvicorn and starlette is ~30 MB resident: `kelpie run`'s start (the
+    composition root and the startup checks, config without `mcp`) must not load it."""
+    import subprocess
+
+    script = (
+        "import sys\n"
+        "import bot.app, bot.checks, bot.cli\n"
+        "from bot.app import mcp_servers\n"
+        "from bot.config import Secrets, parse_config\n"
+        "config = parse_config({'kubernetes': {'clusters': [{'name': 'prod', "
+        "'kubeconfig': '/nonexistent'}]}, 'models': {'profiles': {'default': "
+        "{'model': 'openai/x', 'auth': {'method': 'none'}}}}})\n"
+        "print(mcp_servers(config, Secrets(config, {})).tools())\n"
+        "heavy = ('mcp', 'mcp_types', 'uvicorn', 'starlette')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "[]"]
