@@ -505,6 +505,8 @@ class Kelpie:
     # kelpie's MCP server for other agents (None: `server.mcp` not configured).
     mcp: McpHttp | None = None
     mcp_port: int | None = None
+    # Incident memory offers (None: `knowledge.memory` off): takes over unfinished ones.
+    memory_offers: MemoryOffers | None = None
     _started: bool = False
 
     # Handles the tests use to look inside.
@@ -563,6 +565,8 @@ class Kelpie:
         await self._start_mcp()
         # After Slack: what a dead process left may need a reply in its thread.
         self.keeper.start()
+        if self.memory_offers is not None:
+            self.memory_offers.start()
         self._started = True
 
     async def _readiness(self) -> str | None:
@@ -880,8 +884,11 @@ def build_core(
 
 def team_knowledge(config: Config, kube: KubeClients, memories: IncidentMemories) -> Knowledge:
     """The runbooks (read with kelpie's own identity from the default cluster unless
-    `knowledge.runbooks.cluster` says another) and the remembered incidents."""
-    return knowledge(config.knowledge, kube, config.kubernetes.default_cluster, memories)
+    `knowledge.runbooks.cluster` says another) and the remembered incidents (never of the
+    firewall's denied namespaces, whatever a role says)."""
+    cluster = config.kubernetes.default_cluster
+    denied = tuple(config.firewall.deny_namespaces)
+    return knowledge(config.knowledge, kube, cluster, memories, denied)
 
 
 def _verifier(
@@ -1165,6 +1172,7 @@ def build_kelpie(
         reporters=reporters,
         alerts=receivers,
         mcp=_mcp_http(core, callers, metrics) if config.server.mcp is not None else None,
+        memory_offers=offers,
     )
 
 
@@ -1244,16 +1252,17 @@ def incident_memory(
     if not config.knowledge.memory.enabled or core.memories is None:
         return None
     profile = memory_profile(config)
+    timeout_s = config.models.profiles[profile].timeout_s
     proposer = MemoryProposer(
-        MaskingGateway(core.gateways(profile)),
-        core.messages,
-        timeout_s=config.models.profiles[profile].timeout_s,
+        MaskingGateway(core.gateways(profile)), core.messages, timeout_s=timeout_s
     )
-    offers = MemoryOffers(client, core.memories, proposer, core.sessions)
+    # Held while the low tier proposes (its timeout) and the card is posted.
+    hold = timedelta(seconds=2 * timeout_s + 60)
+    offers = MemoryOffers(client, core.memories, proposer, core.sessions, clock, hold)
     core.background.insert(0, offers)  # drained before the store closes
 
     def recovered(approval: Approval, verdict: str) -> None:
-        offers.offer(
+        offers.offer_soon(
             Resolution(
                 channel_id=approval.channel_id,
                 thread_ts=approval.thread_ts,

@@ -6,15 +6,23 @@ offered and found in a later thread about the same workload, a discarded one is 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from sqlmodel import col, select
 
 from bot.approvals.verify import RECOVERED
 from bot.slack.memory import DISCARD_ACTION, MARK_RESOLVED_ACTION, REMEMBER_ACTION
+from bot.store.memory import MEMORY_AUDIT_TOOL
+from bot.store.tables import ToolAuditRow
+from tests.bot_processes import Launcher
 from tests.peers.model_server import DynamicStep, TextStep
 from tests.postgres import free_port
 from tests.test_alerts import alerting, fired, header, payload, post
 from tests.test_approvals import click as click_approval
 from tests.test_approvals import wait_card, wait_said
+from tests.test_operator_cli import kelpie, write_config
+from tests.test_record import kelpie_command, record_file
 from tests.test_verify import DeadReplica, following_restart
 from tests.world import ALICE, BOB, CAROL, OPS_CHANNEL, SHOP_CHANNEL, World, merge
 
@@ -108,6 +116,15 @@ async def test_a_remembered_incident_is_found_later_and_a_discarded_one_is_not(w
     assert button(world.slack.get_message(SHOP_CHANNEL, card.ts), REMEMBER_ACTION)
     await click(world, CAROL, card, REMEMBER_ACTION)
     await decided(world, card, f"Remembered by <@{CAROL}>")
+    # The decision is a row of the audit chain naming who decided; the chain verifies.
+    ran = await kelpie("audit", "verify", "--config", str(write_config(world)))
+    assert ran.code == 0 and ran.out.startswith("intact: "), ran.out
+    decisions = await memory_audits(world)
+    assert [(a.slack_user, a.decision) for a in decisions] == [(CAROL, "remembered")]
+    # ... and the thread's incident record shows it.
+    await kelpie_command(world, ALICE, "record", SHOP_CHANNEL)
+    record = await record_file(world, card.thread_ts)
+    assert f"**Memory remembered** by @{CAROL}: checkout-api returned 502s" in record.text
 
     cart = {"symptom": "cart timed out", "cause": "redis full", "fix": "flushed redis"}
     discarded = await resolved_thread(world, "cart", cart)
@@ -128,6 +145,51 @@ async def test_a_remembered_incident_is_found_later_and_a_discarded_one_is_not(w
     assert tool_result(world, first + 1).endswith(
         "No remembered incident matches in the namespaces this channel may read."
     )
+
+
+async def memory_audits(world: World) -> list[ToolAuditRow]:
+    async with world.bots[-1].db.sessions() as read:
+        found = await read.exec(
+            select(ToolAuditRow).where(col(ToolAuditRow.tool) == MEMORY_AUDIT_TOOL)
+        )
+        return list(found.all())
+
+
+async def test_a_proposal_cut_by_kill_9_is_offered_once_by_the_next_replica(
+    world: World, launch: Launcher
+):
+    """Mark resolved, then the replica dies during the low tier's proposal: the offer was
+    stored before the model was asked, and the next replica (once the dead one's hold is
+    over) proposes it and posts its one card. Pressing Mark resolved again asks nothing."""
+    world.slack.set_members(SHOP_CHANNEL, [ALICE, CAROL])
+    bot = await launch(MEMORY_ON)()
+    world.model.reply_text("checkout-api lost its config [E1]; roll it back.")
+    mention = await world.mention(SHOP_CHANNEL, ALICE, "checkout-api returns 502s, why?")
+    answer = await world.slack.wait_for(lambda s: answered(s, mention["ts"]), timeout=30)
+    world.model.reply_held()  # the proposal's request: held until the kill
+    asked = len(world.model.requests) + 1
+    await click(world, ALICE, answer, MARK_RESOLVED_ACTION)
+    await world.model.wait_for_requests(asked, timeout=30)
+    bot.kill()
+
+    world.model.reply_text(json.dumps(PROPOSAL))
+    later = datetime.now(UTC) + timedelta(hours=1)  # the dead replica's hold is over
+    await world.start_bot(MEMORY_ON, alert_clock=lambda: later)
+    card = await memory_card(world, SHOP_CHANNEL, mention["ts"])
+    assert "*Cause:* a bad config push" in card.text
+    await click(world, CAROL, answer, MARK_RESOLVED_ACTION)  # pressed again: offered before
+    await click(world, CAROL, card, REMEMBER_ACTION)
+    await decided(world, card, f"Remembered by <@{CAROL}>")
+    await world.drain()
+    proposals = [r for r in world.model.requests if "incident memory" in json.dumps(r)]
+    assert len(proposals) == 2  # the one cut by the kill, the one the next replica made
+    thread = world.slack.thread(SHOP_CHANNEL, mention["ts"])
+    assert len([m for m in thread if m.blocks and "memory:" in json.dumps(m.blocks)]) == 1
+
+
+def answered(server: Any, thread_ts: str) -> Any:
+    found = [m for m in server.thread(SHOP_CHANNEL, thread_ts) if m.is_bot]
+    return next((m for m in found if button(m, MARK_RESOLVED_ACTION)), None)
 
 
 def proposal_or_turn(body: dict[str, Any]) -> TextStep:

@@ -49,14 +49,14 @@ async def _incident(world: World) -> dict[str, Any]:
     return mention
 
 
-async def _command(world: World, user: str, text: str, channel: str = OPS_CHANNEL) -> str:
+async def kelpie_command(world: World, user: str, text: str, channel: str = OPS_CHANNEL) -> str:
     command = world.slack.slash_command("/kelpie", text, user, channel)
     await world.slack.deliver("slash_commands", command)
     replies = await world.slack.wait_for(lambda s: s.responses_to(command["response_url"]))
     return str(replies[-1].body.get("text"))
 
 
-async def _record_file(world: World, thread_ts: str, count: int = 1) -> Any:
+async def record_file(world: World, thread_ts: str, count: int = 1) -> Any:
     def posted(server: Any) -> Any:
         files = [
             f
@@ -72,9 +72,9 @@ async def test_kelpie_record_posts_the_threads_record_as_a_markdown_file(world: 
     await world.start_bot()
     mention = await _incident(world)
 
-    reply = await _command(world, ALICE, "record")
+    reply = await kelpie_command(world, ALICE, "record")
     assert reply.startswith("Posted the incident record as a file in the thread")
-    record = await _record_file(world, mention["ts"])
+    record = await record_file(world, mention["ts"])
     assert record.channel == OPS_CHANNEL and record.title == "Incident record"
     text = record.text
     assert text.startswith("# Incident record: checkout is slow, scale checkout-api to 5")
@@ -111,11 +111,11 @@ async def test_a_threads_link_and_the_record_button_post_it_too_and_mistakes_get
     link = f"https://kelpie-test.slack.com/archives/{OPS_CHANNEL}/p{digits}"
 
     # DAVE never wrote in the thread: with its link, the record is his to ask for.
-    assert (await _command(world, DAVE, f"record <{link}>")).startswith("Posted")
-    assert f"made for <@{DAVE}>" in ((await _record_file(world, mention["ts"])).initial_comment)
-    assert "That is not a Slack thread link" in await _command(world, DAVE, "record nonsense")
-    assert "another channel" in await _command(world, DAVE, f"record {link}", SHOP_CHANNEL)
-    assert "no thread with kelpie" in await _command(world, BOB, "record")
+    assert (await kelpie_command(world, DAVE, f"record <{link}>")).startswith("Posted")
+    assert f"made for <@{DAVE}>" in ((await record_file(world, mention["ts"])).initial_comment)
+    assert "That is not a Slack thread link" in await kelpie_command(world, DAVE, "record nonsense")
+    assert "another channel" in await kelpie_command(world, DAVE, f"record {link}", SHOP_CHANNEL)
+    assert "no thread with kelpie" in await kelpie_command(world, BOB, "record")
 
     # The Record button on the answer.
     answer = next(
@@ -126,7 +126,7 @@ async def test_a_threads_link_and_the_record_button_post_it_too_and_mistakes_get
     value = f"T0TEST:{OPS_CHANNEL}:{mention['ts']}"
     payload = world.slack.block_action(BOB, OPS_CHANNEL, answer.ts, RECORD_ACTION, value)
     await world.slack.deliver("interactive", payload)
-    record = await _record_file(world, mention["ts"], count=2)
+    record = await record_file(world, mention["ts"], count=2)
     assert f"made for <@{BOB}>" in record.initial_comment
     assert "Root cause: checkout-api ran out of capacity" in record.text
 

@@ -57,7 +57,7 @@ class AlertThreads:
         handled: Handled,
         count: Count,
         clock: Callable[[], datetime],
-        resolved: Callable[[Resolution], None] | None = None,
+        resolved: Callable[[Resolution], Awaitable[None]] | None = None,
     ) -> None:
         self._config = config
         # Told when a group's thread resolves (the memory offer).
@@ -189,7 +189,7 @@ class AlertThreads:
             session_key=f"{await self._investigations.team()}:{row.channel_id}:{row.thread_ts}",
             evidence=line,
         )
-        self._resolved(resolution)
+        await self._resolved(resolution)  # stored before this notification is handled
 
     async def _investigate(
         self, key: str, notification: Notification, route: Route, thread_ts: str

@@ -1,9 +1,11 @@
 """Memory a person confirms, in Slack: the Mark resolved button an answer ends with, the
 card kelpie offers when a thread ends with a resolution (an alert resolved, a verified
 write, Mark resolved) with the proposed memory and Remember / Discard, and the clicks on
-them. Only a click by a member of the channel (conversations.members, asked at the click)
-counts: anyone else gets an ephemeral sentence and nothing is stored. A decision is stored
-once (compare-and-set), with who decided and when, and logged.
+them. An offer is stored before the model is asked, and taken over by another replica if
+this one dies before its card is up. Only a click by a member of the channel
+(conversations.members, asked at the click) counts: anyone else gets an ephemeral sentence
+and nothing is stored. A decision is stored once (compare-and-set), with who decided and
+when, on the audit chain, and logged.
 
 The proposal itself is `bot/agent/memory.py`'s; the rows are `bot/store/memory.py`'s."""
 
@@ -11,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Callable, Coroutine
+from datetime import datetime, timedelta
 from typing import Any
 
 from slack_bolt.app.async_app import AsyncApp
@@ -24,8 +26,16 @@ from bot.slack import copy
 from bot.slack.inbox import Handled, marking_handled
 from bot.slack.replies import whisper
 from bot.slack.safe_text import one_line
-from bot.store.memory import IncidentMemories, ProposedMemory, Resolution, ResolutionTrigger
+from bot.store.memory import (
+    IncidentMemories,
+    MemoryStatus,
+    ProposedMemory,
+    Resolution,
+    ResolutionTrigger,
+    memory_of,
+)
 from bot.store.repositories import SessionRepository
+from bot.store.tables import IncidentMemoryRow
 from bot.values import SessionInfo
 
 log = logging.getLogger(__name__)
@@ -34,6 +44,8 @@ MARK_RESOLVED_ACTION = "kelpie_mark_resolved"
 REMEMBER_ACTION = "kelpie_memory_remember"
 DISCARD_ACTION = "kelpie_memory_discard"
 Json = dict[str, Any]
+# How often a replica looks for offers a dead one left unfinished (one indexed query).
+SWEEP_S = 60.0
 
 
 def mark_resolved_button(session_key: str) -> Json:
@@ -117,8 +129,11 @@ class ChannelMembers:
 
 
 class MemoryOffers:
-    """Proposes a memory when a thread resolves (in the background: a trigger never waits
-    on the model) and posts its card; `drain` at shutdown lets those under way finish."""
+    """Offers a memory when a thread resolves. The offer is stored first (`offer` returns
+    once it is: a click's delivery is handled only then), then the low tier proposes and
+    the card is posted in the background, a trigger never waiting on the model. `sweep`
+    (at start and every `SWEEP_S`) takes over offers a dead replica left unfinished; `drain`
+    at shutdown lets those under way finish."""
 
     def __init__(
         self,
@@ -126,44 +141,103 @@ class MemoryOffers:
         memories: IncidentMemories,
         proposer: MemoryProposer,
         sessions: SessionRepository,
+        clock: Callable[[], datetime],
+        hold: timedelta,
     ) -> None:
         self._client = client
         self._memories = memories
         self._proposer = proposer
         self._sessions = sessions
+        self._clock = clock
+        self._hold = hold  # how long a replica holds an offer it is completing
         self._tasks: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
 
-    def offer(self, resolution: Resolution) -> None:
-        task = asyncio.create_task(self._offer(resolution), name="memory-offer")
+    def start(self) -> None:
+        self._sweeper = asyncio.create_task(self._sweeping(), name="memory-sweep")
+
+    async def drain(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def offer_soon(self, resolution: Resolution) -> None:
+        """`offer` from a hook that cannot wait (a verification's verdict, once said)."""
+        self._spawn(self.offer(resolution))
+
+    async def offer(self, resolution: Resolution) -> None:
+        """Store the offer (nothing more when this resolution was offered before: a double
+        click costs no second model call), then complete it in the background."""
+        session = await self._session(resolution)
+        if session is None:
+            log.info("no kelpie thread at %s: no memory offered", resolution.key)
+            return
+        until = self._clock() + self._hold
+        memory_id = await self._memories.reserve(resolution, session.id, until)
+        if memory_id is None:
+            log.info("a memory of %s was offered before", resolution.key)
+            return
+        self._spawn(self._complete(memory_id))
+
+    async def sweep(self) -> int:
+        """Take over the offers whose holder's time ran out; how many."""
+        now = self._clock()
+        taken = 0
+        for memory_id in await self._memories.unfinished(now):
+            if await self._memories.claim(memory_id, now, now + self._hold):
+                log.info("taking over incident memory offer %d", memory_id)
+                self._spawn(self._complete(memory_id))
+                taken += 1
+        return taken
+
+    async def _sweeping(self) -> None:
+        while True:
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("could not look for unfinished memory offers")
+            await asyncio.sleep(SWEEP_S)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work, name="memory-offer")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def drain(self) -> None:
-        await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-    async def _offer(self, resolution: Resolution) -> None:
+    async def _complete(self, memory_id: int) -> None:
         try:
-            session = await self._session(resolution)
-            if session is None:
-                log.info("no kelpie thread at %s: no memory offered", resolution.key)
+            row = await self._memories.get(memory_id)
+            if row is not None and row.status == MemoryStatus.OFFERING:
+                await self._propose(row)
+                row = await self._memories.get(memory_id)
+            if row is None or row.status != MemoryStatus.PROPOSED or row.card_ts is not None:
                 return
-            memory = await self._proposer.propose(
-                session.id, session.namespace, resolution.evidence
-            )
-            memory_id = await self._memories.propose(resolution, memory)
-            if memory_id is None:
-                return  # this resolution has its card already
-            text = _card_text(memory)
-            answer = await self._client.chat_postMessage(
-                channel=resolution.channel_id,
-                thread_ts=resolution.thread_ts,
-                text=text,
-                blocks=card_blocks(memory_id, text, copy.MEMORY_CARD_NOTE, buttons=True),
-            )
-            await self._memories.carded(memory_id, str(answer.get("ts")))
-            log.info("memory %d proposed in %s (%s)", memory_id, resolution.key, resolution.by)
+            # A replica killed between the post and this line leaves a card whose ts was
+            # never stored: the takeover posts a second one. Both decide the same row once
+            # (compare-and-set), and finding the first would cost Slack's history (1 call a
+            # minute for most apps).
+            await self._memories.carded(memory_id, await self._post(row))
+            log.info("memory %d proposed in %s (%s)", memory_id, row.key, row.proposed_by)
         except Exception:
-            log.exception("could not offer a memory for %s", resolution.key)
+            log.exception("could not offer incident memory %d", memory_id)
+
+    async def _propose(self, row: IncidentMemoryRow) -> None:
+        session = await self._sessions.get(row.session_id) if row.session_id else None
+        if session is None or row.id is None:
+            raise LookupError(f"incident memory {row.id} has no session")
+        memory = await self._proposer.propose(session.id, session.namespace, row.resolution)
+        await self._memories.proposed(row.id, memory)
+
+    async def _post(self, row: IncidentMemoryRow) -> str:
+        assert row.id is not None
+        text = _card_text(memory_of(row))
+        answer = await self._client.chat_postMessage(
+            channel=row.channel_id,
+            thread_ts=row.thread_ts,
+            text=text,
+            blocks=card_blocks(row.id, text, copy.MEMORY_CARD_NOTE, buttons=True),
+        )
+        return str(answer.get("ts"))
 
     async def _session(self, resolution: Resolution) -> SessionInfo | None:
         if resolution.session_id is not None:
@@ -231,7 +305,7 @@ class MemoryClicks:
             by=user,
             session_key=session_key,
         )
-        self._offers.offer(resolution)
+        await self._offers.offer(resolution)  # stored before this click counts as handled
 
     async def _on_remember(self, ack: Any, body: dict[str, Any], context: Any) -> None:
         await ack()

@@ -28,6 +28,7 @@ from bot.slack.inbox import Handled, marking_handled
 from bot.slack.progress.common import SLACK_FAILURES, error_code
 from bot.slack.replies import whisper
 from bot.store.audit import thread_of_link
+from bot.store.memory import MEMORY_AUDIT_TOOL
 from bot.store.record import ThreadRows, when
 from bot.store.tables import MessageRow, aware, utcnow
 from bot.values import ApprovalState, plan_from_json
@@ -124,6 +125,7 @@ def _entries(rows: ThreadRows) -> list[Entry]:
         *_approvals(rows),
         *_writes(rows),
         *_verifications(rows),
+        *_memory_decisions(rows),
     ]
 
 
@@ -172,6 +174,18 @@ def _refusals(rows: ThreadRows) -> list[Entry]:
         )
         for audit in rows.audits
         if audit.decision == "deny"
+    ]
+
+
+def _memory_decisions(rows: ThreadRows) -> list[Entry]:
+    return [
+        Entry(
+            audit.created_at,
+            4,
+            f"**Memory {audit.decision}** by @{audit.slack_user}: {_said(audit.reason or '-')}",
+        )
+        for audit in rows.audits
+        if audit.tool == MEMORY_AUDIT_TOOL
     ]
 
 

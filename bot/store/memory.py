@@ -1,33 +1,46 @@
-"""Incident memories in the store: a proposal per resolution (its unique key makes a
-resolution seen twice one card), the one decision a person makes of it (compare-and-set:
-a double click or two replicas decide once), and the full-text search over remembered
-ones (SQLite FTS5, PostgreSQL tsvector) limited by namespace patterns.
+"""Incident memories in the store: an offer per resolution, stored before any model call
+(its unique key makes a resolution seen twice, or a double click, one offer), then the low
+tier's proposal and its card; the one decision a person makes of it (compare-and-set: a
+double click or two replicas decide once), appended to the audit chain in the same
+transaction; and the full-text search over remembered ones (SQLite FTS5, PostgreSQL
+tsvector) limited by namespace patterns.
+
+An offer is held by the replica completing it until `claimed_until`; one left unfinished
+(the replica died during the model call, or before its card was posted) is claimed by
+another once that has passed.
 
 It knows no Slack and no model: `bot/slack/memory.py` proposes and asks."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from fnmatch import fnmatchcase
+from typing import Any
 
-from sqlalchemy import Connection, text, update
+from sqlalchemy import Connection, insert, or_, text, update
 from sqlmodel import Session, col, select
 
+from bot.store.chain import link_rows
 from bot.store.db import Database, counting, insert_ignoring_duplicates
-from bot.store.tables import IncidentMemoryRow, utcnow
+from bot.store.tables import IncidentMemoryRow, ToolAuditRow, utcnow
 
 FTS_TABLE = "incident_memory_fts"
 SEARCH_INDEX = "ix_incident_memories_search"  # PostgreSQL's GIN over to_tsvector
 _TERM = re.compile(r"[a-z0-9]+")
 # Rows read per search before the namespace patterns are applied.
 _SCAN = 200
+# How a person's decision on a memory shows in the audit (`tool_audit`).
+MEMORY_AUDIT_TOOL = "memory/decide"
+MEMORY_AUDIT_STAGE = "person"
 
 
 class MemoryStatus(StrEnum):
+    OFFERING = "offering"
     PROPOSED = "proposed"
     REMEMBERED = "remembered"
     DISCARDED = "discarded"
@@ -80,6 +93,19 @@ class ProposedMemory:
         return " ".join([*keys, self.symptom, self.cause, self.fix])
 
 
+def memory_of(row: IncidentMemoryRow) -> ProposedMemory:
+    """A stored proposal as the value it was made from (its card is drawn from it)."""
+    return ProposedMemory(
+        symptom=row.symptom,
+        cause=row.cause,
+        fix=row.fix,
+        evidence=tuple(e for e in row.evidence.split(", ") if e),
+        namespace=row.namespace,
+        workloads=tuple(row.workloads.split()),
+        alerts=tuple(row.alerts.split()),
+    )
+
+
 def terms(words: Sequence[str]) -> list[str]:
     """Search terms: lower-case letters and digits only, so no query syntax gets through."""
     found: list[str] = []
@@ -92,27 +118,29 @@ class IncidentMemories:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def propose(
-        self, resolution: Resolution, memory: ProposedMemory, now: datetime | None = None
-    ) -> int | None:
-        """Store the proposal; its id, or None when this resolution was proposed before."""
+    async def reserve(self, resolution: Resolution, session_id: int, until: datetime) -> int | None:
+        """Store the offer before anything is asked of the model, held until `until`; its
+        id, or None when this resolution was offered before."""
         row = IncidentMemoryRow(
             key=resolution.key,
             channel_id=resolution.channel_id,
             thread_ts=resolution.thread_ts,
             trigger=resolution.trigger.value,
-            status=MemoryStatus.PROPOSED.value,
-            title=memory.title,
-            symptom=memory.symptom,
-            cause=memory.cause,
-            fix=memory.fix,
-            evidence=", ".join(memory.evidence),
-            namespace=memory.namespace,
-            workloads=" ".join(memory.workloads),
-            alerts=" ".join(memory.alerts),
-            search_text=memory.search_text(),
+            status=MemoryStatus.OFFERING.value,
+            title="",
+            symptom="",
+            cause="",
+            fix="",
+            evidence="",
+            namespace="",
+            workloads="",
+            alerts="",
+            search_text="",
             proposed_by=resolution.by,
-            created_at=now or utcnow(),
+            session_id=session_id,
+            resolution=resolution.evidence,
+            claimed_until=until,
+            created_at=utcnow(),
         )
         values = row.model_dump(exclude={"id"})
 
@@ -127,13 +155,62 @@ class IncidentMemories:
 
         return await self._db.write(op)
 
+    async def proposed(self, memory_id: int, memory: ProposedMemory) -> None:
+        """The low tier's proposal filled in (once: an offer taken over twice keeps the
+        first)."""
+        statement = (
+            update(IncidentMemoryRow)
+            .where(
+                col(IncidentMemoryRow.id) == memory_id,
+                col(IncidentMemoryRow.status) == MemoryStatus.OFFERING.value,
+            )
+            .values(
+                status=MemoryStatus.PROPOSED.value,
+                title=memory.title,
+                symptom=memory.symptom,
+                cause=memory.cause,
+                fix=memory.fix,
+                evidence=", ".join(memory.evidence),
+                namespace=memory.namespace,
+                workloads=" ".join(memory.workloads),
+                alerts=" ".join(memory.alerts),
+                search_text=memory.search_text(),
+            )
+        )
+        await self._db.write(counting(statement))
+
     async def carded(self, memory_id: int, card_ts: str) -> None:
         statement = (
             update(IncidentMemoryRow)
             .where(col(IncidentMemoryRow.id) == memory_id)
-            .values(card_ts=card_ts)
+            .values(card_ts=card_ts, claimed_until=None)
         )
         await self._db.write(counting(statement))
+
+    async def unfinished(self, now: datetime, limit: int = 20) -> list[int]:
+        """Offers nobody holds any more that still lack their proposal or their card."""
+        async with self._db.sessions() as session:
+            found = await session.exec(
+                select(IncidentMemoryRow.id)
+                .where(_unfinished(), col(IncidentMemoryRow.claimed_until) < now)
+                .order_by(col(IncidentMemoryRow.id))
+                .limit(limit)
+            )
+            return [int(i) for i in found.all() if i is not None]
+
+    async def claim(self, memory_id: int, now: datetime, until: datetime) -> bool:
+        """Take over an unfinished offer whose holder's time ran out (compare-and-set:
+        one replica wins)."""
+        statement = (
+            update(IncidentMemoryRow)
+            .where(
+                col(IncidentMemoryRow.id) == memory_id,
+                _unfinished(),
+                col(IncidentMemoryRow.claimed_until) < now,
+            )
+            .values(claimed_until=until)
+        )
+        return bool(await self._db.write(counting(statement)))
 
     async def get(self, memory_id: int) -> IncidentMemoryRow | None:
         async with self._db.sessions() as session:
@@ -141,7 +218,8 @@ class IncidentMemories:
 
     async def decide(self, memory_id: int, remember: bool, by: str, now: datetime) -> bool:
         """Remember or discard a proposal, once; True for the decision that counted. A
-        remembered one enters the full-text index in the same transaction."""
+        remembered one enters the full-text index, and the decision the audit chain, in the
+        same transaction."""
         status = MemoryStatus.REMEMBERED if remember else MemoryStatus.DISCARDED
 
         def op(session: Session) -> bool:
@@ -153,16 +231,18 @@ class IncidentMemories:
                 )
                 .values(status=status.value, decided_by=by, decided_at=now)
             )
-            if not session.connection().execute(statement).rowcount:
+            connection = session.connection()
+            if not connection.execute(statement).rowcount:
                 return False
-            if remember and session.connection().dialect.name != "postgresql":
-                session.connection().execute(
+            if remember and connection.dialect.name != "postgresql":
+                connection.execute(
                     text(
                         f"INSERT INTO {FTS_TABLE} (rowid, search_text) "
                         "SELECT id, search_text FROM incident_memories WHERE id = :id"
                     ),
                     {"id": memory_id},
                 )
+            _audit_decision(connection, memory_id, status)
             return True
 
         return await self._db.write(op)
@@ -173,9 +253,11 @@ class IncidentMemories:
         words: Sequence[str] = (),
         namespace: str | None = None,
         limit: int = 5,
+        denied: Sequence[str] = (),
     ) -> list[IncidentMemoryRow]:
         """Remembered incidents matching any of `words` (all when none), in `namespace`
-        when given, in a namespace one of `namespaces` (patterns) admits; best first."""
+        when given, in a namespace one of `namespaces` (patterns) admits and none of
+        `denied` (the firewall's) matches; best first."""
         wanted = terms(words)
         async with self._db.sessions() as session:
             connection = await session.connection()
@@ -187,11 +269,50 @@ class IncidentMemories:
             )
             by_id = {row.id: row for row in found.all()}
         ranked = (by_id[i] for i in ids if i in by_id)  # in the search's order
-        return [row for row in ranked if _admitted(row.namespace, namespaces)][:limit]
+        return [row for row in ranked if _admitted(row.namespace, namespaces, denied)][:limit]
 
 
-def _admitted(namespace: str, patterns: Sequence[str]) -> bool:
-    return bool(namespace) and any(fnmatchcase(namespace, p) for p in patterns)
+def _unfinished() -> Any:
+    return or_(
+        col(IncidentMemoryRow.status) == MemoryStatus.OFFERING.value,
+        (col(IncidentMemoryRow.status) == MemoryStatus.PROPOSED.value)
+        & col(IncidentMemoryRow.card_ts).is_(None),
+    )
+
+
+def _audit_decision(connection: Connection, memory_id: int, status: MemoryStatus) -> None:
+    """The decision as a row of the audit chain, in the session of the memory's thread:
+    who decided (`slack_user`), what (`decision`) and of which memory."""
+    row = connection.execute(
+        select(
+            IncidentMemoryRow.session_id,
+            IncidentMemoryRow.title,
+            IncidentMemoryRow.decided_by,
+            IncidentMemoryRow.decided_at,
+        ).where(col(IncidentMemoryRow.id) == memory_id)
+    ).one()
+    if row.session_id is None:
+        return  # stored before its session was kept (migration 0025 found none)
+    value = {
+        "session_id": row.session_id,
+        "turn_id": f"memory-{memory_id}",
+        "tool_call_id": f"memory-{memory_id}",
+        "tool": MEMORY_AUDIT_TOOL,
+        "arguments_json": json.dumps({"memory_id": memory_id}),
+        "stage": MEMORY_AUDIT_STAGE,
+        "decision": status.value,
+        "reason": row.title,
+        "slack_user": row.decided_by,
+        "created_at": row.decided_at,
+    }
+    table = ToolAuditRow.__table__  # type: ignore[attr-defined]
+    connection.execute(insert(table), link_rows(connection, "tool_audit", [value]))
+
+
+def _admitted(namespace: str, patterns: Sequence[str], denied: Sequence[str]) -> bool:
+    if not namespace or any(fnmatchcase(namespace, d) for d in denied):
+        return False
+    return any(fnmatchcase(namespace, p) for p in patterns)
 
 
 def _matching_ids(connection: Connection, wanted: list[str], namespace: str | None) -> list[int]:

@@ -37,6 +37,7 @@ from bot.store.db import Database
 from bot.store.tables import (
     ApprovalRow,
     InboundEventRow,
+    IncidentMemoryRow,
     MessageRow,
     PayloadRow,
     SessionRow,
@@ -322,5 +323,6 @@ class _IdleConversations:
 
 
 def _anchored() -> ColumnElement[bool]:
-    """A kept tool audit or approval points at the session."""
-    return or_(_of_session(ToolAuditRow), _of_session(ApprovalRow))
+    """A kept tool audit, approval or incident memory points at the session (a memory's
+    decision is audited in its session)."""
+    return or_(_of_session(ToolAuditRow), _of_session(ApprovalRow), _of_session(IncidentMemoryRow))

@@ -383,7 +383,8 @@ class ThreadSummaryRow(SQLModel, table=True):
 
 class IncidentMemoryRow(SQLModel, table=True):
     """A memory of an incident kelpie proposed when a thread ended with a resolution, and
-    what a person in the channel decided of it (proposed → remembered | discarded, once).
+    what a person in the channel decided of it (proposed → remembered | discarded, once;
+    the decision is a row of the audit chain too).
     Only remembered rows are searched (`read/past_incidents`): FTS5 on SQLite, a tsvector
     expression index over `search_text` on PostgreSQL (both made by migration 0022)."""
 
@@ -395,7 +396,16 @@ class IncidentMemoryRow(SQLModel, table=True):
     channel_id: str = Field(index=True)
     thread_ts: str
     trigger: str  # alert_resolved | verified_write | marked_resolved
-    status: str = Field(index=True)  # proposed | remembered | discarded
+    # offering (stored, the low tier not done yet) → proposed → remembered | discarded
+    status: str = Field(index=True)
+    # The thread's session: its decision's audit row belongs to it. No foreign key: the
+    # proposal keeps the session row (retention's `_anchored`); NULL before migration 0025
+    # where no session matched.
+    session_id: int | None = Field(default=None, index=True)
+    resolution: str = ""  # the trigger's own evidence (a verdict, an alert's summary)
+    # Until when the replica completing an offering (or posting its card) holds it; after
+    # that another replica takes it over (a crash mid-proposal loses nothing).
+    claimed_until: datetime | None = None
     title: str
     symptom: str
     cause: str

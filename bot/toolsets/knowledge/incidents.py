@@ -1,8 +1,8 @@
 """read/past_incidents: the incidents a person confirmed kelpie should remember, found by
 workload, namespace, alert name or words with the database's full-text search, only in
-the role's namespaces (checked here, where the rows leave kelpie for the model). Their
-text is the team's data, quoted inside <incident>. Also the finder a turn's offering asks
-for the titles that match the thread (`offers.py`)."""
+the role's namespaces and never the firewall's denied ones (checked here, where the rows
+leave kelpie for the model). Their text is the team's data, quoted inside <incident>. Also
+the finder a turn's offering asks for the titles that match the thread (`offers.py`)."""
 
 from __future__ import annotations
 
@@ -52,14 +52,19 @@ def render(row: IncidentMemoryRow) -> str:
 class Incidents:
     """The tool's handler and the offering's finder over one store."""
 
-    def __init__(self, store: IncidentMemories | None) -> None:
+    def __init__(self, store: IncidentMemories | None, denied: tuple[str, ...] = ()) -> None:
         self._store = store  # None: only declared (`every_knowledge_tool`)
+        # The firewall's namespaces: a query-scoped tool applies them itself (no namespace
+        # argument reaches the firewall stage when none is given).
+        self._denied = denied
 
     async def past(self, args: PastIncidents, context: ToolContext) -> ToolResult:
         if self._store is None:
             raise ToolFailure("Incident memory is not configured here.")
         words = [w for w in (args.workload, args.alert, args.words) if w]
-        rows = await self._store.search(context.reach.namespaces, words, args.namespace, limit=5)
+        rows = await self._store.search(
+            context.reach.namespaces, words, args.namespace, limit=5, denied=self._denied
+        )
         if not rows:
             return ToolResult(NONE_FOUND, "no past incidents")
         text = "\n".join([NOTE, *(render(row) for row in rows)])
@@ -76,7 +81,9 @@ class Incidents:
             assert self._store is not None
             # The namespace's newest remembered ones, matched on their keys here: the
             # thread's every word as search terms would match on "is" and "the".
-            rows = await self._store.search(namespaces, [], namespace, limit=200)
+            rows = await self._store.search(
+                namespaces, [], namespace, limit=200, denied=self._denied
+            )
             for row in rows:
                 named = set(row.workloads.lower().split()) & subject.words
                 alerted = set(row.alerts.split()) & set(subject.alerts)

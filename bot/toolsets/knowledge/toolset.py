@@ -23,12 +23,17 @@ class Knowledge:
 
 
 def knowledge(
-    config: KnowledgeConfig, kube: KubeClients, cluster: str, memories: IncidentMemories
+    config: KnowledgeConfig,
+    kube: KubeClients,
+    cluster: str,
+    memories: IncidentMemories,
+    denied: tuple[str, ...] = (),
 ) -> Knowledge:
+    """`denied`: the firewall's namespace globs, which no remembered incident is read from."""
     source = RunbookSource(config.runbooks, kube, cluster, time.monotonic)
     return Knowledge(
         runbooks=source if source.configured else None,
-        incidents=Incidents(memories) if config.memory.enabled else None,
+        incidents=Incidents(memories, denied) if config.memory.enabled else None,
     )
 
 
