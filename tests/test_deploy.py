@@ -1,9 +1,13 @@
 """deploy/: each kustomize overlay rendered with `kubectl kustomize`, as an operator applies
 it, and checked for what the cluster would run: a hardened pod, probes on kelpie's health
-port, tokens from a Secret, a config kelpie accepts, SQLite on a writable volume."""
+port, tokens from a Secret, a config kelpie accepts, SQLite on a writable volume, and each
+listener the config enables (Slack's events, the alert webhooks, the MCP server) reachable by
+its peer through a Service of its own, at the port the config says."""
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,13 +16,14 @@ import pytest
 import yaml
 
 from bot.app import config_problems
-from bot.config import Config, parse_config
+from bot.config import Config, SlackMode, parse_config
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
-OVERLAYS = ["socket-mode", "http", "postgres", "namespaced-rbac"]
+OVERLAYS = ["socket-mode", "http", "postgres", "namespaced-rbac", "alerts", "mcp"]
 
 
-def render_text(overlay: str) -> str:
+def render_text(overlay: str | Path) -> str:
+    """An overlay of deploy/overlays by name, or any kustomization folder."""
     return subprocess.run(
         ["kubectl", "kustomize", str(DEPLOY / "overlays" / overlay)],
         capture_output=True,
@@ -28,7 +33,7 @@ def render_text(overlay: str) -> str:
     ).stdout
 
 
-def render(overlay: str) -> list[dict[str, Any]]:
+def render(overlay: str | Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(render_text(overlay)) if doc]
 
 
@@ -40,9 +45,9 @@ def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 def kelpie_config(docs: list[dict[str, Any]]) -> Config:
     config_map = one(docs, "ConfigMap")
-    config = parse_config(yaml.safe_load(config_map["data"]["kelpie.yaml"]))
-    assert config_problems(config) == []
-    return config
+    data = yaml.safe_load(config_map["data"]["kelpie.yaml"])
+    assert config_problems(data) == []
+    return parse_config(data)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -106,6 +111,106 @@ def test_http_overlay_routes_the_configured_events_path_to_the_listener():
     path = ingress["spec"]["rules"][0]["http"]["paths"][0]
     assert path["path"] == config.slack.http.path
     assert path["backend"]["service"]["name"] == service["metadata"]["name"]
+
+
+# The Service in front of each inbound listener (never the health port: /metrics has no
+# auth). Each listener has its own, so the MCP endpoint and the alert webhooks are not
+# behind Slack's Service and its Ingress.
+SERVICES = {"slack": "kelpie", "alerts": "kelpie-alerts", "mcp": "kelpie-mcp"}
+# deploy/components: each adds a listener's port and Service; the overlay of the same name
+# is the base with it and the config that enables the listener.
+COMPONENTS = ["alerts", "mcp"]
+
+
+def listeners(config: Config) -> dict[str, tuple[str, int]]:
+    """What kelpie listens on with this config (host, port), by the container port name
+    deploy/ gives each."""
+    server = config.server
+    found = {"health": (server.health.host, server.health.port)}
+    if config.slack.mode is SlackMode.HTTP:
+        found["slack"] = (config.slack.http.host, config.slack.http.port)
+    if server.alerts is not None and config.alerts.receivers:
+        found["alerts"] = (server.alerts.host, server.alerts.port)
+    if server.mcp is not None:
+        found["mcp"] = (server.mcp.host, server.mcp.port)
+    return found
+
+
+def reached_port(docs: list[dict[str, Any]], service: str, port: int) -> int:
+    """The container port a peer reaches through Service `service` at `port`."""
+    (svc,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == service]
+    pod = one(docs, "Deployment")["spec"]["template"]
+    assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (target,) = [p["targetPort"] for p in svc["spec"]["ports"] if p["port"] == port]
+    (container,) = pod["spec"]["containers"]
+    (reached,) = [p["containerPort"] for p in container["ports"] if p["name"] == target]
+    return int(reached)
+
+
+def assert_each_listener_has_its_service(docs: list[dict[str, Any]]) -> None:
+    config = kelpie_config(docs)
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    enabled = listeners(config)
+    # A port for each listener and none without one: the manifests cannot drift from the config.
+    assert ports == {name: port for name, (_, port) in enabled.items()}
+    assert {host for host, _ in enabled.values()} == {"0.0.0.0"}  # peers reach the pod IP
+    services = {d["metadata"]["name"]: d["spec"]["ports"] for d in docs if d["kind"] == "Service"}
+    assert services.keys() == {SERVICES[name] for name in enabled if name != "health"}
+    for name in enabled.keys() - {"health"}:
+        (port,) = services[SERVICES[name]]
+        assert port["targetPort"] == name
+        assert reached_port(docs, SERVICES[name], port["port"]) == enabled[name][1]
+    for ingress in (d for d in docs if d["kind"] == "Ingress"):
+        backends = [p["backend"] for r in ingress["spec"]["rules"] for p in r["http"]["paths"]]
+        assert {b["service"]["name"] for b in backends} == {SERVICES["slack"]}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_listener_the_config_enables_has_a_port_and_a_service_of_its_own(overlay):
+    assert_each_listener_has_its_service(render(overlay))
+
+
+def overlay_config(overlay: str) -> dict[str, Any]:
+    config: dict[str, Any] = yaml.safe_load(
+        (DEPLOY / "overlays" / overlay / "kelpie.yaml").read_text()
+    )
+    return config
+
+
+def test_the_components_add_their_listeners_to_another_overlay(tmp_path):
+    """As the README tells an operator: the http overlay with both components, and http's
+    config with the sections the alerts and mcp overlays enable them with."""
+    config = overlay_config("http")
+    for listener in COMPONENTS:
+        enabling = overlay_config(listener)
+        config[listener] = enabling[listener]
+        config["server"][listener] = enabling["server"][listener]
+    (tmp_path / "kelpie.yaml").write_text(yaml.safe_dump(config))
+    kustomization = {
+        "resources": [os.path.relpath(DEPLOY / "overlays" / "http", tmp_path)],
+        "components": [os.path.relpath(DEPLOY / "components" / c, tmp_path) for c in COMPONENTS],
+        "configMapGenerator": [
+            {"name": "kelpie-config", "behavior": "replace", "files": ["kelpie.yaml"]}
+        ],
+    }
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    docs = render(tmp_path)
+    assert listeners(kelpie_config(docs)).keys() == {"health", "slack", "alerts", "mcp"}
+    assert_each_listener_has_its_service(docs)
+
+
+@pytest.mark.parametrize(("overlay", "path"), [("alerts", "/alerts/alertmanager"), ("mcp", "/mcp")])
+def test_the_readme_urls_peers_use_reach_the_configured_listener(overlay, path):
+    """Alertmanager's webhook URL and an in-cluster agent's MCP URL, as the README gives
+    them, lead through a Service of the overlay to the port the config listens on."""
+    readme = (DEPLOY.parent / "README.md").read_text()
+    found = re.search(rf"http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+){re.escape(path)}\b", readme)
+    assert found, f"the README gives the in-cluster URL of {path}"
+    service, namespace, port = found.groups()
+    docs = render(overlay)
+    assert one(docs, "Namespace")["metadata"]["name"] == namespace
+    assert reached_port(docs, service, int(port)) == listeners(kelpie_config(docs))[overlay][1]
 
 
 def test_postgres_overlay_runs_replicas_without_a_volume_claim():
