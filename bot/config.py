@@ -128,8 +128,9 @@ class DatabaseConfig(_Strict):
 
 class StoreConfig(_Strict):
     """How long the database keeps things. Conversations (sessions, messages, tool results,
-    usage, the payload log) go once idle for `retention_days`; approvals and audits are the
-    record of who did what, so they have their own setting, kept forever unless set."""
+    usage, the payload log, the thread's feedback) go once idle for `retention_days`;
+    approvals and audits are the record of who did what, so they have their own setting,
+    kept forever unless set."""
 
     retention_days: int = Field(default=30, ge=1)
     audit_retention_days: int | None = Field(default=None, ge=1)

@@ -1,11 +1,11 @@
 """Retention on SQLite and the real PostgreSQL: conversations idle past `store.retention_days`
-go, in batches; recent ones, approvals and audits (by default) stay; a thread still answers
-after its old conversation was pruned."""
+go, in batches, and the feedback on them with them; recent ones, approvals and audits (by
+default) stay; a thread still answers after its old conversation was pruned."""
 
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import update
 from sqlmodel import SQLModel, col, func, select
@@ -13,10 +13,13 @@ from sqlmodel import SQLModel, col, func, select
 from bot.config import parse_config
 from bot.errors import ConfigError
 from bot.store.db import Database, executing, inserting
+from bot.store.feedback import FeedbackRepository
 from bot.store.inbox import Inbox
 from bot.store.retention import Pruned, Pruner, Retention
 from bot.store.tables import (
     ApprovalRow,
+    FeedbackFixtureRow,
+    FeedbackRow,
     InboundEventRow,
     MessageRow,
     PayloadRow,
@@ -115,6 +118,33 @@ def _write_audit(aid: str, created: object) -> WriteAuditRow:
     )
 
 
+def _feedback(sid: int, created: object, reason_at: object = None) -> FeedbackRow:
+    return FeedbackRow(
+        team_id="T1",
+        channel_id="C1",
+        thread_ts=f"{sid}.0",
+        turn_id=f"t{sid}",
+        message_ts=f"{sid}.5",
+        slack_user="U2",
+        value="negative",
+        reason=None if reason_at is None else "it looked at the wrong namespace",
+        reason_at=reason_at,
+        created_at=created,
+    )
+
+
+def _fixture(sid: int, captured: object) -> FeedbackFixtureRow:
+    return FeedbackFixtureRow(
+        turn_id=f"t{sid}",
+        channel_id="C1",
+        thread_ts=f"{sid}.0",
+        objects_json='[{"kind": "Pod"}]',
+        logs_json="[]",
+        missing_json="[]",
+        captured_at=captured,
+    )
+
+
 async def _seed(db: Database) -> None:
     """1: idle 40 days, nothing else. 2: idle 40 days, with an audit and approvals.
     3: started 40 days ago, still in use. 4..9: idle, plain (more than one batch)."""
@@ -187,6 +217,69 @@ async def test_audits_go_only_after_their_own_longer_setting(database_url: str):
         approvals = await _count(db, ApprovalRow, col(ApprovalRow.id) == "a-wait")
         assert approvals == 1 and await _count(db, ApprovalRow) == 1
         assert await _count(db, SessionRow, col(SessionRow.id) == 2) == 1
+    finally:
+        await db.close()
+
+
+async def _seed_feedback(db: Database, at: datetime) -> None:
+    """As of `at`, threads rated 👎: 11 idle 40 days; 12 started then, a message yesterday;
+    13 fresh; 14 idle 40 days, its 👎's reason written two days ago; 15 idle 40 days, kept
+    by an audit; 16 and 17 kelpie holds no conversation of, rated 40 days and a day ago."""
+    old, day = at - timedelta(days=40), at - timedelta(days=1)
+    rows: list[list[SQLModel]] = [
+        [_session(sid, old) for sid in (11, 12, 14, 15)] + [_session(13, day)],
+        [_message(sid, f"old {sid}", old) for sid in (11, 12, 14, 15)],
+        [_message(12, "yesterday", day), _message(13, "fresh", day)],
+        [_audit(15, old)],
+        [_feedback(sid, old) for sid in (11, 12, 15, 16)],
+        [_feedback(13, day), _feedback(14, old, at - timedelta(days=2)), _feedback(17, day)],
+        [_fixture(sid, old) for sid in (11, 12, 16)],
+    ]
+    for group in rows:
+        await db.write(inserting(*group))
+
+
+async def _threads_rated(db: Database) -> set[str]:
+    async with db.sessions() as read:
+        return set((await read.exec(select(FeedbackRow.thread_ts))).all())
+
+
+async def test_feedback_goes_with_its_idle_conversation_and_a_recent_rating_keeps_it(
+    database_url: str,
+):
+    db = Database(database_url)
+    at = datetime(2025, 3, 1, 12, tzinfo=UTC)
+    try:
+        await db.upgrade()
+        await _seed_feedback(db, at)
+        pruned = await Pruner(db, MONTH, batch=2, pause_s=0, now=lambda: at).prune()
+
+        assert pruned == Pruned(sessions=2, messages=2, feedback=3)  # 11, 15; 16's feedback
+        assert await _threads_rated(db) == {"12.0", "13.0", "14.0", "17.0"}
+        assert await _count(db, FeedbackFixtureRow) == 1  # 12's; 11's and 16's went
+        # What `kelpie eval export` reads: the idle thread is gone; the one in use is whole;
+        # the audited one keeps its session but neither its conversation nor its feedback.
+        threads = FeedbackRepository(db)
+        assert await threads.thread("C1", "11.0") is None
+        in_use = await threads.thread("C1", "12.0")
+        assert in_use is not None and len(in_use.messages) == 2
+        assert [f.turn_id for f in in_use.feedback] == ["t12"] and len(in_use.fixtures) == 1
+        rated_late = await threads.thread("C1", "14.0")
+        assert rated_late is not None and rated_late.feedback[0].reason is not None
+        audited = await threads.thread("C1", "15.0")
+        assert audited is not None and audited.messages == [] and audited.feedback == []
+
+        # A second pass at the same instant finds nothing and writes nothing.
+        commits = db.writer.commits
+        assert await Pruner(db, MONTH, now=lambda: at).prune() == Pruned()
+        assert db.writer.commits == commits
+
+        # A month on, everything rated or said by then has been idle as long.
+        later = at + timedelta(days=31)
+        pruned = await Pruner(db, MONTH, batch=2, pause_s=0, now=lambda: later).prune()
+        assert pruned == Pruned(sessions=3, messages=4, feedback=4)
+        assert await _threads_rated(db) == set() and await _count(db, FeedbackFixtureRow) == 0
+        assert await _count(db, SessionRow) == 1  # 15, for its audit
     finally:
         await db.close()
 

@@ -10,6 +10,16 @@ cluster the audit belongs to); only its conversation goes. Audit rows are on a h
 (`bot.store.chain`): only its start goes, checked first and behind a checkpoint row, and an
 approval goes once its chained write audits went with it.
 
+Feedback on answers (a person's 👍/👎, a 👎's masked reason, and what the 👎'd turn read,
+re-read masked: `bot.store.feedback`) goes with its thread's conversation, in the same
+transaction. It holds a person's words and cluster data, and its one reader, `kelpie eval
+export`, needs the conversation it rates (it refuses a thread kelpie holds no session of):
+feedback kept past it is kept for nothing. A click or a reason is use of the thread as much
+as a message, though: a conversation rated within `store.retention_days` is not idle, so a
+👎 given on an old thread keeps it exportable for as long again. Feedback in a thread kelpie
+holds no conversation of (it went before this rule existed, or the click came after) goes
+once it is that old itself.
+
 Slack deliveries (the inbox) go once handled and a day old: their keys answer a retried
 delivery as a repeat within Slack's retry window (minutes), and their content is a person's
 message. A delivery not handled yet stays, however old: a replica still owes it an answer.
@@ -24,18 +34,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, and_, delete, exists, not_, or_
+from sqlalchemy import ColumnElement, and_, delete, exists, not_, or_, tuple_, union
+from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
 from bot.store import chain
 from bot.store.db import Database
 from bot.store.tables import (
     ApprovalRow,
+    FeedbackFixtureRow,
+    FeedbackRow,
     InboundEventRow,
     IncidentMemoryRow,
     MessageRow,
@@ -76,6 +89,7 @@ class Pruned:
     audits: int = 0
     approvals: int = 0
     deliveries: int = 0
+    feedback: int = 0  # 👍/👎 rows (a 👎's captured reads go with them, uncounted)
 
     def __add__(self, other: Pruned) -> Pruned:
         return Pruned(
@@ -84,11 +98,13 @@ class Pruned:
             self.audits + other.audits,
             self.approvals + other.approvals,
             self.deliveries + other.deliveries,
+            self.feedback + other.feedback,
         )
 
 
 class Pruner:
-    """Runs a pass at start and every `every_s`; `drain` (at shutdown) stops it."""
+    """Runs a pass at start and every `every_s`; `drain` (at shutdown) stops it. Ages are
+    measured from `now()`."""
 
     def __init__(
         self,
@@ -98,12 +114,14 @@ class Pruner:
         batch: int = BATCH,
         pause_s: float = PAUSE_S,
         every_s: float = EVERY_S,
+        now: Callable[[], datetime] = utcnow,
     ) -> None:
         self._db = db
         self._retention = retention
         self._batch = batch
         self._pause_s = pause_s
         self._every_s = every_s
+        self._now = now
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -129,9 +147,11 @@ class Pruner:
                 if pruned != Pruned():
                     log.info(
                         "retention: removed %d idle conversation(s) (%d message(s)), "
-                        "%d tool audit row(s), %d approval(s) and %d Slack delivery record(s)",
+                        "%d feedback row(s), %d tool audit row(s), %d approval(s) and "
+                        "%d Slack delivery record(s)",
                         pruned.sessions,
                         pruned.messages,
+                        pruned.feedback,
                         pruned.audits,
                         pruned.approvals,
                         pruned.deliveries,
@@ -139,15 +159,17 @@ class Pruner:
             await asyncio.sleep(self._every_s)
 
     async def prune(self) -> Pruned:
-        """One full pass, batch by batch, as of now."""
-        now = utcnow()
+        """One full pass, batch by batch, as of `now()`."""
+        now = self._now()
         total = Pruned()
         if self._retention.audits is not None:
             cutoff = now - self._retention.audits
             total += await self._chain_start(cutoff)
             total += await self._batches(_OldToolAudits(cutoff))
             total += await self._batches(_OldApprovals(cutoff))
-        total += await self._batches(_IdleConversations(now - self._retention.conversations))
+        conversations = now - self._retention.conversations
+        total += await self._batches(_IdleConversations(conversations))
+        total += await self._batches(_UnheldFeedback(conversations))
         total += await self._batches(_OldDeliveries(now - self._retention.deliveries))
         return total
 
@@ -282,6 +304,25 @@ def _of_session(table: Any) -> Any:
     return exists().where(col(table.session_id) == SessionRow.id)
 
 
+def _at_thread(table: Any, channel_id: Any, thread_ts: Any) -> ColumnElement[bool]:
+    # Feedback names its thread, as a session does, not the session's id.
+    return and_(col(table.channel_id) == channel_id, col(table.thread_ts) == thread_ts)
+
+
+def _of_thread(table: Any) -> Any:
+    return exists().where(_at_thread(table, SessionRow.channel_id, SessionRow.thread_ts))
+
+
+def _rated_since(cutoff: datetime, channel_id: Any, thread_ts: Any) -> ColumnElement[bool]:
+    """A 👍/👎 or a 👎's reason in the thread since the cutoff: someone still uses it."""
+    # An alias: inside a statement on `feedback` itself it must not correlate to that row.
+    rated = aliased(FeedbackRow)
+    return exists().where(
+        _at_thread(rated, channel_id, thread_ts),
+        or_(col(rated.created_at) >= cutoff, col(rated.reason_at) >= cutoff),
+    )
+
+
 @dataclass(frozen=True)
 class _IdleConversations:
     """Sessions idle since before the cutoff that still hold something to delete."""
@@ -293,7 +334,8 @@ class _IdleConversations:
             col(MessageRow.session_id) == SessionRow.id,
             col(MessageRow.created_at) >= self.cutoff,
         )
-        return and_(col(SessionRow.created_at) < self.cutoff, not_(recent))
+        rated = _rated_since(self.cutoff, SessionRow.channel_id, SessionRow.thread_ts)
+        return and_(col(SessionRow.created_at) < self.cutoff, not_(recent), not_(rated))
 
     def candidates(self) -> Any:
         something = or_(
@@ -302,27 +344,82 @@ class _IdleConversations:
             _of_session(PayloadRow),
             _of_session(TurnRow),
             _of_session(ThreadSummaryRow),
+            _of_thread(FeedbackRow),
+            _of_thread(FeedbackFixtureRow),
             not_(_anchored()),
         )
         return select(SessionRow.id).where(self._idle(), something)
 
     def delete(self, ids: Sequence[Any]) -> Op[Pruned]:
         def op(session: Session) -> Pruned:
-            # Re-checked here: a message that arrived since the read keeps its session.
+            # Re-checked here: a message or a click that arrived since the read keeps it.
             idle = select(SessionRow.id).where(col(SessionRow.id).in_(ids), self._idle())
             still = list(session.exec(idle).all())
             if not still:
                 return Pruned()
+            feedback = _delete_feedback(session, still)
             messages = session.exec(delete(MessageRow).where(col(MessageRow.session_id).in_(still)))
             for table in (UsageRow, PayloadRow, TurnRow, ThreadSummaryRow):
                 session.exec(delete(table).where(col(table.session_id).in_(still)))
             session.exec(delete(SessionRow).where(col(SessionRow.id).in_(still), not_(_anchored())))
-            return Pruned(sessions=len(still), messages=_rowcount(messages))
+            return Pruned(sessions=len(still), messages=_rowcount(messages), feedback=feedback)
 
         return op
+
+
+def _delete_feedback(session: Session, session_ids: list[Any]) -> int:
+    """The feedback in these sessions' threads (before the sessions go: it is found by them);
+    how many 👍/👎 rows went."""
+
+    def of_them(table: Any) -> Any:
+        in_thread = _at_thread(table, SessionRow.channel_id, SessionRow.thread_ts)
+        return exists().where(col(SessionRow.id).in_(session_ids), in_thread)
+
+    session.exec(delete(FeedbackFixtureRow).where(of_them(FeedbackFixtureRow)))
+    return _rowcount(session.exec(delete(FeedbackRow).where(of_them(FeedbackRow))))
 
 
 def _anchored() -> ColumnElement[bool]:
     """A kept tool audit, approval or incident memory points at the session (a memory's
     decision is audited in its session)."""
     return or_(_of_session(ToolAuditRow), _of_session(ApprovalRow), _of_session(IncidentMemoryRow))
+
+
+@dataclass(frozen=True)
+class _UnheldFeedback:
+    """Threads (channel, thread_ts) with feedback but no conversation kelpie holds, neither
+    rated nor (for a 👎's captured reads) captured since the cutoff."""
+
+    cutoff: datetime
+
+    def _unheld(self, table: Any) -> ColumnElement[bool]:
+        channel_id, thread_ts = col(table.channel_id), col(table.thread_ts)
+        held = exists().where(_at_thread(SessionRow, channel_id, thread_ts))
+        return and_(not_(held), not_(_rated_since(self.cutoff, channel_id, thread_ts)))
+
+    def _old_fixture(self) -> ColumnElement[bool]:
+        captured = col(FeedbackFixtureRow.captured_at) < self.cutoff
+        return and_(self._unheld(FeedbackFixtureRow), captured)
+
+    def candidates(self) -> Any:
+        fixtures = FeedbackFixtureRow
+        return union(
+            select(FeedbackRow.channel_id, FeedbackRow.thread_ts).where(self._unheld(FeedbackRow)),
+            select(fixtures.channel_id, fixtures.thread_ts).where(self._old_fixture()),
+        )
+
+    def delete(self, ids: Sequence[Any]) -> Op[Pruned]:
+        threads = [(channel_id, thread_ts) for channel_id, thread_ts in ids]
+
+        def op(session: Session) -> Pruned:
+            # Re-checked here: a conversation or a click that arrived since the read keeps it.
+            fixtures = tuple_(FeedbackFixtureRow.channel_id, FeedbackFixtureRow.thread_ts)
+            session.exec(
+                delete(FeedbackFixtureRow).where(fixtures.in_(threads), self._old_fixture())
+            )
+            rated = tuple_(FeedbackRow.channel_id, FeedbackRow.thread_ts)
+            unheld = self._unheld(FeedbackRow)
+            result = session.exec(delete(FeedbackRow).where(rated.in_(threads), unheld))
+            return Pruned(feedback=_rowcount(result))
+
+        return op

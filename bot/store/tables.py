@@ -20,6 +20,8 @@ def aware(value: datetime) -> datetime:
 
 class SessionRow(SQLModel, table=True):
     __tablename__ = "sessions"
+    # Feedback names its thread, not its session: retention finds one from the other.
+    __table_args__ = (Index("ix_sessions_thread", "channel_id", "thread_ts"),)
 
     id: int | None = Field(default=None, primary_key=True)
     session_key: str = Field(unique=True, index=True)
@@ -308,11 +310,14 @@ class FeedbackRow(SQLModel, table=True):
     may get its reason later (masked, like everything kelpie keeps)."""
 
     __tablename__ = "feedback"
-    __table_args__ = (UniqueConstraint("turn_id", "slack_user", name="uq_feedback_turn_user"),)
+    __table_args__ = (
+        UniqueConstraint("turn_id", "slack_user", name="uq_feedback_turn_user"),
+        Index("ix_feedback_thread", "channel_id", "thread_ts"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     team_id: str
-    channel_id: str = Field(index=True)
+    channel_id: str
     thread_ts: str
     turn_id: str = Field(index=True)
     message_ts: str  # the answer's message the buttons were on
@@ -329,6 +334,7 @@ class FeedbackFixtureRow(SQLModel, table=True):
     incident is likely still there: `kelpie eval export` prefers it to a later re-read."""
 
     __tablename__ = "feedback_fixtures"
+    __table_args__ = (Index("ix_feedback_fixtures_thread", "channel_id", "thread_ts"),)
 
     turn_id: str = Field(primary_key=True)
     channel_id: str
