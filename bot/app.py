@@ -1261,8 +1261,8 @@ def incident_memory(
     offers = MemoryOffers(client, core.memories, proposer, core.sessions, clock, hold)
     core.background.insert(0, offers)  # drained before the store closes
 
-    def recovered(approval: Approval, verdict: str) -> None:
-        offers.offer_soon(
+    async def recovered(approval: Approval, verdict: str) -> None:
+        await offers.offer(
             Resolution(
                 channel_id=approval.channel_id,
                 thread_ts=approval.thread_ts,

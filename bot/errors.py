@@ -26,3 +26,12 @@ class StoreError(KelpieError):
 
 class ExportError(KelpieError):
     """`kelpie eval export` cannot write the case (a bad link, a thread kelpie never saw)."""
+
+
+class Undeliverable(KelpieError):
+    """A surface refused a message for good (its channel archived or gone, the app taken out
+    of it, its token dead): no retry will deliver it. `code` is the surface's own reason."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(f"the thread refuses messages for good ({code})")
+        self.code = code

@@ -267,3 +267,25 @@ async def test_a_recovered_verdict_a_dead_replica_left_unsaid_offers_its_memory_
     assert len(asked) == 1 and f"resolution: {stored}" in json.dumps(asked)
     thread = world.slack.thread(OPS_CHANNEL, mention["ts"])
     assert len([m for m in thread if button(m, REMEMBER_ACTION)]) == 1
+
+
+async def test_a_recovered_verdict_said_by_a_replica_killed_before_its_offer_offers_it(
+    world: World,
+):
+    """Said (its ts stored), then killed before the memory was offered: the next replica
+    offers it without saying the verdict again."""
+    mention, identifier = await following_restart(world)
+    dead = DeadReplica(world.config.database.url)
+    stored = RECOVERED.format(what="Restart deployment shop/checkout-api", evidence="all ready")
+    try:
+        await dead.conclude(identifier, stored, said_ts="1.000001")
+        await world.start_bot(MEMORY_ON)
+        offered = await memory_card(world, OPS_CHANNEL, mention["ts"])
+        assert "*Keys:* shop checkout-api" in offered.text
+        await dead.state(identifier, "done")
+        await world.drain()
+    finally:
+        await dead.db.close()
+    assert [m for m in world.slack.thread(OPS_CHANNEL, mention["ts"]) if m.text == stored] == []
+    thread = world.slack.thread(OPS_CHANNEL, mention["ts"])
+    assert len([m for m in thread if button(m, REMEMBER_ACTION)]) == 1

@@ -173,6 +173,25 @@ async def test_stream_errors_and_expiry(slack: SlackServer, client: AsyncWebClie
     await client.chat_startStream(channel=dm, thread_ts=dm_parent.ts, markdown_text="c")
 
 
+async def test_an_archived_channel_refuses_new_messages(
+    slack: SlackServer, client: AsyncWebClient
+) -> None:
+    """As in Slack: chat.postMessage and chat.postEphemeral answer `is_archived` there, and
+    conversations.info shows it archived; unarchived, posting works again."""
+    slack.archive_channel(CHANNEL)
+    for post in (
+        lambda: client.chat_postMessage(channel=CHANNEL, text="hi"),
+        lambda: client.chat_postEphemeral(channel=CHANNEL, user=ALICE, text="hi"),
+    ):
+        with pytest.raises(SlackApiError) as refused:
+            await post()
+        assert refused.value.response["error"] == "is_archived"
+    info = await client.conversations_info(channel=CHANNEL)
+    assert info["channel"]["is_archived"] is True
+    slack.archive_channel(CHANNEL, archived=False)
+    assert (await client.chat_postMessage(channel=CHANNEL, text="hi"))["ok"]
+
+
 async def test_files_upload_v2_lands_in_thread(slack: SlackServer, client: AsyncWebClient) -> None:
     parent = slack.post_user_message(CHANNEL, ALICE, "logs please")
     await client.files_upload_v2(

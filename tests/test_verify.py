@@ -15,8 +15,15 @@ from typing import Any
 
 import pytest
 
-from bot.approvals.verify import NOT_RECOVERED, RECOVERED, ROLLBACK_OFFERED, WatchTime
+from bot.approvals.verify import (
+    NOT_RECOVERED,
+    RECOVERED,
+    ROLLBACK_OFFERED,
+    WatchTime,
+    rollback_id,
+)
 from bot.store.db import Database
+from bot.store.tables import ApprovalRow
 from bot.store.turns import Replica
 from bot.store.verify import VerifyWatchRepository
 from tests.bot_processes import Launcher, Start
@@ -461,6 +468,68 @@ async def test_a_verdict_said_before_the_crash_is_not_said_again(world: World):
     # Its ts shows it was said: the watch ends without a second message.
     assert said(world, mention["ts"], "Recovered:") == []
     assert said(world, mention["ts"], "Not recovered:") == []
+
+
+def posts_in(world: World, thread_ts: str) -> list[Any]:
+    """Every chat.postMessage kelpie sent into the thread, answered or refused."""
+    return [
+        c
+        for c in world.slack.calls_to("chat.postMessage")
+        if c.params.get("channel") == OPS_CHANNEL and c.params.get("thread_ts") == thread_ts
+    ]
+
+
+async def test_a_verdict_the_archived_channel_refuses_ends_undeliverable_and_is_not_retried(
+    world: World,
+):
+    mention, identifier = await following_restart(world)
+    dead = DeadReplica(world.config.database.url)
+    stored = NOT_RECOVERED.format(
+        what="Restart deployment shop/checkout-api", evidence="read before the crash"
+    )
+    world.slack.archive_channel(OPS_CHANNEL)
+    tried_before = len(posts_in(world, mention["ts"]))
+    try:
+        await dead.conclude(identifier, stored + ROLLBACK_OFFERED, said_ts=None)
+        await world.start_bot()
+        assert await dead.state(identifier, "undeliverable") == (
+            "undeliverable",
+            stored + ROLLBACK_OFFERED,
+        )
+        assert await dead.watches.refusal(identifier) == "is_archived"
+        await world.drain()
+        # A later start does not try again: the refusal is for good.
+        await world.start_bot()
+        await world.drain()
+        assert await dead.watches.state(identifier) == ("undeliverable", stored + ROLLBACK_OFFERED)
+        # No rollback card went where nothing can be posted (its id derives from the
+        # approval's).
+        async with dead.db.sessions() as session:
+            assert await session.get(ApprovalRow, rollback_id(identifier)) is None
+    finally:
+        await dead.db.close()
+    refused = posts_in(world, mention["ts"])[tried_before:]
+    assert [c.response.get("error") for c in refused] == ["is_archived"]
+
+
+async def test_a_verdict_slack_fails_to_take_once_is_said_at_the_next_reconciliation(
+    world: World,
+):
+    mention, identifier = await following_restart(world)
+    dead = DeadReplica(world.config.database.url)
+    stored = RECOVERED.format(what="Restart deployment shop/checkout-api", evidence="all ready")
+    tried_before = len(posts_in(world, mention["ts"]))
+    try:
+        await dead.conclude(identifier, stored, said_ts=None)
+        world.slack.fail("chat.postMessage", "internal_error", times=1)
+        await world.start_bot()
+        assert await dead.state(identifier, "done") == ("done", stored)
+        await world.drain()
+    finally:
+        await dead.db.close()
+    tried = posts_in(world, mention["ts"])[tried_before:]
+    assert [c.response.get("error") for c in tried] == ["internal_error", None]
+    assert [m.text for m in said(world, mention["ts"], "Recovered:")] == [stored]
 
 
 # --- a namespace's own SLI; rollback cards for nodes; none for a deleted pod ----------------

@@ -74,7 +74,9 @@ class WriteAuditLog(Protocol):
 
 
 class ApprovalCards(Protocol):
-    """Where people see approvals (Slack cards); knows how to render each state."""
+    """Where people see approvals (Slack cards); knows how to render each state. A post the
+    surface refuses for good (its channel archived, say) raises `bot.errors.Undeliverable`:
+    retrying it is pointless, unlike any other failure."""
 
     async def post(self, approval: Approval) -> str:
         """Post the card; returns its message ts."""

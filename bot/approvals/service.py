@@ -40,6 +40,7 @@ from bot.approvals import copy
 from bot.approvals.coordinator import WriteCoordinator
 from bot.approvals.model import ApprovalCards, ApprovalStore, CallCheck, Continuation
 from bot.approvals.readback import Readback
+from bot.errors import Undeliverable
 from bot.pipeline.decision import ToolInvocation
 from bot.pipeline.flow import CallFlow
 from bot.store.retry import RETRY_DELAYS, retrying
@@ -463,6 +464,10 @@ class ApprovalService:
         try:
             await retrying(
                 "telling a thread", lambda: self._cards.tell(approval, text), self._delays[:3]
+            )
+        except Undeliverable as refused:
+            log.warning(
+                "the thread of approval %s refuses posts for good (%s)", approval.id, refused.code
             )
         except Exception:
             log.exception("could not post in the thread of approval %s", approval.id)

@@ -12,7 +12,12 @@ one replica whose compare-and-set concludes the row says it), its message's ts a
 only then is the watch done: a replica killed in between leaves a concluded watch whose
 stored verdict the next one says (unless its ts shows it was said), and whose rollback
 card, with an id derived from the approval's, it proposes unless it exists. So the thread
-hears it once, even across kill -9. Time is injected (`clock`, `sleep`): tests never wait.
+hears it once, even across kill -9. A verdict the thread refuses for good (`Undeliverable`:
+its channel archived or deleted, the app removed) ends the watch undeliverable, stored with
+the surface's reason and logged once: no rollback card goes where nothing can be posted, no
+memory is offered for what nobody heard, and no reconciliation tries again. Any other
+failure to say it leaves it concluded, for the next reconciliation. Time is injected
+(`clock`, `sleep`): tests never wait.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from bot.approvals.model import ApprovalCards
-from bot.errors import KelpieError
+from bot.errors import KelpieError, Undeliverable
 from bot.pipeline.harness import ToolRegistry
 from bot.store.verify import LeftWatch
 from bot.toolsets.spec import Tool, ToolContext, bound_identity
@@ -117,6 +122,8 @@ class WatchStore(Protocol):
     async def said(self, approval_id: str, ts: str | None) -> None: ...
 
     async def finish(self, approval_id: str) -> bool: ...
+
+    async def undeliverable(self, approval_id: str, error: str) -> bool: ...
 
     async def orphans(self) -> list[LeftWatch]: ...
 
@@ -243,8 +250,10 @@ def undo_args(plan: WritePlan) -> dict[str, object] | None:
     return where | {"revision": revision} if isinstance(revision, int) else None
 
 
-# Told that an approved write recovered: the approval and the verdict's sentence.
-Recovered = Callable[[Approval, str], None]
+# Told that an approved write recovered: the approval and the verdict's sentence. Awaited
+# before the watch ends, and told again by whoever takes a watch over that ended between
+# the two, so a hook must be idempotent (a memory offer is reserved once per resolution).
+Recovered = Callable[[Approval, str], Awaitable[None]]
 
 
 class Verifier:
@@ -337,7 +346,7 @@ class Verifier:
             # Stored before it is said: a crash from here on leaves it to be said once.
             if not await self._store.conclude(approval.id, text):
                 return
-            await self._announce(approval, text, rollback, recovered=verdict.recovered)
+            await self._announce(approval, text, rollback)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -389,40 +398,56 @@ class Verifier:
             return text + NO_ROLLBACK.format(why=rollback), None
         return text + ROLLBACK_OFFERED, rollback
 
-    async def _announce(
-        self, approval: Approval, text: str, rollback: Approval | None, *, recovered: bool
-    ) -> None:
+    async def _announce(self, approval: Approval, text: str, rollback: Approval | None) -> None:
         """Say the concluded verdict, then post the rollback card below it (or, recovered,
-        tell the hooks), then end."""
+        tell the hooks), then end; refused for good, end it unsaid, with neither."""
         try:
             ts = await self._cards.tell(approval, text)
+        except Undeliverable as refused:
+            log.warning(
+                "the verdict on approval %s cannot be said, the thread refuses it for good"
+                " (%s): the watch ends undeliverable",
+                approval.id,
+                refused.code,
+            )
+            await self._store.undeliverable(approval.id, refused.code)
+            return
         except Exception:
             # Concluded, not said: handed back, so a later reconciliation says it.
             log.exception("could not say the verdict on approval %s", approval.id)
             await self._store.release(approval.id)
             return
         await self._store.said(approval.id, ts)
+        await self._after_said(approval, text, rollback)
+
+    async def _after_said(self, approval: Approval, said: str, rollback: Approval | None) -> None:
+        """The verdict said: its rollback card, or (recovered) the hooks, then the end. A
+        replica killed before the end leaves this to whoever takes the watch over."""
         if rollback is not None:
             await self._rollbacks.propose(rollback)
-        if recovered:
-            for hook in self._recovered:  # said once: a memory is offered once
-                hook(approval, text)
+        if said.startswith(RECOVERED.split("{", 1)[0]):
+            for hook in self._recovered:
+                await self._tell_hook(hook, approval, said)
         await self._store.finish(approval.id)
+
+    async def _tell_hook(self, hook: Recovered, approval: Approval, said: str) -> None:
+        try:
+            await hook(approval, said)
+        except Exception:
+            # The verdict was said: the watch still ends (a memory offer is not worth a
+            # verdict said again).
+            log.exception("a recovered hook failed for approval %s", approval.id)
 
     async def _announce_left(self, approval: Approval, left: LeftWatch) -> None:
         """A concluded watch whose replica died: its stored verdict said (unless it was)
         and its rollback card proposed (unless it exists), then it ends."""
         try:
             rollback = await self._left_rollback(approval, left)
+            said = left.verdict or ""
             if left.said_ts is None:
-                # Only the verdict's sentence is stored: whether it recovered is read there.
-                said = left.verdict or ""
-                recovered = said.startswith(RECOVERED.split("{", 1)[0])
-                await self._announce(approval, said, rollback, recovered=recovered)
-                return
-            if rollback is not None:
-                await self._rollbacks.propose(rollback)
-            await self._store.finish(approval.id)
+                await self._announce(approval, said, rollback)
+            else:
+                await self._after_said(approval, said, rollback)
         except asyncio.CancelledError:
             raise
         except Exception:

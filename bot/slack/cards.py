@@ -20,13 +20,17 @@ and saying where the rest is.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.approvals.service import ApprovalService, ResumeResult
+from bot.errors import Undeliverable
 from bot.slack import copy
 from bot.slack.inbox import REPLAYED, Handled, marking_handled
 from bot.slack.markdown import SECTION_LIMIT, split_text
@@ -43,6 +47,24 @@ REJECT_ACTION = "kelpie_reject"
 # ~12,000 characters of blocks a message. Longer ones go in full above the card.
 CARD_DETAILS_CHARS = 8_000
 OPENING_CHARS = 1_500
+
+# Slack's refusals no retry changes: the channel archived, deleted or without the app, posting
+# restricted there, the app's token revoked or its account deactivated. Rate limits, 5xx and
+# timeouts are not among them: a later try gets through.
+REFUSED_FOR_GOOD = frozenset(
+    {
+        "is_archived",
+        "channel_not_found",
+        "not_in_channel",
+        "restricted_action",
+        "restricted_action_read_only_channel",
+        "account_inactive",
+        "invalid_auth",
+        "not_authed",
+        "token_revoked",
+        "token_expired",
+    }
+)
 
 _STATE_LINE = {
     ApprovalState.PENDING: ":hourglass_flowing_sand: Waiting for approval",
@@ -173,8 +195,22 @@ def _fallback_text(approval: Approval) -> str:
     return one_line(f"Approval {approval.status}: {approval.plan.description}")
 
 
+@asynccontextmanager
+async def refusing_for_good() -> AsyncIterator[None]:
+    """Slack's refusal for good of a post raised as `Undeliverable`, which the approval flow
+    does not retry (any other failure raises as it came: a later try may get through)."""
+    try:
+        yield
+    except SlackApiError as error:
+        code = str(error.response.get("error") or "")
+        if code in REFUSED_FOR_GOOD:
+            raise Undeliverable(code) from error
+        raise
+
+
 class SlackApprovalCards:
-    """ApprovalCards port on Slack messages."""
+    """ApprovalCards port on Slack messages. A post Slack refuses for good (the channel
+    archived, say) raises `Undeliverable`."""
 
     def __init__(self, client: AsyncWebClient) -> None:
         self._client = client
@@ -189,13 +225,14 @@ class SlackApprovalCards:
                 title=copy.card_details_title(approval.id[:8]),
             )
             await writer.post(details_mrkdwn(approval))
-        response = await self._client.chat_postMessage(
-            channel=approval.channel_id,
-            # No thread (an MCP client's change): the card is a message of its own.
-            thread_ts=approval.thread_ts or None,
-            text=_fallback_text(approval),
-            blocks=card_blocks(approval),
-        )
+        async with refusing_for_good():
+            response = await self._client.chat_postMessage(
+                channel=approval.channel_id,
+                # No thread (an MCP client's change): the card is a message of its own.
+                thread_ts=approval.thread_ts or None,
+                text=_fallback_text(approval),
+                blocks=card_blocks(approval),
+            )
         return str(response["ts"])
 
     async def update(self, approval: Approval, note: str = "") -> None:
@@ -210,11 +247,12 @@ class SlackApprovalCards:
 
     async def tell(self, approval: Approval, text: str) -> str | None:
         # The sentence quotes the plan and outcome (cluster and model text): never markup.
-        response = await self._client.chat_postMessage(
-            channel=approval.channel_id,
-            thread_ts=approval.thread_ts or approval.card_ts,  # no thread: the card's own
-            text=escape_mrkdwn(text),
-        )
+        async with refusing_for_good():
+            response = await self._client.chat_postMessage(
+                channel=approval.channel_id,
+                thread_ts=approval.thread_ts or approval.card_ts,  # no thread: the card's own
+                text=escape_mrkdwn(text),
+            )
         ts = response.get("ts")
         return ts if isinstance(ts, str) else None
 

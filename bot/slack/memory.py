@@ -162,10 +162,6 @@ class MemoryOffers:
             await asyncio.gather(self._sweeper, return_exceptions=True)
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    def offer_soon(self, resolution: Resolution) -> None:
-        """`offer` from a hook that cannot wait (a verification's verdict, once said)."""
-        self._spawn(self.offer(resolution))
-
     async def offer(self, resolution: Resolution) -> None:
         """Store the offer (nothing more when this resolution was offered before: a double
         click costs no second model call), then complete it in the background."""

@@ -7,6 +7,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
+from bot.errors import Undeliverable
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -21,10 +23,13 @@ async def retrying(
     delays: Sequence[float] = RETRY_DELAYS,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> T:
-    """`attempt()` until it succeeds, pausing `delays` between tries; the last error raises."""
+    """`attempt()` until it succeeds, pausing `delays` between tries; the last error raises,
+    and so does a refusal for good (`Undeliverable`) at once: no later try gets through."""
     for delay in (*delays, None):
         try:
             return await attempt()
+        except Undeliverable:
+            raise
         except Exception:
             if delay is None:
                 raise

@@ -271,18 +271,20 @@ class VerifyWatchRow(SQLModel, table=True):
     starts, leased to the replica watching it (renewed at every poll), so a restart or
     another replica resumes it once that lease expired. `state` moves only watching →
     concluded (the verdict stored, by a compare-and-set: only its winner says it) → done
-    (said); a concluded watch taken over after a crash says its stored verdict, unless
-    `verdict_ts` shows it was said already."""
+    (said), or → undeliverable (the thread refused the verdict for good: `verdict_error`);
+    a concluded watch taken over after a crash says its stored verdict, unless `verdict_ts`
+    shows it was said already."""
 
     __tablename__ = "verify_watches"
 
     approval_id: str = Field(foreign_key="approvals.id", primary_key=True)
-    state: str = Field(index=True)  # watching | concluded | done
+    state: str = Field(index=True)  # watching | concluded | done | undeliverable
     deadline: datetime
     owner: str | None = None
     lease_expires_at: datetime | None = Field(default=None, index=True)
     verdict: str | None = None  # the thread's message, once concluded
     verdict_ts: str | None = None  # its ts in the thread, once said
+    verdict_error: str | None = None  # why the thread refused it for good (undeliverable)
     created_at: datetime = Field(default_factory=utcnow)
 
 

@@ -6,12 +6,15 @@ one replica resumes it. Ending it takes three steps, each by its owner: the verd
 stored first (watching → concluded, a compare-and-set: only the winner says it), then
 said (the message's ts stored), then the watch is done. A replica that dies between them
 leaves a concluded watch: whoever takes it over says the stored verdict, unless its ts
-shows it was said already, so the verdict survives kill -9 and is said once."""
+shows it was said already, so the verdict survives kill -9 and is said once. A verdict the
+thread refuses for good (its channel archived, say) ends the watch `undeliverable` instead,
+with the surface's reason: it is never tried again."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import or_, update
@@ -21,9 +24,16 @@ from bot.store.db import Database, counting, insert_ignoring_duplicates
 from bot.store.tables import VerifyWatchRow, aware
 from bot.store.turns import Replica
 
-WATCHING = "watching"
-CONCLUDED = "concluded"  # the verdict stored, maybe not said yet
-DONE = "done"
+
+class WatchState(StrEnum):
+    WATCHING = "watching"
+    CONCLUDED = "concluded"  # the verdict stored, maybe not said yet
+    DONE = "done"
+    # Concluded, and the thread refused the verdict for good: ended unsaid.
+    UNDELIVERABLE = "undeliverable"
+
+
+WATCHING, CONCLUDED, DONE = WatchState.WATCHING, WatchState.CONCLUDED, WatchState.DONE
 OPEN = (WATCHING, CONCLUDED)
 
 
@@ -100,6 +110,16 @@ class VerifyWatchRepository:
         )
         return await self._db.write(counting(statement))
 
+    async def undeliverable(self, approval_id: str, error: str) -> bool:
+        """concluded → undeliverable, by its owner only: the thread refused the verdict for
+        good (`error`, the surface's reason), so no replica tries to say it again."""
+        statement = (
+            update(VerifyWatchRow)
+            .where(*self._mine(approval_id, CONCLUDED))
+            .values(state=WatchState.UNDELIVERABLE, verdict_error=error, lease_expires_at=None)
+        )
+        return await self._db.write(counting(statement))
+
     async def release(self, approval_id: str) -> None:
         """This process stops following it (shutdown): its lease ends now, so the next
         start, or another replica, resumes it without waiting for the lease to lapse."""
@@ -137,6 +157,12 @@ class VerifyWatchRepository:
         async with self._db.sessions() as session:
             row = await session.get(VerifyWatchRow, approval_id)
             return (row.state, row.verdict) if row is not None else None
+
+    async def refusal(self, approval_id: str) -> str | None:
+        """Why the thread refused a watch's verdict for good (None: it did not)."""
+        async with self._db.sessions() as session:
+            row = await session.get(VerifyWatchRow, approval_id)
+            return row.verdict_error if row is not None else None
 
     def _mine(self, approval_id: str, *states: str) -> list[Any]:
         return [

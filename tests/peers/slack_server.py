@@ -13,7 +13,8 @@ its aiohttp Socket Mode client, Bolt's `AsyncApp`) to talk to it unchanged:
 
 It records every call so a test can assert what a person would see in a thread
 (`thread()`, `ephemerals()`, `reactions()`), and it injects faults on request
-(429 with Retry-After, `ok:false` errors, expired streams, dropped sockets).
+(429 with Retry-After, `ok:false` errors, expired streams, dropped sockets, archived
+channels that refuse new messages with `is_archived`).
 
 It enforces Slack's per-method tier limits and the per-channel posting rate with 429 and
 Retry-After (`limits`; tests count them over shorter windows), Slack's size limits with its
@@ -380,6 +381,7 @@ class _Channel:
     user: str | None = None
     is_private: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
+    is_archived: bool = False
 
     def to_slack(self) -> Json:
         if self.is_im:
@@ -401,7 +403,7 @@ class _Channel:
             "is_im": False,
             "is_mpim": False,
             "is_private": self.is_private,
-            "is_archived": False,
+            "is_archived": self.is_archived,
             "is_general": self.name == "general",
             "is_shared": False,
             "is_ext_shared": False,
@@ -617,6 +619,7 @@ class SlackServer:
             user=user,
             is_private=channel_id.startswith("G"),
             created=existing.created if existing else int(time.time()),
+            is_archived=existing.is_archived if existing else False,
         )
 
     def set_user(
@@ -693,6 +696,11 @@ class SlackServer:
         self._faults.setdefault(method, []).append(
             _Fault(kind="error", remaining=times, error=error)
         )
+
+    def archive_channel(self, channel_id: str, archived: bool = True) -> None:
+        """Archive (or unarchive) a channel: as in Slack, posting a message, an ephemeral or a
+        stream in it then answers `is_archived`, and conversations.info shows it archived."""
+        self._channel(channel_id).is_archived = archived
 
     def delay(self, method: str, seconds: float) -> None:
         """Answer `method` only after `seconds` (a slow Slack), until `clear_faults`."""
@@ -1077,6 +1085,8 @@ class SlackServer:
         channel = self._resolve_channel(p.get("channel"))
         if channel is None:
             return _error("channel_not_found")
+        if self._channel(channel).is_archived:
+            return _error("is_archived")
         if not (p.get("text") or p.get("blocks") or p.get("attachments") or p.get("markdown_text")):
             return _error("no_text")
         size_error = _size_error(p, _MAX_TEXT, self.max_blocks_text)
@@ -1145,6 +1155,8 @@ class SlackServer:
         channel = self._resolve_channel(p.get("channel"))
         if channel is None:
             return _error("channel_not_found")
+        if self._channel(channel).is_archived:
+            return _error("is_archived")
         if not p.get("user"):
             return _error("user_not_in_channel")
         if not (p.get("text") or p.get("blocks") or p.get("attachments") or p.get("markdown_text")):
@@ -1209,6 +1221,8 @@ class SlackServer:
         channel = self._resolve_channel(p.get("channel"))
         if channel is None:
             return _error("channel_not_found")
+        if self._channel(channel).is_archived:
+            return _error("is_archived")
         if not p.get("thread_ts"):
             return _error("invalid_arguments")
         if not self._channel(channel).is_im:
