@@ -331,11 +331,13 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     from bot.store.audit import verify
     from bot.store.chain import Verdict
 
+    anchors = args.anchor
+
     def shown(verdict: Verdict) -> int:
         print(verdict.line())
         return 0 if verdict.intact else EXIT_FAILED
 
-    return _offline(args, lambda config: _with_store(config, verify), shown)
+    return _offline(args, lambda config: _with_store(config, lambda db: verify(db, anchors)), shown)
 
 
 def cmd_audit_export(args: argparse.Namespace) -> int:
@@ -406,6 +408,15 @@ def _since(value: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+def _anchor(text: str) -> Any:
+    from bot.store.chain import Anchor
+
+    try:
+        return Anchor.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _audit_parser(commands: Any) -> None:
     audit = commands.add_parser("audit", help="check or export the audit")
     audit_commands = audit.add_subparsers(dest="audit_command", required=True)
@@ -413,6 +424,15 @@ def _audit_parser(commands: Any) -> None:
         "verify", help="check the audit's hash chain: the first row changed, deleted or reordered"
     )
     verify.add_argument("--config", help=CONFIG_HELP)
+    verify.add_argument(
+        "--anchor",
+        action="append",
+        default=[],
+        metavar="SEQ:HASH",
+        type=_anchor,
+        help="a head noted earlier (printed by verify, logged by kelpie run): the chain must "
+        "still hold it (repeatable)",
+    )
     verify.set_defaults(handler=cmd_audit_verify)
     export = audit_commands.add_parser("export", help="print the audit rows (tool and write)")
     export.add_argument("--config", help=CONFIG_HELP)

@@ -157,6 +157,16 @@ class PreviewSource(StrEnum):
     EXACT_CALL = "the exact call, not sent yet"
 
 
+class Landed(StrEnum):
+    """What reading a write's target back after a crash shows: the planned change in place,
+    not in place, or nothing that tells (the target unreadable, a change that cannot be
+    compared, another MCP server's call, which kelpie has no way to read back)."""
+
+    APPLIED = "applied"
+    NOT_APPLIED = "not applied"
+    UNKNOWN = "unknown"
+
+
 @dataclass(frozen=True)
 class WritePlan:
     """Everything a person needs to approve a write, and everything needed to execute it."""

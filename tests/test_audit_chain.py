@@ -6,21 +6,29 @@ the rest still verifies; two replicas (SQLite and the real PostgreSQL) append on
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import text, update
 from sqlmodel import col, select
 
 from bot.store import chain
 from bot.store.approvals import WriteAuditRepository
-from bot.store.audit import verify
+from bot.store.audit import head, verify
 from bot.store.db import Database, executing, inserting
 from bot.store.repositories import SessionRepository, ToolAuditRepository
 from bot.store.retention import Pruner, Retention
-from bot.store.tables import ApprovalRow, AuditCheckpointRow, ToolAuditRow, utcnow
+from bot.store.tables import (
+    ApprovalRow,
+    AuditChainHeadRow,
+    AuditCheckpointRow,
+    ToolAuditRow,
+    utcnow,
+)
 from bot.values import AuditEntry, SessionInfo, WriteAudit
 from tests.test_approvals import click, propose_scale, wait_said
 from tests.test_operator_cli import kelpie, write_config
@@ -134,6 +142,73 @@ async def test_a_deleted_a_reordered_and_a_cut_off_row_are_each_named(database_u
 def _set_seq(row_id: int | None, seq: int | None) -> Any:
     row = col(ToolAuditRow.id) == row_id
     return executing(update(ToolAuditRow).where(row).values(chain_seq=seq))
+
+
+def _rewrite_from(seq: int, slack_user: str) -> Any:
+    """What someone with write access to the database could do: edit chain row `seq` and
+    hash every row from it again, and the head, so the chain alone shows nothing."""
+
+    def op(session: Any) -> None:
+        connection = session.connection()
+        links = [link for link in chain.load_links(connection) if link.seq is not None]
+        prev = next((link.row_hash for link in links if link.seq == seq - 1), chain.GENESIS)
+        table = ToolAuditRow.__table__  # type: ignore[attr-defined]
+        for link in [link for link in links if link.seq >= seq]:  # type: ignore[operator]
+            values = {**link.values, **({"slack_user": slack_user} if link.seq == seq else {})}
+            hashed = chain.record_hash(link.table, prev or "", values)
+            connection.execute(
+                update(table)
+                .where(table.c.id == link.row_id)
+                .values(slack_user=values["slack_user"], prev_hash=prev, row_hash=hashed)
+            )
+            prev = hashed
+        head = AuditChainHeadRow.__table__  # type: ignore[attr-defined]
+        connection.execute(update(head).values(hash=prev))
+
+    return op
+
+
+async def test_a_chain_rewritten_after_an_edit_no_longer_holds_the_head_noted_before(
+    database_url: str, caplog: pytest.LogCaptureFixture
+):
+    db, session_id = await _store(database_url)
+    try:
+        audit = ToolAuditRepository(db)
+        for n in range(5):
+            await audit.record([_entry(session_id, n)])
+        # The head is printed by verify and logged by every retention pass: noted elsewhere.
+        noted = await head(db)
+        assert noted.seq == 5 and f"(head {noted})" in (await verify(db)).line()
+        retention = Retention(conversations=timedelta(days=30), audits=None)
+        with caplog.at_level(logging.INFO, logger="bot.store.retention"):
+            await Pruner(db, retention).log_head()
+        assert f"audit chain head {noted} " in caplog.text
+
+        await db.write(_rewrite_from(3, "U0SOMEONE"))
+        assert (await verify(db)).intact  # the chain alone cannot tell
+        rows = await _audits(db)
+        verdict = await verify(db, [noted])
+        assert verdict.line() == (
+            f"rewritten: tool audit row {rows[4].id} (chain row 5) is not the row noted as "
+            "anchor 5: the chain was rewritten"
+        )
+        # A head noted past where the rewritten chain ends.
+        beyond = chain.Anchor(9, noted.hash)
+        assert (await verify(db, [beyond])).line() == (
+            "rewritten: chain row 9, noted as an anchor, is past the chain's end: it was cut "
+            "and rewritten"
+        )
+        # An anchor from before the edit still holds: rows 1 and 2 were not rewritten.
+        early = chain.Anchor(2, str(rows[1].row_hash))
+        assert (await verify(db, [early])).line().endswith(", 1 anchors held)")
+    finally:
+        await db.close()
+
+
+async def test_verify_refuses_a_malformed_anchor_in_one_sentence(tmp_path: Path):
+    ran = await kelpie("audit", "verify", "--anchor", "5:not-a-hash")
+    assert ran.code == 2 and "is not an anchor: SEQ:HASH" in ran.err, ran.err
+    assert "Traceback" not in ran.err
 
 
 async def test_two_replicas_appending_at_once_write_one_chain(database_url: str):

@@ -12,11 +12,14 @@ from typing import Any
 
 import pytest
 
+from bot.approvals import copy as approval_copy
 from bot.store.approvals import WriteAuditRepository
 from bot.store.repositories import ToolAuditRepository
+from tests.bot_processes import Launcher
 from tests.peers.mcp_servers import PLANTED, HttpPeer
 from tests.postgres import free_port
-from tests.test_approvals import card_text, click, wait_card, wait_said
+from tests.test_approval_crashes import card_settled
+from tests.test_approvals import card_text, click, has_buttons, wait_card, wait_said
 from tests.world import ADMIN_CHANNEL, ALICE, CAROL, MCP_AUTH, OPS_CHANNEL, SHOP_CHANNEL, World
 
 
@@ -141,6 +144,31 @@ async def test_a_configured_write_needs_a_card_and_runs_as_previewed_once_approv
     assert [a.phase for a in audits] == ["intent", "outcome"]
     assert audits[0].approved_by == CAROL and audits[1].ok
     assert audits[0].target == "MCP tool//grafana/create_annotation"
+
+
+async def test_a_write_cut_by_kill_9_mid_call_is_reported_unknown_and_never_run_again(
+    world: World, grafana: HttpPeer, launch: Launcher
+):
+    """kelpie cannot read another server's tool back: after a crash mid-call it says it
+    cannot tell whether the call took effect, never that it did not."""
+    start = launch(with_grafana(grafana))
+    bot = await start()
+    before = len(grafana.log.calls("slow"))
+    world.model.reply_tool_calls([("mcp_grafana_slow", {"reason": "warm the cache"})])
+    world.model.reply_text("Called.")
+    mention = await world.mention(OPS_CHANNEL, ALICE, "warm the grafana cache")
+    card = await wait_card(world, mention["ts"], timeout=120)  # a fresh process imports LiteLLM
+    await click(world, CAROL, card)
+    # The call reached the server (which answers in an hour): the process dies mid-call.
+    await world.slack.wait_for(lambda _: len(grafana.log.calls("slow")) > before, timeout=30)
+    bot.kill()
+    await start()
+    said = await wait_said(world, mention["ts"], "cannot tell whether it was made", timeout=120)
+    assert said.text.endswith(f": {approval_copy.RECONCILED_UNKNOWN}.")
+    final = await card_settled(world, card)
+    assert not has_buttons(final) and "unknown" in card_text(final)
+    assert "not executed" not in thread_text(world, OPS_CHANNEL, mention["ts"]).lower()
+    assert len(grafana.log.calls("slow")) == before + 1  # nothing ran it again
 
 
 async def test_a_namespace_argument_is_judged_by_the_role_and_the_firewall(

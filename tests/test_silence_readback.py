@@ -17,9 +17,11 @@ from bot.toolsets.observe.instances import Instances
 from bot.toolsets.observe.silence import SilenceReadback, SilenceWrite
 from bot.toolsets.observe.tools import Observe, ObserveSettings
 from bot.toolsets.spec import Reach, ToolContext
+from bot.values import Landed
 from tests.bot_processes import Launcher, Start
 from tests.peers.alertmanager import AlertmanagerServer
 from tests.peers.holding_proxy import HoldingProxy
+from tests.postgres import free_port
 from tests.test_approval_crashes import card_settled
 from tests.test_approvals import approval_id, card_text, click, wait_card, wait_said
 from tests.world import ALICE, CAROL, OPS_CHANNEL, World
@@ -65,10 +67,15 @@ async def test_the_readback_finds_the_silence_of_its_approval_only(
     try:
         asked = ToolContext("prod", "shop", reach=Reach(("shop",)), requester="U0ALICE")
         plan = await write.prepare(ARGS, asked)
-        assert not await readback.applied(plan, "approval-1")  # nothing made yet
+        assert await readback.applied(plan, "approval-1") == Landed.NOT_APPLIED  # not made yet
         await write.execute(plan, ToolContext("prod", "shop", approval_id="approval-1"))
-        assert await readback.applied(plan, "approval-1")
-        assert not await readback.applied(plan, "approval-2")  # the same body, not its own
+        assert await readback.applied(plan, "approval-1") == Landed.APPLIED
+        # The same body, not its own.
+        assert await readback.applied(plan, "approval-2") == Landed.NOT_APPLIED
+        # An Alertmanager that does not answer tells nothing: never "not made".
+        down = Endpoint("alertmanager", "am", f"http://127.0.0.1:{free_port()}", None, 2)
+        blind = Observe(http, Instances((down,)), ObserveSettings(), clock=time.time)
+        assert await SilenceReadback(blind).applied(plan, "approval-1") == Landed.UNKNOWN
     finally:
         await http.close()
     [silence] = commented(alertmanager, "readback-direct")

@@ -10,7 +10,7 @@ cases."""
 
 from __future__ import annotations
 
-from bot.values import Approval
+from bot.values import Approval, Landed
 
 # The outcome, as stored and shown on the card.
 RECONCILED_EXECUTED = (
@@ -18,6 +18,10 @@ RECONCILED_EXECUTED = (
 )
 RECONCILED_NOT_EXECUTED = (
     "not executed: the kelpie process making it stopped before the change was made; ask again"
+)
+RECONCILED_UNKNOWN = (
+    "unknown: the kelpie process making it stopped during the change and reading the target"
+    " back cannot tell whether it was made; check it before asking again"
 )
 
 
@@ -30,6 +34,16 @@ def reconciled_executed(approval: Approval) -> str:
     )
 
 
+def reconciled_unknown(approval: Approval) -> str:
+    """The thread's note: its process stopped mid-change and nothing read tells the outcome."""
+    return (
+        f"Approval {approval.id[:8]} ({approval.plan.description}) was approved by "
+        f"<@{approval.decided_by}>, but the kelpie process making the change stopped during "
+        "it, and reading the target back cannot tell whether it was made. Check the target "
+        "before asking again: asking again may make the change twice."
+    )
+
+
 def reconciled_not_executed(approval: Approval) -> str:
     """The thread's note: its process stopped before the change was made."""
     return (
@@ -37,3 +51,19 @@ def reconciled_not_executed(approval: Approval) -> str:
         f"<@{approval.decided_by}>, but the kelpie process making the change stopped before "
         "it was made: it was NOT executed. A person has to ask again."
     )
+
+
+RECONCILED = {
+    Landed.APPLIED: RECONCILED_EXECUTED,
+    Landed.NOT_APPLIED: RECONCILED_NOT_EXECUTED,
+    Landed.UNKNOWN: RECONCILED_UNKNOWN,
+}
+
+
+def reconciled_note(approval: Approval, landed: Landed) -> str:
+    """The thread's note on a change its process left unfinished, by what reading it shows."""
+    if landed is Landed.APPLIED:
+        return reconciled_executed(approval)
+    if landed is Landed.NOT_APPLIED:
+        return reconciled_not_executed(approval)
+    return reconciled_unknown(approval)

@@ -50,6 +50,7 @@ from bot.values import (
     ApprovalDecision,
     ApprovalState,
     DecisionKind,
+    Landed,
     ToolOutcome,
     ToolStatus,
     Verdict,
@@ -442,11 +443,8 @@ class ApprovalService:
         """Approved, no outcome: its kelpie process stopped between the click and the
         outcome (this one before a restart, or another replica). Read the target back; never
         run the write again blindly."""
-        done = await self._readback.applied(approval.plan, approval.id)
-        if done:
-            outcome, note = copy.RECONCILED_EXECUTED, copy.reconciled_executed(approval)
-        else:
-            outcome, note = copy.RECONCILED_NOT_EXECUTED, copy.reconciled_not_executed(approval)
+        landed = await self._readback.applied(approval.plan, approval.id)
+        outcome, note = copy.RECONCILED[landed], copy.reconciled_note(approval, landed)
         if not await self._record_outcome(approval, outcome):
             return Resumed(ResumeResult.ALREADY_DECIDED, approval)
         approval = replace(approval, outcome=outcome)
@@ -454,7 +452,7 @@ class ApprovalService:
             outcome, note, answer=False, announce=f"{approval.plan.description}: {outcome}."
         )
         # The change was made: its effect is followed like any other's.
-        watch = await self._verifier.store(approval) if done else None
+        watch = await self._verifier.store(approval) if landed is Landed.APPLIED else None
         await self._finish(approval, ending)
         if watch is not None:
             self._verifier.start(approval, watch)

@@ -7,7 +7,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -61,9 +61,15 @@ class Scope:
     since: datetime | None = None
 
 
-async def verify(db: Database) -> chain.Verdict:
+async def verify(db: Database, anchors: Sequence[chain.Anchor] = ()) -> chain.Verdict:
     async with db.sessions() as session:
-        return await session.run_sync(lambda s: chain.verify(s.connection()))
+        return await session.run_sync(lambda s: chain.verify(s.connection(), anchors))
+
+
+async def head(db: Database) -> chain.Anchor:
+    """The chain's head as an anchor to note elsewhere."""
+    async with db.sessions() as session:
+        return await session.run_sync(lambda s: chain.head_anchor(s.connection()))
 
 
 async def export_rows(db: Database, scope: Scope) -> list[dict[str, Any]]:

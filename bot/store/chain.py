@@ -11,7 +11,10 @@ replicas append one after another and the chain never forks.
 Retention removes the start of the chain only, through a place P, after checking that
 part, and appends a checkpoint row naming P and the hash of row P: the rows after P verify
 from there. The hashes are not keyed: someone able to rewrite the whole chain and its head
-can hide an edit; `kelpie audit verify` prints the head's hash so it can be noted elsewhere.
+could hide an edit from the chain alone. So the head's place and hash are anchors to keep
+elsewhere: `kelpie audit verify` prints them, a running kelpie logs them at every retention
+pass (into the log store, out of the database's reach), and `verify --anchor SEQ:HASH`
+checks the chain still holds them: a rewritten chain no longer does.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -168,6 +171,26 @@ class Break(StrEnum):
     DELETED = "deleted"
     REORDERED = "reordered"
     OUTSIDE = "added outside kelpie"
+    REWRITTEN = "rewritten"
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A chain row's place and hash noted outside the database (`SEQ:HASH`, as verify and
+    the log print them)."""
+
+    seq: int
+    hash: str
+
+    @classmethod
+    def parse(cls, text: str) -> Anchor:
+        seq, _, hashed = text.strip().partition(":")
+        if not seq.isdigit() or int(seq) < 1 or len(hashed) != 64:
+            raise ValueError(f"{text!r} is not an anchor: SEQ:HASH, as verify prints the head")
+        return cls(int(seq), hashed.lower())
+
+    def __str__(self) -> str:
+        return f"{self.seq}:{self.hash}"
 
 
 @dataclass(frozen=True)
@@ -197,9 +220,10 @@ class Problem:
 @dataclass(frozen=True)
 class Verdict:
     rows: int
-    head: str
+    head: Anchor
     problem: Problem | None = None
     pruned_through: int = 0
+    anchors_checked: int = 0
 
     @property
     def intact(self) -> bool:
@@ -209,7 +233,8 @@ class Verdict:
         if self.problem is not None:
             return f"{self.problem.kind}: {self.problem.sentence}"
         since = f", pruned through chain row {self.pruned_through}" if self.pruned_through else ""
-        return f"intact: {self.rows} rows (head {self.head[:16]}{since})"
+        anchored = f", {self.anchors_checked} anchors held" if self.anchors_checked else ""
+        return f"intact: {self.rows} rows (head {self.head}{since}{anchored})"
 
 
 def load_links(
@@ -273,13 +298,29 @@ def walk(links: Sequence[Link], prev: str, seq: int) -> Problem | None:
     return None
 
 
-def verify(connection: Connection) -> Verdict:
-    """The whole chain checked: its first break, or how many rows it holds intact."""
+def verify(connection: Connection, anchors: Sequence[Anchor] = ()) -> Verdict:
+    """The whole chain checked: its first break, or how many rows it holds intact (and, of
+    the `anchors` noted elsewhere, how many it still holds)."""
     links = load_links(connection)
     chained = [link for link in links if link.seq is not None]
     outside = [link for link in links if link.seq is None]
+    verdict = _verify_chain(connection, chained, outside, head_anchor(connection))
+    if verdict.problem is not None:
+        return verdict
+    problem, checked = _anchor_problem(chained, anchors, verdict.pruned_through)
+    return replace(verdict, problem=problem, anchors_checked=checked)
+
+
+def head_anchor(connection: Connection) -> Anchor:
+    """The head's place and hash (place 0, the genesis, before any row)."""
     head_row = connection.execute(select(AuditChainHeadRow.__table__)).mappings().first()  # type: ignore[attr-defined]
-    head_seq, head = (int(head_row["seq"]), str(head_row["hash"])) if head_row else (0, GENESIS)
+    return Anchor(int(head_row["seq"]), str(head_row["hash"])) if head_row else Anchor(0, GENESIS)
+
+
+def _verify_chain(
+    connection: Connection, chained: list[Link], outside: list[Link], head: Anchor
+) -> Verdict:
+    head_seq = head.seq
     first = chained[0].seq if chained else head_seq + 1
     assert first is not None
     start = start_of(connection, first)
@@ -290,10 +331,31 @@ def verify(connection: Connection) -> Verdict:
             chained[0] if chained else None,
         )
         return Verdict(len(chained), head, missing)
-    problem = walk(chained, *start) or _end_problem(chained, head_seq, head)
+    problem = walk(chained, *start) or _end_problem(chained, head_seq, head.hash)
     if problem is None and outside:
         problem = Problem(Break.OUTSIDE, f"{outside[0].name} is not on the chain", outside[0])
     return Verdict(len(chained), head, problem, pruned_through=start[1])
+
+
+def _anchor_problem(
+    chained: Sequence[Link], anchors: Sequence[Anchor], pruned_through: int
+) -> tuple[Problem | None, int]:
+    """The first anchor the (otherwise intact) chain no longer holds; how many it holds. An
+    anchor at a pruned place cannot be checked and is not counted."""
+    by_seq = {link.seq: link for link in chained}
+    checked = 0
+    for anchor in anchors:
+        if anchor.seq <= pruned_through:
+            continue
+        link = by_seq.get(anchor.seq)
+        if link is None:
+            sentence = f"chain row {anchor.seq}, noted as an anchor, is past the chain's end"
+            return Problem(Break.REWRITTEN, f"{sentence}: it was cut and rewritten"), checked
+        if link.row_hash != anchor.hash:
+            sentence = f"{link.name} is not the row noted as anchor {anchor.seq}"
+            return Problem(Break.REWRITTEN, f"{sentence}: the chain was rewritten", link), checked
+        checked += 1
+    return None, checked
 
 
 def _end_problem(chained: Sequence[Link], head_seq: int, head: str) -> Problem | None:

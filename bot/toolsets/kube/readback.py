@@ -3,8 +3,9 @@ reconciliation of an approval that was approved but has no recorded outcome).
 
 Only field changes the plan names are compared (`spec.replicas 3 → 5` is in place when the
 object's spec.replicas reads 5); a deleted pod is in place when the previewed pod (its
-uid) is gone. Anything that cannot be read or compared counts as not in place: kelpie then
-says "not executed" and a person asks again, which never runs a write twice.
+uid) is gone. A target that cannot be read, a kind this does not read (another MCP
+server's call) or a change it cannot compare tells nothing (UNKNOWN): kelpie then asks a
+person to check before asking again, rather than claiming the change was not made.
 """
 
 from __future__ import annotations
@@ -17,11 +18,15 @@ from typing import Any
 
 from bot.toolsets.kube.client import KubeClients, KubeFailure
 from bot.toolsets.kube.render import dig
-from bot.values import WritePlan
+from bot.values import Landed, WritePlan
 
 log = logging.getLogger(__name__)
 
 _PLAIN_FIELD = re.compile(r"^[A-Za-z]+(\.[A-Za-z]+)+$")
+
+
+def _landed(in_place: bool) -> Landed:
+    return Landed.APPLIED if in_place else Landed.NOT_APPLIED
 
 
 def _shown(value: Any) -> str:
@@ -37,21 +42,24 @@ class KubeReadback:
     def __init__(self, clients: KubeClients) -> None:
         self._clients = clients
 
-    async def applied(self, plan: WritePlan, approval_id: str = "") -> bool:
+    async def applied(self, plan: WritePlan, approval_id: str = "") -> Landed:
         try:
             current = await self._read(plan)
-        except (KubeFailure, KeyError):
+        except KeyError:
+            return Landed.UNKNOWN  # a kind this does not read: another MCP server's call
+        except KubeFailure:
             log.warning("could not read %s back", plan.target.key, exc_info=True)
-            return False
+            return Landed.UNKNOWN
+        gone = current is None or dig(current, "metadata", "uid") != plan.target.uid
         if plan.tool == "delete_pod":
-            return current is None or dig(current, "metadata", "uid") != plan.target.uid
-        if current is None or dig(current, "metadata", "uid") != plan.target.uid:
-            return False
+            return _landed(gone)
+        if gone:
+            return Landed.NOT_APPLIED  # what is there now is not what was changed
         fields = [change for change in plan.changes if _PLAIN_FIELD.match(change.field)]
         if not fields or len(fields) != len(plan.changes):
-            return False
-        return all(
-            _shown(dig(current, *change.field.split("."))) == change.after for change in fields
+            return Landed.UNKNOWN
+        return _landed(
+            all(_shown(dig(current, *change.field.split("."))) == change.after for change in fields)
         )
 
     async def _read(self, plan: WritePlan) -> Any:

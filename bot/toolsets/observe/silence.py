@@ -37,7 +37,7 @@ from bot.toolsets.observe.http import ObserveError
 from bot.toolsets.observe.tools import Observe
 from bot.toolsets.observe.window import DURATION, parse_duration
 from bot.toolsets.spec import ToolArgumentError, ToolContext, ToolFailure, ToolResult
-from bot.values import FieldChange, PreviewSource, WritePlan, WriteTarget
+from bot.values import FieldChange, Landed, PreviewSource, WritePlan, WriteTarget
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class SilenceReadback:
     def __init__(self, observe: Observe) -> None:
         self._observe = observe
 
-    async def applied(self, plan: WritePlan, approval_id: str) -> bool:
+    async def applied(self, plan: WritePlan, approval_id: str) -> Landed:
         observe = self._observe
         mark = APPROVAL_MARK.format(id=approval_id)
         label = next(iter(plan.args["body"]["matchers"]), None)
@@ -146,12 +146,14 @@ class SilenceReadback:
             endpoint = observe.instances.named("alertmanager", str(plan.args["instance"]))
             client = Alertmanager(observe.http, endpoint, observe.settings.max_silence_h)
             if label is None:
-                return False
+                return Landed.UNKNOWN
             found = await client.silences(SilenceMatcher(label["name"], label["value"]))
         except (ObserveError, KeyError, TypeError):
             log.warning("could not read the silences of approval %s back", approval_id)
-            return False
-        return any(str(s.get("comment", "")).endswith(mark) for s in found)
+            return Landed.UNKNOWN
+        if any(str(s.get("comment", "")).endswith(mark) for s in found):
+            return Landed.APPLIED
+        return Landed.NOT_APPLIED
 
 
 def _request(
