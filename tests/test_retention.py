@@ -17,6 +17,7 @@ from bot.store.feedback import FeedbackRepository
 from bot.store.inbox import Inbox
 from bot.store.retention import Pruned, Pruner, Retention
 from bot.store.tables import (
+    AlertGroupRow,
     ApprovalRow,
     FeedbackFixtureRow,
     FeedbackRow,
@@ -388,6 +389,40 @@ async def test_handled_deliveries_go_after_a_day_with_every_pass_and_unhandled_o
         assert await inbox.record("Ev0NEW", "app_mention", "{}")  # forgotten: new again
     finally:
         await pruner.drain()
+        await db.close()
+
+
+def _group(key: str, status: str, resolved_at: object) -> AlertGroupRow:
+    return AlertGroupRow(
+        key=key,
+        channel_id=SHOP_CHANNEL,
+        thread_ts=f"{len(key)}.000100",
+        status=status,
+        alerts_json="[]",
+        firing_count=0 if status == "resolved" else 1,
+        fired_at=OLD - timedelta(days=1),
+        resolved_at=resolved_at,
+    )
+
+
+async def test_alert_groups_resolved_a_month_ago_go_and_firing_ones_stay(database_url: str):
+    db = Database(database_url)
+    try:
+        await db.upgrade()
+        groups = [
+            _group('webhook:{}:{alertname="Old"}', "resolved", OLD),
+            _group('webhook:{}:{alertname="Recent"}', "resolved", RECENT),
+            # Fired 41 days ago and never resolved: its resolve may still come.
+            _group('webhook:{}:{alertname="Firing"}', "firing", None),
+        ]
+        await db.write(inserting(*groups))
+        assert await Pruner(db, MONTH, batch=1, pause_s=0, now=lambda: NOW).prune() == Pruned(
+            alert_groups=1
+        )
+        async with db.sessions() as read:
+            kept = (await read.exec(select(AlertGroupRow.key))).all()
+        assert sorted(kept) == sorted(g.key for g in groups[1:])
+    finally:
         await db.close()
 
 

@@ -11,6 +11,8 @@ from sqlmodel import Session, col, select
 from bot.store.db import Database, counting, executing, insert_ignoring_duplicates
 from bot.store.tables import AlertGroupRow
 
+RESOLVED = "resolved"  # a group's status once all its alerts resolved (else "firing")
+
 
 class AlertGroups:
     def __init__(self, db: Database) -> None:

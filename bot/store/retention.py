@@ -20,6 +20,10 @@ as a message, though: a conversation rated within `store.retention_days` is not 
 holds no conversation of (it went before this rule existed, or the click came after) goes
 once it is that old itself.
 
+An alert group (its thread's key) goes once resolved for as long as a conversation idles:
+firing again by then, it would open a new thread anyway (`alerts.reopen_s`). Incident
+memories stay: a person confirmed them to be kept.
+
 Slack deliveries (the inbox) go once handled and a day old: their keys answer a retried
 delivery as a repeat within Slack's retry window (minutes), and their content is a person's
 message. A delivery not handled yet stays, however old: a replica still owes it an answer.
@@ -44,8 +48,10 @@ from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
 from bot.store import chain
+from bot.store.alerts import RESOLVED
 from bot.store.db import Database
 from bot.store.tables import (
+    AlertGroupRow,
     ApprovalRow,
     FeedbackFixtureRow,
     FeedbackRow,
@@ -90,6 +96,7 @@ class Pruned:
     approvals: int = 0
     deliveries: int = 0
     feedback: int = 0  # 👍/👎 rows (a 👎's captured reads go with them, uncounted)
+    alert_groups: int = 0
 
     def __add__(self, other: Pruned) -> Pruned:
         return Pruned(
@@ -99,6 +106,7 @@ class Pruned:
             self.approvals + other.approvals,
             self.deliveries + other.deliveries,
             self.feedback + other.feedback,
+            self.alert_groups + other.alert_groups,
         )
 
 
@@ -147,13 +155,14 @@ class Pruner:
                 if pruned != Pruned():
                     log.info(
                         "retention: removed %d idle conversation(s) (%d message(s)), "
-                        "%d feedback row(s), %d tool audit row(s), %d approval(s) and "
-                        "%d Slack delivery record(s)",
+                        "%d feedback row(s), %d tool audit row(s), %d approval(s), "
+                        "%d resolved alert group(s) and %d Slack delivery record(s)",
                         pruned.sessions,
                         pruned.messages,
                         pruned.feedback,
                         pruned.audits,
                         pruned.approvals,
+                        pruned.alert_groups,
                         pruned.deliveries,
                     )
             await self.log_head()
@@ -182,6 +191,7 @@ class Pruner:
         conversations = now - self._retention.conversations
         total += await self._batches(_IdleConversations(conversations))
         total += await self._batches(_UnheldFeedback(conversations))
+        total += await self._batches(_ResolvedAlertGroups(conversations))
         total += await self._batches(_OldDeliveries(now - self._retention.deliveries))
         return total
 
@@ -308,6 +318,31 @@ class _OldDeliveries:
                 delete(InboundEventRow).where(col(InboundEventRow.key).in_(ids), self._old())
             )
             return Pruned(deliveries=_rowcount(result))
+
+        return op
+
+
+@dataclass(frozen=True)
+class _ResolvedAlertGroups:
+    """Alert groups resolved before the cutoff (as old as an idle conversation): one firing
+    again is long past `alerts.reopen_s` and opens a new thread anyway. A firing group stays:
+    its resolve may still come."""
+
+    cutoff: datetime
+
+    def _old(self) -> ColumnElement[bool]:
+        return and_(
+            col(AlertGroupRow.status) == RESOLVED,
+            col(AlertGroupRow.resolved_at) < self.cutoff,
+        )
+
+    def candidates(self) -> Any:
+        return select(AlertGroupRow.key).where(self._old())
+
+    def delete(self, ids: Sequence[Any]) -> Op[Pruned]:
+        def op(session: Session) -> Pruned:
+            gone = delete(AlertGroupRow).where(col(AlertGroupRow.key).in_(ids), self._old())
+            return Pruned(alert_groups=_rowcount(session.exec(gone)))
 
         return op
 
