@@ -82,6 +82,9 @@ async def test_an_approved_change_is_on_an_intact_chain_and_an_edited_row_is_nam
     assert [row.phase for row in writes] == ["intent", "outcome"]
     rows = len(await _audits(bot.db)) + len(writes)
     assert ran.out.startswith(f"intact: {rows} rows"), ran.out
+    noted = ran.out.split("(head ", 1)[1].split(")", 1)[0]  # SEQ:HASH, to keep elsewhere
+    anchored = await kelpie("audit", "verify", "--config", str(config), "--anchor", noted)
+    assert anchored.code == 0 and anchored.out.strip().endswith(", 1 anchors held)"), anchored.out
 
     # Someone edits the approval's audit row in the database: verify names that row.
     approval = [row for row in await _audits(bot.db) if row.stage == "approval"][-1]
