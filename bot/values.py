@@ -166,6 +166,11 @@ class Landed(StrEnum):
     NOT_APPLIED = "not applied"
     UNKNOWN = "unknown"
 
+    @classmethod
+    def seen(cls, in_place: bool) -> Landed:
+        """What a target that could be read shows."""
+        return cls.APPLIED if in_place else cls.NOT_APPLIED
+
 
 @dataclass(frozen=True)
 class WritePlan:

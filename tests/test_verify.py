@@ -23,7 +23,7 @@ from bot.approvals.verify import (
     rollback_id,
 )
 from bot.store.db import Database
-from bot.store.tables import ApprovalRow
+from bot.store.tables import ApprovalRow, VerifyWatchRow
 from bot.store.turns import Replica
 from bot.store.verify import VerifyWatchRepository
 from tests.bot_processes import Launcher, Start
@@ -496,7 +496,9 @@ async def test_a_verdict_the_archived_channel_refuses_ends_undeliverable_and_is_
             "undeliverable",
             stored + ROLLBACK_OFFERED,
         )
-        assert await dead.watches.refusal(identifier) == "is_archived"
+        async with dead.db.sessions() as session:
+            watch = await session.get(VerifyWatchRow, identifier)
+            assert watch is not None and watch.verdict_error == "is_archived"
         await world.drain()
         # A later start does not try again: the refusal is for good.
         await world.start_bot()

@@ -22,10 +22,10 @@ from enum import StrEnum
 from fnmatch import fnmatchcase
 from typing import Any
 
-from sqlalchemy import Connection, insert, or_, text, update
+from sqlalchemy import Connection, or_, text, update
 from sqlmodel import Session, col, select
 
-from bot.store.chain import link_rows
+from bot.store.chain import appending
 from bot.store.db import Database, counting, insert_ignoring_duplicates
 from bot.store.tables import IncidentMemoryRow, ToolAuditRow, utcnow
 
@@ -127,15 +127,6 @@ class IncidentMemories:
             thread_ts=resolution.thread_ts,
             trigger=resolution.trigger.value,
             status=MemoryStatus.OFFERING.value,
-            title="",
-            symptom="",
-            cause="",
-            fix="",
-            evidence="",
-            namespace="",
-            workloads="",
-            alerts="",
-            search_text="",
             proposed_by=resolution.by,
             session_id=session_id,
             resolution=resolution.evidence,
@@ -242,7 +233,7 @@ class IncidentMemories:
                     ),
                     {"id": memory_id},
                 )
-            _audit_decision(connection, memory_id, status)
+            _audit_decision(session, memory_id, status)
             return True
 
         return await self._db.write(op)
@@ -280,17 +271,21 @@ def _unfinished() -> Any:
     )
 
 
-def _audit_decision(connection: Connection, memory_id: int, status: MemoryStatus) -> None:
+def _audit_decision(session: Session, memory_id: int, status: MemoryStatus) -> None:
     """The decision as a row of the audit chain, in the session of the memory's thread:
     who decided (`slack_user`), what (`decision`) and of which memory."""
-    row = connection.execute(
-        select(
-            IncidentMemoryRow.session_id,
-            IncidentMemoryRow.title,
-            IncidentMemoryRow.decided_by,
-            IncidentMemoryRow.decided_at,
-        ).where(col(IncidentMemoryRow.id) == memory_id)
-    ).one()
+    row = (
+        session.connection()
+        .execute(
+            select(
+                IncidentMemoryRow.session_id,
+                IncidentMemoryRow.title,
+                IncidentMemoryRow.decided_by,
+                IncidentMemoryRow.decided_at,
+            ).where(col(IncidentMemoryRow.id) == memory_id)
+        )
+        .one()
+    )
     if row.session_id is None:
         return  # stored before its session was kept (migration 0025 found none)
     value = {
@@ -305,8 +300,7 @@ def _audit_decision(connection: Connection, memory_id: int, status: MemoryStatus
         "slack_user": row.decided_by,
         "created_at": row.decided_at,
     }
-    table = ToolAuditRow.__table__  # type: ignore[attr-defined]
-    connection.execute(insert(table), link_rows(connection, "tool_audit", [value]))
+    appending(ToolAuditRow, [value])(session)
 
 
 def _admitted(namespace: str, patterns: Sequence[str], denied: Sequence[str]) -> bool:

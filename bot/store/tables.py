@@ -414,15 +414,16 @@ class IncidentMemoryRow(SQLModel, table=True):
     # Until when the replica completing an offering (or posting its card) holds it; after
     # that another replica takes it over (a crash mid-proposal loses nothing).
     claimed_until: datetime | None = None
-    title: str
-    symptom: str
-    cause: str
-    fix: str
-    evidence: str  # the thread's evidence ids, e.g. "E1, E3"
-    namespace: str = Field(index=True)  # "" when the thread named none
-    workloads: str  # space-separated names
-    alerts: str  # space-separated alert names
-    search_text: str
+    # The proposal: empty while offering (the low tier fills it in).
+    title: str = ""
+    symptom: str = ""
+    cause: str = ""
+    fix: str = ""
+    evidence: str = ""  # the thread's evidence ids, e.g. "E1, E3"
+    namespace: str = Field(default="", index=True)  # "" when the thread named none
+    workloads: str = ""  # space-separated names
+    alerts: str = ""  # space-separated alert names
+    search_text: str = ""
     card_ts: str | None = None
     proposed_by: str  # who or what resolved the thread
     decided_by: str | None = None

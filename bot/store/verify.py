@@ -33,8 +33,7 @@ class WatchState(StrEnum):
     UNDELIVERABLE = "undeliverable"
 
 
-WATCHING, CONCLUDED, DONE = WatchState.WATCHING, WatchState.CONCLUDED, WatchState.DONE
-OPEN = (WATCHING, CONCLUDED)
+OPEN = (WatchState.WATCHING, WatchState.CONCLUDED)
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ class VerifyWatchRepository:
         now, until = self._replica.lease()
         values = {
             "approval_id": approval_id,
-            "state": WATCHING,
+            "state": WatchState.WATCHING,
             "deadline": deadline,
             "owner": self._replica.id,
             "lease_expires_at": until,
@@ -88,7 +87,7 @@ class VerifyWatchRepository:
         statement = (
             update(VerifyWatchRow)
             .where(*self._mine(approval_id))
-            .values(state=CONCLUDED, verdict=verdict)
+            .values(state=WatchState.CONCLUDED, verdict=verdict)
         )
         return await self._db.write(counting(statement))
 
@@ -96,7 +95,7 @@ class VerifyWatchRepository:
         """The concluded verdict is in the thread (its ts, when the surface gave one)."""
         statement = (
             update(VerifyWatchRow)
-            .where(*self._mine(approval_id, CONCLUDED))
+            .where(*self._mine(approval_id, WatchState.CONCLUDED))
             .values(verdict_ts=ts or "")
         )
         await self._db.write(counting(statement))
@@ -105,8 +104,8 @@ class VerifyWatchRepository:
         """concluded → done, by its owner only."""
         statement = (
             update(VerifyWatchRow)
-            .where(*self._mine(approval_id, CONCLUDED))
-            .values(state=DONE, lease_expires_at=None)
+            .where(*self._mine(approval_id, WatchState.CONCLUDED))
+            .values(state=WatchState.DONE, lease_expires_at=None)
         )
         return await self._db.write(counting(statement))
 
@@ -115,7 +114,7 @@ class VerifyWatchRepository:
         good (`error`, the surface's reason), so no replica tries to say it again."""
         statement = (
             update(VerifyWatchRow)
-            .where(*self._mine(approval_id, CONCLUDED))
+            .where(*self._mine(approval_id, WatchState.CONCLUDED))
             .values(state=WatchState.UNDELIVERABLE, verdict_error=error, lease_expires_at=None)
         )
         return await self._db.write(counting(statement))
@@ -158,16 +157,10 @@ class VerifyWatchRepository:
             row = await session.get(VerifyWatchRow, approval_id)
             return (row.state, row.verdict) if row is not None else None
 
-    async def refusal(self, approval_id: str) -> str | None:
-        """Why the thread refused a watch's verdict for good (None: it did not)."""
-        async with self._db.sessions() as session:
-            row = await session.get(VerifyWatchRow, approval_id)
-            return row.verdict_error if row is not None else None
-
     def _mine(self, approval_id: str, *states: str) -> list[Any]:
         return [
             col(VerifyWatchRow.approval_id) == approval_id,
-            col(VerifyWatchRow.state).in_(states or (WATCHING,)),
+            col(VerifyWatchRow.state).in_(states or (WatchState.WATCHING,)),
             col(VerifyWatchRow.owner) == self._replica.id,
         ]
 

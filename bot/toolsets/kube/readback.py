@@ -25,10 +25,6 @@ log = logging.getLogger(__name__)
 _PLAIN_FIELD = re.compile(r"^[A-Za-z]+(\.[A-Za-z]+)+$")
 
 
-def _landed(in_place: bool) -> Landed:
-    return Landed.APPLIED if in_place else Landed.NOT_APPLIED
-
-
 def _shown(value: Any) -> str:
     """The value as the card showed it (the write tools' rendering)."""
     if value is None:
@@ -52,13 +48,13 @@ class KubeReadback:
             return Landed.UNKNOWN
         gone = current is None or dig(current, "metadata", "uid") != plan.target.uid
         if plan.tool == "delete_pod":
-            return _landed(gone)
+            return Landed.seen(gone)
         if gone:
             return Landed.NOT_APPLIED  # what is there now is not what was changed
         fields = [change for change in plan.changes if _PLAIN_FIELD.match(change.field)]
         if not fields or len(fields) != len(plan.changes):
             return Landed.UNKNOWN
-        return _landed(
+        return Landed.seen(
             all(_shown(dig(current, *change.field.split("."))) == change.after for change in fields)
         )
 

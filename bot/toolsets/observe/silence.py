@@ -151,9 +151,7 @@ class SilenceReadback:
         except (ObserveError, KeyError, TypeError):
             log.warning("could not read the silences of approval %s back", approval_id)
             return Landed.UNKNOWN
-        if any(str(s.get("comment", "")).endswith(mark) for s in found):
-            return Landed.APPLIED
-        return Landed.NOT_APPLIED
+        return Landed.seen(any(str(s.get("comment", "")).endswith(mark) for s in found))
 
 
 def _request(
