@@ -9,6 +9,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from sqlmodel import col, select
 
 from bot.approvals.verify import RECOVERED
@@ -244,48 +245,29 @@ async def test_a_resolved_alert_offers_its_memory_card_with_the_alert_and_worklo
     assert "*Keys:* shop checkout-api CheckoutDown" in offered.text
 
 
-async def test_a_recovered_verdict_a_dead_replica_left_unsaid_offers_its_memory_once(
-    world: World,
+@pytest.mark.parametrize("said_before", [False, True], ids=["unsaid", "said"])
+async def test_a_recovered_verdict_a_dead_replica_left_offers_its_memory_once(
+    world: World, said_before: bool
 ):
-    """The verdict stored by a replica killed before saying it is said by the next one,
-    which offers its memory then (it knows only the stored sentence)."""
+    """A replica killed after storing a Recovered verdict, before saying it (or after saying
+    it, before offering the memory): the next one says it unless it was said, and offers the
+    memory once, knowing only the stored sentence."""
     mention, identifier = await following_restart(world)
     dead = DeadReplica(world.config.database.url)
     stored = RECOVERED.format(what="Restart deployment shop/checkout-api", evidence="all ready")
     try:
-        await dead.conclude(identifier, stored, said_ts=None)
+        await dead.conclude(identifier, stored, said_ts="1.000001" if said_before else None)
         await world.start_bot(MEMORY_ON)
-        verdict = await wait_said(world, mention["ts"], "Recovered:")
-        assert verdict.text == stored
         offered = await memory_card(world, OPS_CHANNEL, mention["ts"])
         assert "*Keys:* shop checkout-api" in offered.text
         await dead.state(identifier, "done")
         await world.drain()
     finally:
         await dead.db.close()
+    thread = world.slack.thread(OPS_CHANNEL, mention["ts"])
+    verdicts = [m for m in thread if m.is_bot and m.text == stored]
+    assert len(verdicts) == (0 if said_before else 1)
+    assert all(float(v.ts) < float(offered.ts) for v in verdicts)  # the verdict comes first
     asked = [r for r in world.model.requests if "incident memory" in json.dumps(r["messages"])]
     assert len(asked) == 1 and f"resolution: {stored}" in json.dumps(asked)
-    thread = world.slack.thread(OPS_CHANNEL, mention["ts"])
-    assert len([m for m in thread if button(m, REMEMBER_ACTION)]) == 1
-
-
-async def test_a_recovered_verdict_said_by_a_replica_killed_before_its_offer_offers_it(
-    world: World,
-):
-    """Said (its ts stored), then killed before the memory was offered: the next replica
-    offers it without saying the verdict again."""
-    mention, identifier = await following_restart(world)
-    dead = DeadReplica(world.config.database.url)
-    stored = RECOVERED.format(what="Restart deployment shop/checkout-api", evidence="all ready")
-    try:
-        await dead.conclude(identifier, stored, said_ts="1.000001")
-        await world.start_bot(MEMORY_ON)
-        offered = await memory_card(world, OPS_CHANNEL, mention["ts"])
-        assert "*Keys:* shop checkout-api" in offered.text
-        await dead.state(identifier, "done")
-        await world.drain()
-    finally:
-        await dead.db.close()
-    assert [m for m in world.slack.thread(OPS_CHANNEL, mention["ts"]) if m.text == stored] == []
-    thread = world.slack.thread(OPS_CHANNEL, mention["ts"])
     assert len([m for m in thread if button(m, REMEMBER_ACTION)]) == 1
