@@ -381,6 +381,38 @@ async def test_a_live_turn_is_taken_only_once_its_lease_lapsed_and_its_old_owner
         await db.close()
 
 
+async def test_an_interrupt_meant_for_a_dead_replicas_turn_never_stops_the_newer_one(
+    database_url: str,
+):
+    """A newer message on the restarted replica asks the dead one's running turn to stop;
+    that replica takes the turn over to close it: the request (and any that comes while it
+    closes it) is not the heartbeat's to hand over, since the thread's turn that runs here is
+    the newer message's own, which it would stop instead."""
+    db, session_id = await opened(database_url)
+    clock = Clock()
+    dead, restarted = clocked("dead", clock), clocked("restarted", clock)
+    gone, here = TurnRepository(db, dead), TurnRepository(db, restarted)
+    other = TurnRepository(db, clocked("other", clock))
+    thread = replace(THREAD, id=session_id)
+    try:
+        assert await gone.begin(thread, "turn-old", "U0BOB", question("pods?"), claim=True)
+        clock.advance(4)  # the dead replica's lease lapsed
+        await here.begin(thread, "turn-new", "U0BOB", question("scale it?"))
+        assert await here.request_interrupt(session_id)  # aimed at the dead replica's turn
+        assert [turn.turn_id for turn in await here.take_orphans()] == ["turn-old"]
+        assert await here.renew() == []
+        assert await other.request_interrupt(session_id)  # while it is being closed
+        assert await here.renew() == [] and await here.interrupts() == []
+        assert here.held_turns() == [TurnInterrupt(THREAD.session_key, "turn-new")]
+        await here.finish("turn-old", TurnState.INTERRUPTED)
+        # The newer turn runs, and is the one an interrupt from elsewhere reaches now.
+        assert await here.claim(session_id, "turn-new", "U0BOB") is TurnClaim.RUNNING
+        assert await other.request_interrupt(session_id)
+        assert await here.renew() == [TurnInterrupt(THREAD.session_key, "turn-new")]
+    finally:
+        await db.close()
+
+
 async def test_a_turn_whose_end_could_not_be_stored_is_released_and_closed_with_a_note(
     database_url: str,
 ):

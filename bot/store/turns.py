@@ -66,6 +66,19 @@ class Held:
 
     turns: dict[str, str] = field(default_factory=dict)  # turn id -> its session key
     approvals: set[str] = field(default_factory=set)
+    # Turns of a dead replica taken over and not claimed to run here (being closed with a
+    # note, or about to be resumed): their leases are renewed like the rest, but nothing of
+    # them runs here, so an interrupt meant for them never reaches the turn of their thread
+    # that does (the newer message that asked for it, queued behind them).
+    taken_over: set[str] = field(default_factory=set)
+
+    def running(self) -> dict[str, str]:
+        """The turns this process runs or has queued itself (turn id -> session key)."""
+        return {turn: key for turn, key in self.turns.items() if turn not in self.taken_over}
+
+    def drop(self, turn_id: str) -> None:
+        self.turns.pop(turn_id, None)
+        self.taken_over.discard(turn_id)
 
 
 @dataclass(frozen=True)
@@ -218,8 +231,9 @@ class TurnRepository:
             return TurnClaim.WAIT  # another replica's claim on the thread won the race
         if claim is TurnClaim.RUNNING and keys:
             self.replica.held.turns[turn_id] = keys[-1]
+            self.replica.held.taken_over.discard(turn_id)  # a resumed one: it runs here now
         elif claim is TurnClaim.GONE:
-            self.replica.held.turns.pop(turn_id, None)
+            self.replica.held.drop(turn_id)
         return claim
 
     async def message_opened(self, turn_id: str, ts: str) -> None:
@@ -270,18 +284,19 @@ class TurnRepository:
             finishing(session)
 
         await self._db.write(op)
-        self.replica.held.turns.pop(turn_id, None)
+        self.replica.held.drop(turn_id)
 
     def release(self, turn_id: str) -> None:
         """This process no longer runs the turn although its end is not stored: its lease
         is no longer renewed, and once it lapses the turn is taken over (by any replica,
         this one included) and closed in its thread with a note."""
-        self.replica.held.turns.pop(turn_id, None)
+        self.replica.held.drop(turn_id)
 
     def held_turns(self) -> list[TurnInterrupt]:
         """Every turn this process runs or has queued (to stop them all: its leases may
         have lapsed)."""
-        return [TurnInterrupt(key, turn_id) for turn_id, key in self.replica.held.turns.items()]
+        running = self.replica.held.running()
+        return [TurnInterrupt(key, turn_id) for turn_id, key in running.items()]
 
     def closing_sent(self, turn_id: str, closed: Sequence[str] = ()) -> None:
         """Slack accepted the turn's closing calls (or they were given up), which closed the
@@ -433,7 +448,7 @@ class TurnRepository:
             session.exec(approvals)
 
         await self._db.write(op)
-        return await self.lost(held) + await self.interrupts()
+        return await self.lost(sorted(self.replica.held.running())) + await self.interrupts()
 
     async def lost(self, turn_ids: Collection[str]) -> list[TurnInterrupt]:
         """The turns among `turn_ids` (run here) that another replica owns now."""
@@ -446,11 +461,16 @@ class TurnRepository:
                 .where(col(TurnRow.turn_id).in_(turn_ids), col(TurnRow.owner) != self.replica.id)
             )
             found = [TurnInterrupt(*row) for row in rows.all()]
-        # Only those still held: a turn that ended meanwhile is not interrupted.
-        return [turn for turn in found if turn.turn_id in self.replica.held.turns]
+        # Only those still run here: a turn that ended meanwhile is not interrupted.
+        running = self.replica.held.running()
+        return [turn for turn in found if turn.turn_id in running]
 
     async def interrupts(self) -> list[TurnInterrupt]:
-        """The running turns here that another replica asked to interrupt."""
+        """The running turns here that another replica asked to interrupt (not those taken
+        over from a dead one: the request was the dead one's, and the takeover ends them)."""
+        running = sorted(self.replica.held.running())
+        if not running:
+            return []
         async with self._db.sessions() as session:
             rows = await session.exec(
                 select(SessionRow.session_key, TurnRow.turn_id, TurnRow.stopped_by)
@@ -459,6 +479,7 @@ class TurnRepository:
                     col(TurnRow.owner) == self.replica.id,
                     col(TurnRow.state) == TurnState.RUNNING.value,
                     col(TurnRow.interrupt_requested),
+                    col(TurnRow.turn_id).in_(running),
                 )
             )
             return [TurnInterrupt(*row) for row in rows.all()]
@@ -488,6 +509,7 @@ class TurnRepository:
                 continue  # claimed here since the read
             if await self._take(row.turn_id, row.owner, now, until):
                 self.replica.held.turns[row.turn_id] = thread.session_key
+                self.replica.held.taken_over.add(row.turn_id)
                 answered = await self._answered(row.turn_id)
                 taken.append(
                     OrphanTurn(
