@@ -127,10 +127,9 @@ async def test_a_stop_replayed_after_newer_activity_withdraws_and_stops_nothing_
     # BOB's follow-up runs a turn; DAVE (an approver) stops it, and kelpie dies checking him.
     world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
     pods = world.kube.hold(r"/namespaces/shop/pods$")
-    await world.slack.deliver_event(
-        world.slack.message(OPS_CHANNEL, BOB, "and the pods?", thread_ts=thread)
-    )
-    button = await stop_button(world, OPS_CHANNEL, thread)
+    follow_up = world.slack.message(OPS_CHANNEL, BOB, "and the pods?", thread_ts=thread)
+    await world.slack.deliver_event(follow_up)
+    button = await stop_button(world, OPS_CHANNEL, thread, after=follow_up["ts"])
     stop = world.slack.block_action(
         DAVE, OPS_CHANNEL, button.ts, STOP_ACTION_ID, key(OPS_CHANNEL, thread)
     )
@@ -151,16 +150,9 @@ async def test_a_stop_replayed_after_newer_activity_withdraws_and_stops_nothing_
     world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
     world.model.reply_text("The pods are fine.")
     pods = world.kube.hold(r"/namespaces/shop/pods$")
-    await world.slack.deliver_event(
-        world.slack.message(OPS_CHANNEL, CAROL, "and the pods now?", thread_ts=thread)
-    )
-    await world.slack.wait_for(
-        lambda s: any(
-            m.is_bot and m.ts != button.ts and STOP_ACTION_ID in str(m.blocks)
-            for m in s.thread(OPS_CHANNEL, thread)
-        ),
-        timeout=TURN_S,
-    )
+    newer_question = world.slack.message(OPS_CHANNEL, CAROL, "and the pods now?", thread_ts=thread)
+    await world.slack.deliver_event(newer_question)
+    await stop_button(world, OPS_CHANNEL, thread, after=newer_question["ts"])  # her turn runs
 
     # The stop is replayed now: the card waiting when it was pressed is withdrawn, the newer
     # card and the newer turn are left alone, and the thread says the stop came late.

@@ -273,10 +273,9 @@ async def test_a_stop_killed_before_it_was_handled_withdraws_the_cards_after_a_r
     # BOB's follow-up runs a turn (its pod list held) beside ALICE's waiting card.
     world.model.reply_tool_calls([("list_pods", {"namespace": "shop"})])
     pods = world.kube.hold(r"/namespaces/shop/pods$")
-    await world.slack.deliver_event(
-        world.slack.message(OPS_CHANNEL, BOB, "and the pods?", thread_ts=thread)
-    )
-    button = await stop_button(world, OPS_CHANNEL, thread)
+    follow_up = world.slack.message(OPS_CHANNEL, BOB, "and the pods?", thread_ts=thread)
+    await world.slack.deliver_event(follow_up)
+    button = await stop_button(world, OPS_CHANNEL, thread, after=follow_up["ts"])
     # DAVE, an approver through the SRE group, stops it: kelpie dies checking his group.
     stop = world.slack.block_action(
         DAVE, OPS_CHANNEL, button.ts, STOP_ACTION_ID, key(OPS_CHANNEL, thread)

@@ -15,7 +15,7 @@ from bot.agent.session import IncomingMessage
 from bot.config import SlackConfig, StreamingMode
 from bot.slack.markdown import SECTION_LIMIT, to_mrkdwn
 from bot.slack.progress import STOP_ACTION_ID, SlackReporters
-from bot.values import Role, SessionInfo, ToolStatus
+from bot.values import Role, SessionInfo, ToolStatus, ts_after
 from tests.peers.model_server import HangStep, TextStep
 from tests.peers.slack_server import Message, RecordedCall, SlackServer
 from tests.world import (
@@ -86,10 +86,18 @@ def footer_of(message: Message) -> str:
     return contexts[-1]["elements"][0]["text"] if contexts else ""
 
 
-async def stop_button(world: World, channel: str, thread_ts: str) -> Message:
+async def stop_button(world: World, channel: str, thread_ts: str, after: str = "") -> Message:
+    """A bot message of the thread with a Stop button; posted after `after` (the message
+    whose turn it must stop), not an earlier turn's still closing."""
+
     def find(server: SlackServer) -> Message | None:
         return next(
-            (m for m in bot_messages(world, channel, thread_ts) if has_stop_button(m)), None
+            (
+                m
+                for m in bot_messages(world, channel, thread_ts)
+                if has_stop_button(m) and (not after or ts_after(m.ts, after))
+            ),
+            None,
         )
 
     found: Message = await world.slack.wait_for(find, timeout=TURN_S)
