@@ -113,6 +113,13 @@ class Launcher:
         self._started.append(bot)
         return bot
 
+    def log_tail(self, lines: int = 300) -> str:
+        """The end of what every process started here logged (they share one file)."""
+        path = self._tmp_path / "bot.log"
+        if not path.exists():
+            return "(nothing logged)"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
     def kill_all(self) -> None:
         for bot in self._started:
             bot.kill()

@@ -34,6 +34,17 @@ def launch(world: World, tmp_path) -> Iterator[Launcher]:
     launcher.kill_all()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    """A failed test that ran `kelpie run` processes shows what they logged: a failure
+    under load is seldom repeated alone."""
+    report: pytest.TestReport = yield
+    launcher = getattr(item, "funcargs", {}).get("launch")
+    if report.failed and isinstance(launcher, Launcher):
+        report.sections.append(("kelpie run log", launcher.log_tail()))
+    return report
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
     """One real PostgreSQL server for the test session (started on first use)."""
