@@ -274,31 +274,29 @@ def _unfinished() -> Any:
 def _audit_decision(session: Session, memory_id: int, status: MemoryStatus) -> None:
     """The decision as a row of the audit chain, in the session of the memory's thread:
     who decided (`slack_user`), what (`decision`) and of which memory."""
-    row = (
-        session.connection()
-        .execute(
-            select(
-                IncidentMemoryRow.session_id,
-                IncidentMemoryRow.title,
-                IncidentMemoryRow.decided_by,
-                IncidentMemoryRow.decided_at,
-            ).where(col(IncidentMemoryRow.id) == memory_id)
-        )
-        .one()
-    )
-    if row.session_id is None:
+    # Columns, not the row object: a row loaded earlier in the same write batch would be
+    # read from the session's identity map, without the decision just made.
+    session_id, title, decided_by, decided_at = session.exec(
+        select(
+            IncidentMemoryRow.session_id,
+            IncidentMemoryRow.title,
+            IncidentMemoryRow.decided_by,
+            IncidentMemoryRow.decided_at,
+        ).where(col(IncidentMemoryRow.id) == memory_id)
+    ).one()
+    if session_id is None:
         return  # stored before its session was kept (migration 0025 found none)
     value = {
-        "session_id": row.session_id,
+        "session_id": session_id,
         "turn_id": f"memory-{memory_id}",
         "tool_call_id": f"memory-{memory_id}",
         "tool": MEMORY_AUDIT_TOOL,
         "arguments_json": json.dumps({"memory_id": memory_id}),
         "stage": MEMORY_AUDIT_STAGE,
         "decision": status.value,
-        "reason": row.title,
-        "slack_user": row.decided_by,
-        "created_at": row.decided_at,
+        "reason": title,
+        "slack_user": decided_by,
+        "created_at": decided_at,
     }
     appending(ToolAuditRow, [value])(session)
 
