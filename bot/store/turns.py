@@ -448,22 +448,23 @@ class TurnRepository:
             session.exec(approvals)
 
         await self._db.write(op)
-        return await self.lost(sorted(self.replica.held.running())) + await self.interrupts()
+        return await self.lost() + await self.interrupts()
 
-    async def lost(self, turn_ids: Collection[str]) -> list[TurnInterrupt]:
-        """The turns among `turn_ids` (run here) that another replica owns now."""
-        if not turn_ids:
+    async def lost(self) -> list[TurnInterrupt]:
+        """The turns run here that another replica owns now."""
+        running = sorted(self.replica.held.running())
+        if not running:
             return []
         async with self._db.sessions() as session:
             rows = await session.exec(
                 select(SessionRow.session_key, TurnRow.turn_id)
                 .join(TurnRow, col(TurnRow.session_id) == col(SessionRow.id))
-                .where(col(TurnRow.turn_id).in_(turn_ids), col(TurnRow.owner) != self.replica.id)
+                .where(col(TurnRow.turn_id).in_(running), col(TurnRow.owner) != self.replica.id)
             )
             found = [TurnInterrupt(*row) for row in rows.all()]
         # Only those still run here: a turn that ended meanwhile is not interrupted.
-        running = self.replica.held.running()
-        return [turn for turn in found if turn.turn_id in running]
+        still = self.replica.held.running()
+        return [turn for turn in found if turn.turn_id in still]
 
     async def interrupts(self) -> list[TurnInterrupt]:
         """The running turns here that another replica asked to interrupt (not those taken
