@@ -8,15 +8,19 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+from sqlalchemy import update
+from sqlmodel import col
 
 from bot.approvals import copy as approval_copy
 from bot.slack import copy
 from bot.slack.progress import STOP_ACTION_ID
+from bot.store.db import Database, executing
+from bot.store.tables import TurnRow
 from bot.store.wakeups import LISTENER_NAME
 from tests.bot_processes import REPO, Launcher, Start
 from tests.peers.model_server import HangStep, TextStep
@@ -130,6 +134,56 @@ async def test_a_turn_killed_mid_stream_is_closed_with_a_note_after_a_restart(
         world.slack.mention(SHOP_CHANNEL, ALICE, "and now?", thread_ts=thread)
     )
     await said(world, thread, "All three pods are running.")
+    assert sum(copy.TURN_LOST in t for t in bot_texts(world, thread)) == 1
+
+
+async def dead_turn_lease(world: World, until: datetime) -> None:
+    """The running turn the killed process left stays its own until `until`."""
+    db = Database(f"sqlite:///{world.tmp / 'k.db'}")
+    try:
+        running = col(TurnRow.state) == "running"
+        await db.write(executing(update(TurnRow).where(running).values(lease_expires_at=until)))
+    finally:
+        await db.close()
+
+
+async def test_a_follow_up_that_asked_a_dead_turn_to_stop_is_answered_after_its_takeover(
+    world: World, launch: Callable[..., Start]
+):
+    """The restarted process gets a follow-up while the dead process's turn still holds the
+    thread: the follow-up asks that turn to stop, then the takeover closes it, slowly (Slack
+    holds the close). The request was the dead turn's; the heartbeats that run meanwhile
+    hand it to nothing here, so the follow-up's own turn is not stopped: it is answered."""
+    start = launch(FAST_LEASES)
+    bot = await start()
+    thread = await hang_mid_stream(world, "are the shop pods healthy?")
+    bot.kill()
+    await dead_turn_lease(world, datetime.now(UTC) + timedelta(days=1))
+    await start()
+    world.model.reply_text("All three pods are running.")
+    await world.slack.deliver_event(
+        world.slack.mention(SHOP_CHANNEL, ALICE, "and now?", thread_ts=thread)
+    )
+    flagged = "SELECT 1 FROM turns WHERE state = 'running' AND interrupt_requested"
+    await wait_db(world.tmp / "k.db", flagged, lambda rows: rows == [(1,)])
+
+    closing = world.slack.hold("chat.stopStream")
+    asked = len(world.slack.calls_to("chat.stopStream"))
+    await dead_turn_lease(world, datetime.now(UTC) - timedelta(seconds=1))
+    await world.slack.wait_for(lambda s: len(s.calls_to("chat.stopStream")) > asked, timeout=TURN_S)
+    # The dead process's beat, the takeover's claim, then two heartbeats of this process.
+    beats: set[Any] = set()
+
+    def beaten(rows: list[Any]) -> bool:
+        beats.update(rows)
+        return len(beats) >= 4
+
+    running = "SELECT heartbeat_at FROM turns WHERE state = 'running'"
+    await wait_db(world.tmp / "k.db", running, beaten)
+    closing.set()
+
+    await said(world, thread, "All three pods are running.")
+    await said(world, thread, copy.TURN_LOST)
     assert sum(copy.TURN_LOST in t for t in bot_texts(world, thread)) == 1
 
 
